@@ -1,0 +1,1 @@
+//! tally-engine (in progress)

@@ -1,0 +1,1 @@
+//! tally-gguf (in progress)

@@ -1,0 +1,192 @@
+//! The versioned JSON schema every engine produces and the ledger consumes.
+//!
+//! This module holds the *producer-side* records (what an engine adapter emits): engine and
+//! machine facts, the graph export, and the raw timing samples. Reports built from them live in
+//! their own modules. Every duration carries its unit in its name (`_ms`), every size its unit
+//! (`_bytes`), every rate its unit (`_gbps`, `_tflops`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::category::Category;
+
+/// Version of the JSON documents written by this crate. Bump on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which engine, build and model a record came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// `tally` or `llama.cpp`.
+    pub engine: String,
+    /// Build identity: git commit (with `-dirty`) or library version.
+    pub version: String,
+    /// `cpu` or `cuda`.
+    pub backend: String,
+    /// Where it ran: CPU model and thread count, or GPU name.
+    pub device: String,
+    /// Threads used on the CPU (None on a GPU backend).
+    pub threads: Option<usize>,
+    /// The model file measured.
+    pub model: ModelFacts,
+}
+
+/// Facts about the model file, the same for every engine that loads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFacts {
+    /// Path as given on the command line.
+    pub path: String,
+    /// File size.
+    pub file_bytes: u64,
+    /// GGUF `general.architecture`.
+    pub arch: String,
+    pub n_layers: u32,
+    pub n_vocab: u32,
+    pub n_experts: u32,
+    pub n_experts_used: u32,
+}
+
+/// Facts about the machine, measured once per run and stored with the results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    pub hostname: String,
+    pub os: String,
+    pub cpu_model: String,
+    pub cpu_threads: usize,
+    /// GPU name when a GPU backend ran.
+    pub gpu: Option<GpuInfo>,
+    /// Measured memory bandwidth ceiling (bytes read + written per second / 1e9).
+    pub peak_gbps: Option<f64>,
+    /// Measured matrix-unit ceiling in the precision the engine's big kernels use.
+    pub peak_tflops: Option<f64>,
+    /// How the peaks were measured (e.g. "device copy 8 GiB, median of 20").
+    pub peak_method: Option<String>,
+    /// ISO-8601 UTC timestamp of the measurement.
+    pub measured_at: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub name: String,
+    pub sm_count: u32,
+    pub l2_bytes: u64,
+    pub memory_bytes: u64,
+    pub compute_capability: String,
+    pub driver: String,
+}
+
+/// A tensor as seen by a graph node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorDesc {
+    /// Role name (`blk.7.attn_q.weight`, `blk.7.attn_norm`).
+    pub name: String,
+    /// Logical shape, outermost dimension first (`[tokens, features]`).
+    pub shape: Vec<u64>,
+    /// Element type as the engine stores it (`f32`, `q4_k`, ...).
+    pub dtype: String,
+}
+
+/// How the rows (tokens) of one node input relate to the rows of the node's output; drives the
+/// engine-agnostic dead-work analysis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowDep {
+    /// Output row i needs input row i only (projections, norms, element-wise, MoE per token).
+    /// Also used for row selections: an output of r rows needs r input rows.
+    Same,
+    /// Any needed output row needs every row of this input (attention's K/V, conv, recurrence).
+    All,
+}
+
+/// One input of a node: the tensor, which node produced it (None for weights and graph inputs),
+/// and how its rows are needed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInput {
+    pub tensor: TensorDesc,
+    /// Index (into `GraphExport::nodes`) of the node that produced this tensor.
+    pub src: Option<u32>,
+    pub rows: RowDep,
+}
+
+/// One node of an engine's real compute graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphNode {
+    /// Position in execution order (equals the node's index in `GraphExport::nodes`).
+    pub index: u32,
+    /// Stable human name (`blk.7.attn_q`, `blk.7.moe_gate_up`).
+    pub name: String,
+    /// The engine's op name (`matmul`, `MUL_MAT_ID`, ...).
+    pub op: String,
+    pub category: Category,
+    /// Layer index for per-layer nodes.
+    pub layer: Option<u32>,
+    pub inputs: Vec<NodeInput>,
+    pub output: TensorDesc,
+    /// Token rows this node computes (None when the output has no token axis).
+    pub rows: Option<u64>,
+    /// A view-only node (reshape, view, permute without copy): counted, does no work.
+    pub is_view: bool,
+    /// The node writes persistent state (KV cache, conv state, recurrent state).
+    pub persistent: bool,
+    /// The node's output is a final output of the graph (the logits).
+    pub is_output: bool,
+    /// Bytes the node must read (each input once: activations plus weights).
+    pub bytes_read: u64,
+    /// Bytes the node must write.
+    pub bytes_written: u64,
+    /// Of `bytes_read`, the bytes of model weights.
+    pub weight_bytes: u64,
+    /// Number of weight elements those bytes hold (bits per weight = 8 * bytes / params).
+    pub weight_params: u64,
+    /// Floating-point operations (a multiply-add counts 2).
+    pub flops: u64,
+}
+
+/// A count the graph must have, derived from the model's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpectedCount {
+    /// What is counted, in words ("routed-expert gate/up matmuls").
+    pub what: String,
+    /// Non-view nodes of this category...
+    pub category: Option<Category>,
+    /// ...and/or with this op name.
+    pub op: Option<String>,
+    pub expected: u64,
+    /// How the number follows from the config ("40 layers x 2 (gate, up)").
+    pub derivation: String,
+}
+
+/// The real compute graph of one engine for one prompt length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphExport {
+    pub schema: u32,
+    pub engine: EngineInfo,
+    /// Prompt tokens processed by this graph.
+    pub n_tokens: u64,
+    /// Tokens already in the state before this graph (0 for a prefill).
+    pub n_past: u64,
+    pub nodes: Vec<GraphNode>,
+    pub expected: Vec<ExpectedCount>,
+    /// Free-form notes from the exporter (what the observation split does, fused ops, ...).
+    pub notes: Vec<String>,
+}
+
+/// How MoE inputs are routed when an op is timed standalone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// Each token draws its top-k from all experts (distinct), as a trained model routes.
+    Realistic,
+    /// Every token routed to experts 0..k-1 (the common benchmark mistake: weights stay in cache).
+    FirstK,
+    /// The routing the model itself produced for a prompt.
+    Model,
+}
+
+impl Routing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::Realistic => "realistic",
+            Routing::FirstK => "first-k",
+            Routing::Model => "model",
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! tally-model (in progress)

@@ -1,0 +1,1 @@
+//! tally-peer-llama (in progress)
