@@ -1,3 +1,38 @@
+//! tally: a prefill-first inference engine for Qwen3.6-35B-A3B that keeps a ledger against
+//! llama.cpp. See `tally --help`.
+
+mod cmd;
+mod exit;
+
+use clap::{Parser, Subcommand};
+
+/// A prefill-first engine for Qwen3.6-35B-A3B (GGUF `qwen35moe`) with a ledger: it measures
+/// itself and llama.cpp on the same GGUF file, operator category by category, the same way.
+///
+/// Typical session:
+///   tally synth --preset tiny --quant q8_0 --out tiny.gguf     # a small model with random weights
+///   tally run --model tiny.gguf --tokens 64 -n 8               # prefill 64 tokens, decode 8
+#[derive(Parser)]
+#[command(name = "tally", version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Synth(cmd::synth::Args),
+    Run(cmd::run::Args),
+}
+
 fn main() {
-    println!("tally: under construction");
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Synth(a) => cmd::synth::main(a),
+        Command::Run(a) => cmd::run::main(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(exit::code(&e));
+    }
 }

@@ -1,0 +1,131 @@
+//! A sequence on a backend: prefill from a fresh state, then decode one token at a time. Plans are
+//! built once per (batch, past) shape and cached.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tally_model::{Model, Plan, PlanOptions, build_plan};
+
+use crate::EngineError;
+use crate::backend::Backend;
+use crate::exec::{ExecStats, Hook, NoHook, execute};
+
+pub struct Session<B: Backend> {
+    pub model: Arc<Model>,
+    pub backend: B,
+    pub opts: PlanOptions,
+    max_ctx: usize,
+    n_past: usize,
+    plans: HashMap<(usize, usize), Arc<Plan>>,
+}
+
+impl<B: Backend> Session<B> {
+    /// A session whose state holds up to `max_ctx` positions.
+    pub fn new(model: Arc<Model>, backend: B, max_ctx: usize) -> Result<Session<B>, EngineError> {
+        let limit = model.config.context_length;
+        if max_ctx > limit {
+            return Err(EngineError::TooLong {
+                tokens: max_ctx,
+                max: limit,
+                why: "the model's context_length",
+            });
+        }
+        Ok(Session {
+            model,
+            backend,
+            opts: PlanOptions::default(),
+            max_ctx,
+            n_past: 0,
+            plans: HashMap::new(),
+        })
+    }
+
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// The plan for `n_tokens` new tokens after `n_past` (built on first use).
+    pub fn plan(&mut self, n_tokens: usize, n_past: usize) -> Result<Arc<Plan>, EngineError> {
+        if let Some(p) = self.plans.get(&(n_tokens, n_past)) {
+            return Ok(p.clone());
+        }
+        if n_past + n_tokens > self.max_ctx {
+            return Err(EngineError::TooLong {
+                tokens: n_past + n_tokens,
+                max: self.max_ctx,
+                why: "this session's context",
+            });
+        }
+        let p = Arc::new(build_plan(
+            &self.model.config,
+            n_tokens,
+            n_past,
+            self.max_ctx,
+            &self.opts,
+        )?);
+        // Decode plans differ for every position; keep the cache from growing without bound.
+        if self.plans.len() > 64 {
+            self.plans.clear();
+        }
+        self.plans.insert((n_tokens, n_past), p.clone());
+        Ok(p)
+    }
+
+    /// Runs `ids` as a fresh prompt through `hook`; returns the last token's logits.
+    pub fn prefill_with(
+        &mut self,
+        ids: &[u32],
+        hook: &mut dyn Hook,
+    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        if ids.is_empty() {
+            return Err(EngineError::Unsupported(
+                "an empty prompt has no logits".into(),
+            ));
+        }
+        let plan = self.plan(ids.len(), 0)?;
+        self.backend.prepare(&plan)?;
+        self.backend.reset_state()?;
+        self.n_past = 0;
+        let out = self.run(&plan, ids, hook)?;
+        self.n_past = ids.len();
+        Ok(out)
+    }
+
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        Ok(self.prefill_with(ids, &mut NoHook)?.0)
+    }
+
+    /// Appends one token to the sequence; returns its logits.
+    pub fn decode_with(&mut self, id: u32, hook: &mut dyn Hook) -> Result<Vec<f32>, EngineError> {
+        if self.n_past == 0 {
+            return Err(EngineError::Unsupported(
+                "decode needs a prefill first".into(),
+            ));
+        }
+        let plan = self.plan(1, self.n_past)?;
+        self.backend.prepare(&plan)?;
+        let (logits, _) = self.run(&plan, &[id], hook)?;
+        self.n_past += 1;
+        Ok(logits)
+    }
+
+    pub fn decode(&mut self, id: u32) -> Result<Vec<f32>, EngineError> {
+        self.decode_with(id, &mut NoHook)
+    }
+
+    fn run(
+        &mut self,
+        plan: &Plan,
+        ids: &[u32],
+        hook: &mut dyn Hook,
+    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        self.backend.upload_tokens(plan, ids)?;
+        let stats = execute(&mut self.backend, plan, hook)?;
+        self.backend.barrier()?;
+        let logits = self.backend.read(plan, plan.logits)?;
+        Ok((logits, stats))
+    }
+}

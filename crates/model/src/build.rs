@@ -1,0 +1,662 @@
+//! Builds the plan of the forward pass from the config.
+//!
+//! Prefill-first: the last layer computes its query side, attention output, output projection and
+//! MoE for the last token only; its K/V (and every linear layer's state) for all tokens. With
+//! `prune_last_layer` off the last layer computes every row, which the dead-work analysis flags.
+
+use tally_ledger::Category;
+
+use crate::ModelError;
+use crate::config::{Config, LayerKind};
+use crate::plan::{BufDesc, BufId, BufKind, DType, Node, Op, OutLayout, Plan, View};
+
+/// Choices that change the plan's shape (not its maths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Compute only what the last token's logits need in the last layer.
+    pub prune_last_layer: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            prune_last_layer: true,
+        }
+    }
+}
+
+/// Builds the plan for `n_tokens` new tokens after `n_past`, with state sized for `max_ctx`.
+pub fn build_plan(
+    cfg: &Config,
+    n_tokens: usize,
+    n_past: usize,
+    max_ctx: usize,
+    opts: &PlanOptions,
+) -> Result<Plan, ModelError> {
+    if n_tokens == 0 {
+        return Err(ModelError::Batch("a batch needs at least one token".into()));
+    }
+    let needed = n_past + n_tokens;
+    if needed > max_ctx {
+        return Err(ModelError::Batch(format!(
+            "{n_past} past + {n_tokens} new tokens exceed the context of {max_ctx} positions"
+        )));
+    }
+    let mut b = Builder::new(cfg, n_tokens, n_past, max_ctx);
+    b.build(opts);
+    Ok(b.finish())
+}
+
+/// Per-run activation buffers, shared by all layers.
+struct Acts {
+    x: BufId,
+    xn: BufId,
+    mix: BufId,
+    // linear attention
+    qkv: BufId,
+    qkv_c: BufId,
+    z: BufId,
+    b: BufId,
+    a: BufId,
+    beta: BufId,
+    g: BufId,
+    o_lin: BufId,
+    // full attention
+    qg: BufId,
+    k: BufId,
+    o_att: BufId,
+    // moe
+    rlogits: BufId,
+    ids: BufId,
+    wts: BufId,
+    eg: BufId,
+    eu: BufId,
+    ed: BufId,
+    moe: BufId,
+    sg: BufId,
+    su: BufId,
+    sd: BufId,
+    // head
+    xf: BufId,
+}
+
+struct Builder<'a> {
+    cfg: &'a Config,
+    t: usize,
+    n_past: usize,
+    max_ctx: usize,
+    buffers: Vec<BufDesc>,
+    nodes: Vec<Node>,
+    layer_outputs: Vec<(usize, View)>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(cfg: &'a Config, t: usize, n_past: usize, max_ctx: usize) -> Self {
+        Builder {
+            cfg,
+            t,
+            n_past,
+            max_ctx,
+            buffers: Vec::new(),
+            nodes: Vec::new(),
+            layer_outputs: Vec::new(),
+        }
+    }
+
+    fn buf(&mut self, name: &str, rows: usize, cols: usize, dtype: DType, kind: BufKind) -> BufId {
+        let id = BufId(self.buffers.len() as u32);
+        self.buffers.push(BufDesc {
+            name: name.to_string(),
+            rows,
+            cols,
+            dtype,
+            kind,
+        });
+        id
+    }
+    fn act(&mut self, name: &str, rows: usize, cols: usize) -> BufId {
+        self.buf(name, rows, cols, DType::F32, BufKind::Activation)
+    }
+    fn all(&self, id: BufId) -> View {
+        View::all(id, &self.buffers[id.0 as usize])
+    }
+    /// The first `rows` rows of a buffer.
+    fn top(&self, id: BufId, rows: usize) -> View {
+        self.all(id).rows(0, rows)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn node(
+        &mut self,
+        name: String,
+        op: Op,
+        category: Category,
+        layer: Option<usize>,
+        inputs: Vec<View>,
+        weights: Vec<String>,
+        outputs: Vec<View>,
+    ) {
+        self.nodes.push(Node {
+            name,
+            op,
+            category,
+            layer,
+            inputs,
+            weights,
+            outputs,
+        });
+    }
+
+    fn acts(&mut self) -> Acts {
+        let c = self.cfg;
+        let t = self.t;
+        let k = c.n_experts_used;
+        let has_linear = c.n_linear_layers() > 0;
+        let has_full = c.n_full_layers() > 0;
+        let lin = |n: usize| if has_linear { n } else { 0 };
+        let full = |n: usize| if has_full { n } else { 0 };
+        Acts {
+            x: self.act("x", t, c.hidden),
+            xn: self.act("xn", t, c.hidden),
+            mix: self.act("mix", t, c.hidden),
+            qkv: self.act("qkv", lin(t), c.conv_channels()),
+            qkv_c: self.act("qkv_conv", lin(t), c.conv_channels()),
+            z: self.act("z", lin(t), c.ssm_value_dim()),
+            b: self.act("beta_raw", lin(t), c.ssm_v_heads),
+            a: self.act("alpha_raw", lin(t), c.ssm_v_heads),
+            beta: self.act("beta", lin(t), c.ssm_v_heads),
+            g: self.act("gate_log", lin(t), c.ssm_v_heads),
+            o_lin: self.act("delta_out", lin(t), c.ssm_value_dim()),
+            qg: self.act("q_gate", full(t), c.q_proj_dim()),
+            k: self.act("k", full(t), c.kv_dim()),
+            o_att: self.act("attn_out", full(t), c.attn_dim()),
+            rlogits: self.act("router_logits", t, c.n_experts),
+            ids: self.buf("expert_ids", t, k, DType::I32, BufKind::Activation),
+            wts: self.act("expert_weights", t, k),
+            // A fused gate/up file writes both halves into one buffer: [gate (F) | up (F)].
+            eg: self.act(
+                "exp_gate",
+                t * k,
+                if c.gate_up_fused { 2 } else { 1 } * c.expert_ffn,
+            ),
+            eu: self.act(
+                "exp_up",
+                if c.gate_up_fused { 0 } else { t * k },
+                c.expert_ffn,
+            ),
+            ed: self.act("exp_down", t * k, c.hidden),
+            moe: self.act("moe_out", t, c.hidden),
+            sg: self.act("shexp_gate", t, c.shared_ffn),
+            su: self.act("shexp_up", t, c.shared_ffn),
+            sd: self.act("shexp_out", t, c.hidden),
+            xf: self.act("x_final", 1, c.hidden),
+        }
+    }
+
+    fn build(&mut self, opts: &PlanOptions) {
+        let c = self.cfg;
+        let t = self.t;
+        let tokens = self.buf("tokens", t, 1, DType::I32, BufKind::Tokens);
+        let acts = self.acts();
+        let x_all = self.all(acts.x);
+        self.node(
+            "token_embd".into(),
+            Op::Embed,
+            Category::Embedding,
+            None,
+            vec![self.all(tokens)],
+            vec!["token_embd.weight".into()],
+            vec![x_all],
+        );
+        for il in 0..c.n_layers {
+            let last = il + 1 == c.n_layers;
+            // Rows of the residual stream that leave this layer: all, or the last one only.
+            let (r0, nr) = if last && opts.prune_last_layer {
+                (t - 1, 1)
+            } else {
+                (0, t)
+            };
+            match c.layers[il] {
+                LayerKind::Linear => self.linear_mixer(il, &acts, r0, nr),
+                LayerKind::Full => self.full_mixer(il, &acts, r0, nr),
+            }
+            self.moe_block(il, &acts, r0, nr);
+            self.layer_outputs
+                .push((self.nodes.len() - 1, self.all(acts.x).rows(r0, nr)));
+        }
+        // The logits of the last token.
+        let x_last = self.all(acts.x).rows(t - 1, 1);
+        let xf = self.all(acts.xf);
+        self.node(
+            "output_norm".into(),
+            Op::RmsNorm {
+                eps: c.rms_eps,
+                group: c.hidden,
+            },
+            Category::Norm,
+            None,
+            vec![x_last],
+            vec!["output_norm.weight".into()],
+            vec![xf],
+        );
+        let logits = self.buf("logits", 1, c.vocab, DType::F32, BufKind::Logits);
+        let lv = self.all(logits);
+        self.node(
+            "output".into(),
+            Op::MatMul {
+                layout: OutLayout::Plain,
+            },
+            Category::OutputHead,
+            None,
+            vec![xf],
+            vec!["output.weight".into()],
+            vec![lv],
+        );
+    }
+
+    fn norm(&mut self, il: usize, name: &str, wname: &str, x: View, out: View, group: usize) {
+        self.node(
+            format!("blk.{il}.{name}"),
+            Op::RmsNorm {
+                eps: self.cfg.rms_eps,
+                group,
+            },
+            Category::Norm,
+            Some(il),
+            vec![x],
+            vec![format!("blk.{il}.{wname}")],
+            vec![out],
+        );
+    }
+
+    fn matmul(&mut self, il: usize, name: &str, cat: Category, x: View, out: View) {
+        self.node(
+            format!("blk.{il}.{name}"),
+            Op::MatMul {
+                layout: OutLayout::Plain,
+            },
+            cat,
+            Some(il),
+            vec![x],
+            vec![format!("blk.{il}.{name}.weight")],
+            vec![out],
+        );
+    }
+
+    fn residual(&mut self, il: usize, name: &str, x: View, y: View) {
+        self.node(
+            format!("blk.{il}.{name}"),
+            Op::Add,
+            Category::Elementwise,
+            Some(il),
+            vec![x, y],
+            vec![],
+            vec![x],
+        );
+    }
+
+    /// Gated DeltaNet mixer. The whole recurrence runs over all T tokens (state); only the rows
+    /// `r0..r0+nr` of its output are read downstream.
+    fn linear_mixer(&mut self, il: usize, a: &Acts, r0: usize, nr: usize) {
+        let c = self.cfg;
+        let t = self.t;
+        let hd = c.hidden;
+        let x = self.all(a.x);
+        let xn = self.all(a.xn);
+        self.norm(il, "attn_norm", "attn_norm.weight", x, xn, hd);
+        let qkv = self.all(a.qkv);
+        self.matmul(il, "attn_qkv", Category::DenseProj, xn, qkv);
+        let z = self.top(a.z, nr);
+        self.matmul(il, "attn_gate", Category::DenseProj, xn.rows(r0, nr), z);
+        let (bv, av) = (self.all(a.b), self.all(a.a));
+        self.matmul(il, "ssm_beta", Category::DenseProj, xn, bv);
+        self.matmul(il, "ssm_alpha", Category::DenseProj, xn, av);
+
+        let state_conv = self.buf(
+            &format!("blk.{il}.conv_state"),
+            c.conv_kernel - 1,
+            c.conv_channels(),
+            DType::F32,
+            BufKind::State,
+        );
+        let sc = self.all(state_conv);
+        let qkv_c = self.all(a.qkv_c);
+        self.node(
+            format!("blk.{il}.ssm_conv"),
+            Op::ConvSilu,
+            Category::Conv,
+            Some(il),
+            vec![qkv, sc],
+            vec![format!("blk.{il}.ssm_conv1d.weight")],
+            vec![qkv_c, sc],
+        );
+        let (beta, g) = (self.all(a.beta), self.all(a.g));
+        self.node(
+            format!("blk.{il}.ssm_gates"),
+            Op::DeltaGates,
+            Category::Elementwise,
+            Some(il),
+            vec![bv, av],
+            vec![format!("blk.{il}.ssm_dt.bias"), format!("blk.{il}.ssm_a")],
+            vec![beta, g],
+        );
+        let kd = c.ssm_key_dim();
+        let q = qkv_c.cols(0, kd);
+        let k = qkv_c.cols(kd, kd);
+        let v = qkv_c.cols(2 * kd, c.ssm_value_dim());
+        let q_rows = q.rows(r0, nr);
+        self.node(
+            format!("blk.{il}.ssm_q_l2norm"),
+            Op::L2Norm {
+                eps: c.rms_eps,
+                group: c.ssm_k_dim,
+                scale: 1.0 / (c.ssm_k_dim as f32).sqrt(),
+            },
+            Category::Norm,
+            Some(il),
+            vec![q_rows],
+            vec![],
+            vec![q_rows],
+        );
+        self.node(
+            format!("blk.{il}.ssm_k_l2norm"),
+            Op::L2Norm {
+                eps: c.rms_eps,
+                group: c.ssm_k_dim,
+                scale: 1.0,
+            },
+            Category::Norm,
+            Some(il),
+            vec![k],
+            vec![],
+            vec![k],
+        );
+        let state = self.buf(
+            &format!("blk.{il}.delta_state"),
+            c.ssm_v_heads,
+            c.ssm_k_dim * c.ssm_v_dim,
+            DType::F32,
+            BufKind::State,
+        );
+        let sv = self.all(state);
+        let o = self.top(a.o_lin, nr);
+        debug_assert!(o.rows <= t);
+        self.node(
+            format!("blk.{il}.ssm_delta"),
+            Op::DeltaRule {
+                k_heads: c.ssm_k_heads,
+                v_heads: c.ssm_v_heads,
+                k_dim: c.ssm_k_dim,
+                v_dim: c.ssm_v_dim,
+            },
+            Category::DeltaNet,
+            Some(il),
+            vec![q_rows, k, v, g, beta, sv],
+            vec![],
+            vec![o, sv],
+        );
+        self.norm(il, "ssm_norm", "ssm_norm.weight", o, o, c.ssm_v_dim);
+        self.node(
+            format!("blk.{il}.ssm_gate_silu"),
+            Op::MulSilu,
+            Category::Elementwise,
+            Some(il),
+            vec![o, z],
+            vec![],
+            vec![o],
+        );
+        let mix = self.top(a.mix, nr);
+        self.matmul(il, "ssm_out", Category::DenseProj, o, mix);
+        self.residual(il, "attn_residual", x.rows(r0, nr), mix);
+    }
+
+    /// Full-attention mixer: K/V for every token (they go to the cache), the query side for the
+    /// rows `r0..r0+nr` only.
+    fn full_mixer(&mut self, il: usize, a: &Acts, r0: usize, nr: usize) {
+        let c = self.cfg;
+        let t = self.t;
+        let pos0 = self.n_past;
+        let x = self.all(a.x);
+        let xn = self.all(a.xn);
+        self.norm(il, "attn_norm", "attn_norm.weight", x, xn, c.hidden);
+        let qg = self.top(a.qg, nr);
+        self.node(
+            format!("blk.{il}.attn_q"),
+            Op::MatMul {
+                layout: OutLayout::QGateSplit {
+                    n_head: c.n_head,
+                    head_dim: c.head_dim,
+                },
+            },
+            Category::DenseProj,
+            Some(il),
+            vec![xn.rows(r0, nr)],
+            vec![format!("blk.{il}.attn_q.weight")],
+            vec![qg],
+        );
+        let k = self.all(a.k);
+        self.matmul(il, "attn_k", Category::DenseProj, xn, k);
+        let kc = self.buf(
+            &format!("blk.{il}.k_cache"),
+            self.max_ctx,
+            c.kv_dim(),
+            DType::F32,
+            BufKind::State,
+        );
+        let vc = self.buf(
+            &format!("blk.{il}.v_cache"),
+            self.max_ctx,
+            c.kv_dim(),
+            DType::F32,
+            BufKind::State,
+        );
+        let kc_new = self.all(kc).rows(pos0, t);
+        let vc_new = self.all(vc).rows(pos0, t);
+        // V goes straight into the cache: no layout copy.
+        self.matmul(il, "attn_v", Category::DenseProj, xn, vc_new);
+        let q = qg.cols(0, c.attn_dim());
+        let gate = qg.cols(c.attn_dim(), c.attn_dim());
+        self.norm(il, "attn_q_norm", "attn_q_norm.weight", q, q, c.head_dim);
+        self.norm(il, "attn_k_norm", "attn_k_norm.weight", k, k, c.head_dim);
+        let rope = |pos0| Op::Rope {
+            head_dim: c.head_dim,
+            dims: c.rope_dims,
+            theta: c.rope_theta,
+            pos0,
+        };
+        self.node(
+            format!("blk.{il}.attn_q_rope"),
+            rope(pos0 + r0),
+            Category::Rope,
+            Some(il),
+            vec![q],
+            vec![],
+            vec![q],
+        );
+        // K goes through RoPE straight into the cache.
+        self.node(
+            format!("blk.{il}.attn_k_rope"),
+            rope(pos0),
+            Category::Rope,
+            Some(il),
+            vec![k],
+            vec![],
+            vec![kc_new],
+        );
+        let p = pos0 + r0 + nr;
+        let o = self.top(a.o_att, nr);
+        self.node(
+            format!("blk.{il}.attn"),
+            Op::Attention {
+                n_head: c.n_head,
+                n_head_kv: c.n_head_kv,
+                head_dim: c.head_dim,
+                scale: 1.0 / (c.head_dim as f32).sqrt(),
+                q_pos0: pos0 + r0,
+            },
+            Category::Attention,
+            Some(il),
+            vec![q, self.all(kc).rows(0, p), self.all(vc).rows(0, p)],
+            vec![],
+            vec![o],
+        );
+        self.node(
+            format!("blk.{il}.attn_gate_sigmoid"),
+            Op::MulSigmoid,
+            Category::Elementwise,
+            Some(il),
+            vec![o, gate],
+            vec![],
+            vec![o],
+        );
+        let mix = self.top(a.mix, nr);
+        self.matmul(il, "attn_output", Category::DenseProj, o, mix);
+        self.residual(il, "attn_residual", x.rows(r0, nr), mix);
+    }
+
+    /// Post-attention norm, routed experts and the gated shared expert, on rows `r0..r0+nr`.
+    fn moe_block(&mut self, il: usize, a: &Acts, r0: usize, nr: usize) {
+        let c = self.cfg;
+        let k = c.n_experts_used;
+        let x = self.all(a.x).rows(r0, nr);
+        let xn = self.top(a.xn, nr);
+        self.norm(
+            il,
+            "post_attention_norm",
+            "post_attention_norm.weight",
+            x,
+            xn,
+            c.hidden,
+        );
+        let rl = self.top(a.rlogits, nr);
+        self.matmul(il, "ffn_gate_inp", Category::Router, xn, rl);
+        let (ids, wts) = (self.top(a.ids, nr), self.top(a.wts, nr));
+        self.node(
+            format!("blk.{il}.moe_topk"),
+            Op::TopK { k },
+            Category::Router,
+            Some(il),
+            vec![rl],
+            vec![],
+            vec![ids, wts],
+        );
+        let pairs = nr * k;
+        let (eg, eu, ed) = (
+            self.top(a.eg, pairs),
+            self.top(a.eu, pairs),
+            self.top(a.ed, pairs),
+        );
+        let moe_mm = |pair_input| Op::MoeMatMul { k, pair_input };
+        let f = c.expert_ffn;
+        let (gate, up) = if c.gate_up_fused {
+            self.node(
+                format!("blk.{il}.ffn_gate_up_exps"),
+                moe_mm(false),
+                Category::MoeGateUp,
+                Some(il),
+                vec![xn, ids],
+                vec![format!("blk.{il}.ffn_gate_up_exps.weight")],
+                vec![eg],
+            );
+            (eg.cols(0, f), eg.cols(f, f))
+        } else {
+            self.node(
+                format!("blk.{il}.ffn_gate_exps"),
+                moe_mm(false),
+                Category::MoeGateUp,
+                Some(il),
+                vec![xn, ids],
+                vec![format!("blk.{il}.ffn_gate_exps.weight")],
+                vec![eg],
+            );
+            self.node(
+                format!("blk.{il}.ffn_up_exps"),
+                moe_mm(false),
+                Category::MoeGateUp,
+                Some(il),
+                vec![xn, ids],
+                vec![format!("blk.{il}.ffn_up_exps.weight")],
+                vec![eu],
+            );
+            (eg, eu)
+        };
+        self.node(
+            format!("blk.{il}.moe_swiglu"),
+            Op::SwiGlu,
+            Category::Elementwise,
+            Some(il),
+            vec![gate, up],
+            vec![],
+            vec![gate],
+        );
+        self.node(
+            format!("blk.{il}.ffn_down_exps"),
+            moe_mm(true),
+            Category::MoeDown,
+            Some(il),
+            vec![gate, ids],
+            vec![format!("blk.{il}.ffn_down_exps.weight")],
+            vec![ed],
+        );
+        let moe = self.top(a.moe, nr);
+        self.node(
+            format!("blk.{il}.moe_combine"),
+            Op::MoeCombine { k },
+            Category::Elementwise,
+            Some(il),
+            vec![ed, wts],
+            vec![],
+            vec![moe],
+        );
+        let (sg, su, sd) = (self.top(a.sg, nr), self.top(a.su, nr), self.top(a.sd, nr));
+        self.matmul(il, "ffn_gate_shexp", Category::SharedExpert, xn, sg);
+        self.matmul(il, "ffn_up_shexp", Category::SharedExpert, xn, su);
+        self.node(
+            format!("blk.{il}.shexp_swiglu"),
+            Op::SwiGlu,
+            Category::SharedExpert,
+            Some(il),
+            vec![sg, su],
+            vec![],
+            vec![sg],
+        );
+        self.matmul(il, "ffn_down_shexp", Category::SharedExpert, sg, sd);
+        self.node(
+            format!("blk.{il}.shexp_gate"),
+            Op::SharedGate,
+            Category::SharedExpert,
+            Some(il),
+            vec![xn, sd],
+            vec![format!("blk.{il}.ffn_gate_inp_shexp.weight")],
+            vec![sd],
+        );
+        self.residual(il, "ffn_out", moe, sd);
+        self.residual(il, "ffn_residual", x, moe);
+    }
+
+    fn finish(self) -> Plan {
+        let tokens = BufId(
+            self.buffers
+                .iter()
+                .position(|b| b.kind == BufKind::Tokens)
+                .unwrap_or(0) as u32,
+        );
+        let logits_id = BufId(
+            self.buffers
+                .iter()
+                .position(|b| b.kind == BufKind::Logits)
+                .unwrap_or(0) as u32,
+        );
+        let logits = View::all(logits_id, &self.buffers[logits_id.0 as usize]);
+        Plan {
+            n_tokens: self.t,
+            n_past: self.n_past,
+            max_ctx: self.max_ctx,
+            buffers: self.buffers,
+            nodes: self.nodes,
+            tokens,
+            logits,
+            layer_outputs: self.layer_outputs,
+        }
+    }
+}

@@ -1,0 +1,654 @@
+//! Synthetic `qwen35moe` models: the real tensor layout with random weights, deterministic by seed.
+//!
+//! Weights are scaled so activations stay finite and non-degenerate through every layer (inputs
+//! to each projection have unit RMS after the norms; projections into the residual stream are
+//! damped by 1/sqrt(2 * layers)), and the router is built so tokens spread over all experts with a
+//! mild popularity skew, as a trained model's do. The file is streamed: tensor data is generated
+//! in fixed chunks (in parallel, a bounded window at a time) and written in order, so memory stays
+//! flat whatever the file size, and the bytes do not depend on the thread count.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use rayon::prelude::*;
+use tally_gguf::{GgmlType, GgufWriter, MetaValue, TensorSpec, quantize_row};
+
+use crate::ModelError;
+use crate::config::{ARCH, Config, LayerKind};
+use crate::rng::{Rng, hash_str};
+
+mod tokenizer;
+
+/// Named model shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Qwen3.6-35B-A3B as released (MODEL.md).
+    Full35bA3b,
+    /// A mid-size model with the real head counts, for GPU correctness checks.
+    Mid,
+    /// Same structure, small; the real head-count ratios (8:1 attention, 1:2 linear).
+    Tiny,
+    /// Small with other ratios (2:1 attention, 1:4 linear), odd vocab, last layer linear.
+    TinyOdd,
+}
+
+impl Preset {
+    pub const NAMES: [&'static str; 4] = ["35b-a3b", "mid", "tiny", "tiny-odd"];
+
+    pub fn parse(s: &str) -> Option<Preset> {
+        match s {
+            "35b-a3b" => Some(Preset::Full35bA3b),
+            "mid" => Some(Preset::Mid),
+            "tiny" => Some(Preset::Tiny),
+            "tiny-odd" => Some(Preset::TinyOdd),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Full35bA3b => "35b-a3b",
+            Preset::Mid => "mid",
+            Preset::Tiny => "tiny",
+            Preset::TinyOdd => "tiny-odd",
+        }
+    }
+
+    pub fn config(self) -> Config {
+        #[allow(clippy::too_many_arguments)]
+        fn mk(
+            n_layers: usize,
+            interval: usize,
+            hidden: usize,
+            vocab: usize,
+            (n_head, n_head_kv, head_dim, rope_dims): (usize, usize, usize, usize),
+            (k_heads, v_heads, k_dim, v_dim): (usize, usize, usize, usize),
+            (n_experts, used, ffn, shared): (usize, usize, usize, usize),
+        ) -> Config {
+            Config {
+                n_layers,
+                hidden,
+                vocab,
+                context_length: 262_144,
+                n_head,
+                n_head_kv,
+                head_dim,
+                rope_dims,
+                rope_theta: 10_000_000.0,
+                rms_eps: 1e-6,
+                n_experts,
+                n_experts_used: used,
+                expert_ffn: ffn,
+                shared_ffn: shared,
+                conv_kernel: 4,
+                ssm_k_heads: k_heads,
+                ssm_v_heads: v_heads,
+                ssm_k_dim: k_dim,
+                ssm_v_dim: v_dim,
+                layers: Config::layers_from_interval(n_layers, interval),
+                gate_up_fused: false,
+            }
+        }
+        match self {
+            Preset::Full35bA3b => mk(
+                40,
+                4,
+                2048,
+                248_320,
+                (16, 2, 256, 64),
+                (16, 32, 128, 128),
+                (256, 8, 512, 512),
+            ),
+            Preset::Mid => mk(
+                8,
+                4,
+                1024,
+                32_768,
+                (16, 2, 256, 64),
+                (16, 32, 128, 128),
+                (64, 8, 512, 512),
+            ),
+            Preset::Tiny => mk(
+                4,
+                4,
+                256,
+                512,
+                (8, 1, 32, 8),
+                (2, 4, 64, 64),
+                (8, 2, 256, 256),
+            ),
+            Preset::TinyOdd => mk(
+                5,
+                2,
+                512,
+                1000,
+                (4, 2, 64, 16),
+                (2, 8, 64, 64),
+                (16, 3, 256, 512),
+            ),
+        }
+    }
+}
+
+/// Which tensor types the file uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantMix {
+    /// The stock Q4_K_M mix (MODEL.md): Q4_K, with Q6_K for the output head and for attn_qkv /
+    /// attn_v / ffn_down* on the layers llama.cpp gives more bits.
+    Q4KM,
+    /// Every matrix Q8_0.
+    Q8_0,
+    /// Every matrix BF16.
+    Bf16,
+}
+
+impl QuantMix {
+    pub const NAMES: [&'static str; 3] = ["q4_k_m", "q8_0", "bf16"];
+
+    pub fn parse(s: &str) -> Option<QuantMix> {
+        match s {
+            "q4_k_m" => Some(QuantMix::Q4KM),
+            "q8_0" => Some(QuantMix::Q8_0),
+            "bf16" => Some(QuantMix::Bf16),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantMix::Q4KM => "q4_k_m",
+            QuantMix::Q8_0 => "q8_0",
+            QuantMix::Bf16 => "bf16",
+        }
+    }
+    /// `general.file_type` (llama.cpp's ftype numbering).
+    fn file_type(self) -> u32 {
+        match self {
+            QuantMix::Q4KM => 15,
+            QuantMix::Q8_0 => 7,
+            QuantMix::Bf16 => 32,
+        }
+    }
+}
+
+/// Applies `key=value` overrides to a config (keys are `Config` field names; `interval` sets the
+/// full-attention interval).
+pub fn apply_overrides(cfg: &mut Config, overrides: &[String]) -> Result<(), ModelError> {
+    let mut interval = None;
+    for o in overrides {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| ModelError::Synth(format!("override `{o}` is not key=value")))?;
+        let num = || -> Result<usize, ModelError> {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| ModelError::Synth(format!("override `{o}`: `{v}` is not a count")))
+        };
+        match k.trim() {
+            "n_layers" => cfg.n_layers = num()?,
+            "hidden" => cfg.hidden = num()?,
+            "vocab" => cfg.vocab = num()?,
+            "context_length" => cfg.context_length = num()?,
+            "n_head" => cfg.n_head = num()?,
+            "n_head_kv" => cfg.n_head_kv = num()?,
+            "head_dim" => cfg.head_dim = num()?,
+            "rope_dims" => cfg.rope_dims = num()?,
+            "n_experts" => cfg.n_experts = num()?,
+            "n_experts_used" => cfg.n_experts_used = num()?,
+            "expert_ffn" => cfg.expert_ffn = num()?,
+            "shared_ffn" => cfg.shared_ffn = num()?,
+            "conv_kernel" => cfg.conv_kernel = num()?,
+            "ssm_k_heads" => cfg.ssm_k_heads = num()?,
+            "ssm_v_heads" => cfg.ssm_v_heads = num()?,
+            "ssm_k_dim" => cfg.ssm_k_dim = num()?,
+            "ssm_v_dim" => cfg.ssm_v_dim = num()?,
+            "interval" => interval = Some(num()?),
+            "rope_theta" => {
+                cfg.rope_theta = v.trim().parse().map_err(|_| {
+                    ModelError::Synth(format!("override `{o}`: `{v}` is not a number"))
+                })?
+            }
+            other => {
+                return Err(ModelError::Synth(format!(
+                    "unknown override key `{other}` (keys: n_layers hidden vocab context_length n_head n_head_kv head_dim rope_dims n_experts n_experts_used expert_ffn shared_ffn conv_kernel ssm_k_heads ssm_v_heads ssm_k_dim ssm_v_dim interval rope_theta)"
+                )));
+            }
+        }
+    }
+    let interval = interval.unwrap_or_else(|| infer_interval(&cfg.layers));
+    cfg.layers = Config::layers_from_interval(cfg.n_layers, interval);
+    Ok(())
+}
+
+fn infer_interval(layers: &[LayerKind]) -> usize {
+    layers
+        .iter()
+        .position(|k| *k == LayerKind::Full)
+        .map(|i| i + 1)
+        .unwrap_or(4)
+}
+
+/// What to write.
+#[derive(Debug, Clone)]
+pub struct SynthSpec {
+    pub preset: Preset,
+    pub config: Config,
+    pub quant: QuantMix,
+    pub seed: u64,
+}
+
+/// One tensor's row in the summary.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct TypeCount {
+    pub tensors: usize,
+    pub bytes: u64,
+    pub params: u64,
+}
+
+/// Router spread of one layer for a 512-token prompt.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LayerRouting {
+    pub layer: usize,
+    pub experts_touched: usize,
+    pub max_tokens_per_expert: usize,
+    pub mean_tokens_per_expert: f64,
+}
+
+/// What was written.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SynthReport {
+    pub preset: String,
+    pub quant: String,
+    pub seed: u64,
+    pub file_bytes: u64,
+    pub params: u64,
+    pub by_type: BTreeMap<String, TypeCount>,
+    /// Tensors whose rows did not fit the mix's block size and fell back to another type.
+    pub fallbacks: Vec<String>,
+    /// Estimated routing: each layer's router applied to 512 random unit-RMS inputs (the
+    /// post-attention norm's output has unit RMS times the norm weight).
+    pub routing: Vec<LayerRouting>,
+}
+
+/// How a tensor's values are drawn.
+#[derive(Debug, Clone, Copy)]
+enum Init {
+    /// N(0, std^2).
+    Normal(f32),
+    /// 1 + N(0, std^2): norm weights.
+    AroundOne(f32),
+    /// The delta-net decay parameter `ssm_a = -exp(u)`, u uniform in [-2, 1].
+    SsmA,
+    /// Router rows with a per-expert popularity scale: N(0, (std * p_e)^2).
+    Router(f32),
+}
+
+struct TensorPlan {
+    spec: TensorSpec,
+    init: Init,
+}
+
+fn weight_type(mix: QuantMix, name: &str, layer: Option<usize>, n_layers: usize) -> GgmlType {
+    let more_bits = |i: usize| {
+        let n = n_layers;
+        i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64).rem_euclid(3) == 2
+    };
+    match mix {
+        QuantMix::Q8_0 => GgmlType::Q8_0,
+        QuantMix::Bf16 => GgmlType::BF16,
+        QuantMix::Q4KM => {
+            if name == "output.weight" {
+                return GgmlType::Q6_K;
+            }
+            let sensitive = name.ends_with("attn_qkv.weight")
+                || name.ends_with("attn_v.weight")
+                || name.contains("ffn_down");
+            match layer {
+                Some(il) if sensitive && more_bits(il) => GgmlType::Q6_K,
+                _ => GgmlType::Q4_K,
+            }
+        }
+    }
+}
+
+/// The type a tensor is written with: the mix's choice if its rows fit the block size, else the
+/// first of Q8_0 / F32 that does.
+fn fit_type(want: GgmlType, row_len: u64) -> GgmlType {
+    [want, GgmlType::Q8_0, GgmlType::F32]
+        .into_iter()
+        .find(|t| row_len % t.block_elems() as u64 == 0)
+        .unwrap_or(GgmlType::F32)
+}
+
+fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut fallbacks = Vec::new();
+    let d = cfg.hidden as f32;
+    let resid = 1.0 / (2.0 * cfg.n_layers as f32).sqrt();
+    for (name, dims) in cfg.tensor_shapes() {
+        let layer = name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|s| s.parse::<usize>().ok());
+        let short = name
+            .rsplit_once(".weight")
+            .map_or(name.as_str(), |(a, _)| a);
+        let short = short.rsplit('.').next().unwrap_or(short);
+        let fan_in = dims[0] as f32;
+        let init = match short {
+            "token_embd" => Init::Normal(1.0),
+            "attn_norm"
+            | "post_attention_norm"
+            | "output_norm"
+            | "attn_q_norm"
+            | "attn_k_norm"
+            | "ssm_norm" => Init::AroundOne(0.05),
+            "ssm_a" => Init::SsmA,
+            "bias" => Init::Normal(0.5), // ssm_dt.bias
+            "ffn_gate_inp" => Init::Router(2.0 / d.sqrt()),
+            "ssm_out" | "attn_output" | "ffn_down_exps" | "ffn_down_shexp" => {
+                Init::Normal(resid / fan_in.sqrt())
+            }
+            "ssm_conv1d" => Init::Normal(0.5),
+            _ => Init::Normal(1.0 / fan_in.sqrt()),
+        };
+        let is_vector = dims.len() == 1;
+        let never_quantised = is_vector || short == "ffn_gate_inp" || short == "ssm_conv1d";
+        let ty = if never_quantised {
+            GgmlType::F32
+        } else {
+            let want = weight_type(mix, &name, layer, cfg.n_layers);
+            let got = fit_type(want, dims[0]);
+            if got != want {
+                fallbacks.push(format!(
+                    "{name}: rows of {} do not fit {} blocks; wrote {}",
+                    dims[0],
+                    want.name(),
+                    got.name()
+                ));
+            }
+            got
+        };
+        out.push(TensorPlan {
+            spec: TensorSpec { name, dims, ty },
+            init,
+        });
+    }
+    (out, fallbacks)
+}
+
+fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
+    let c = &spec.config;
+    let k = |s: &str| format!("{ARCH}.{s}");
+    let u = |v: usize| MetaValue::U32(v as u32);
+    let interval = infer_interval(&c.layers);
+    let mut m = vec![
+        (
+            "general.architecture".to_string(),
+            MetaValue::String(ARCH.into()),
+        ),
+        (
+            "general.name".to_string(),
+            MetaValue::String(format!(
+                "tally synth {} {}",
+                spec.preset.name(),
+                spec.quant.name()
+            )),
+        ),
+        (
+            "general.file_type".to_string(),
+            MetaValue::U32(spec.quant.file_type()),
+        ),
+        (
+            "general.quantization_version".to_string(),
+            MetaValue::U32(2),
+        ),
+        ("general.alignment".to_string(), MetaValue::U32(32)),
+        ("tally.synth.seed".to_string(), MetaValue::U64(spec.seed)),
+        (
+            "tally.synth.preset".to_string(),
+            MetaValue::String(spec.preset.name().into()),
+        ),
+        (k("block_count"), u(c.n_layers)),
+        (k("context_length"), u(c.context_length)),
+        (k("embedding_length"), u(c.hidden)),
+        (k("feed_forward_length"), u(c.expert_ffn)),
+        (k("attention.head_count"), u(c.n_head)),
+        (k("attention.head_count_kv"), u(c.n_head_kv)),
+        (k("attention.key_length"), u(c.head_dim)),
+        (k("attention.value_length"), u(c.head_dim)),
+        (
+            k("attention.layer_norm_rms_epsilon"),
+            MetaValue::F32(c.rms_eps),
+        ),
+        (k("rope.freq_base"), MetaValue::F32(c.rope_theta)),
+        (k("rope.dimension_count"), u(c.rope_dims)),
+        (k("expert_count"), u(c.n_experts)),
+        (k("expert_used_count"), u(c.n_experts_used)),
+        (k("expert_feed_forward_length"), u(c.expert_ffn)),
+        (k("expert_shared_feed_forward_length"), u(c.shared_ffn)),
+        (k("ssm.conv_kernel"), u(c.conv_kernel)),
+        (k("ssm.inner_size"), u(c.ssm_value_dim())),
+        (k("ssm.state_size"), u(c.ssm_k_dim)),
+        (k("ssm.time_step_rank"), u(c.ssm_v_heads)),
+        (k("ssm.group_count"), u(c.ssm_k_heads)),
+        (k("full_attention_interval"), u(interval)),
+    ];
+    m.push((
+        k("rope.dimension_sections"),
+        MetaValue::Array(tally_gguf::MetaArray::I32(rope_sections(c.rope_dims))),
+    ));
+    m.extend(tokenizer::metadata(c.vocab));
+    m
+}
+
+/// Text-only mRoPE sections in the model's proportions (11:11:10 of 32 pairs), scaled to the
+/// rotary pairs of this config; for text all sections see the same position, so this only has to
+/// be well-formed.
+fn rope_sections(rope_dims: usize) -> Vec<i32> {
+    let pairs = (rope_dims / 2) as i32;
+    let a = pairs * 11 / 32;
+    let b = pairs * 11 / 32;
+    vec![a, b, pairs - a - b, 0]
+}
+
+/// Rows per generation chunk: a fixed function of the row length (never of the thread count),
+/// about 4 MiB of f32 per chunk.
+fn chunk_rows(row_len: usize) -> usize {
+    ((4 << 20) / (row_len * 4)).max(1)
+}
+
+fn gen_chunk(
+    seed: u64,
+    plan: &TensorPlan,
+    popularity: &[f32],
+    chunk: usize,
+    rows: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let row_len = plan.spec.dims[0] as usize;
+    let mut rng = Rng::stream(seed, &plan.spec.name, chunk as u64);
+    let mut v = vec![0.0f32; rows.len() * row_len];
+    match plan.init {
+        Init::Normal(std) => rng.fill_normal(&mut v, std),
+        Init::AroundOne(std) => {
+            rng.fill_normal(&mut v, std);
+            v.iter_mut().for_each(|x| *x += 1.0);
+        }
+        Init::SsmA => v
+            .iter_mut()
+            .for_each(|x| *x = -(rng.uniform() * 3.0 - 2.0).exp()),
+        Init::Router(std) => {
+            for (r, row) in rows.clone().zip(v.chunks_exact_mut(row_len)) {
+                let p = popularity.get(r).copied().unwrap_or(1.0);
+                rng.fill_normal(row, std * p);
+            }
+        }
+    }
+    v
+}
+
+fn encode_rows(ty: GgmlType, values: &[f32], row_len: usize) -> Result<Vec<u8>, ModelError> {
+    let row_bytes = ty.row_bytes(row_len as u64)? as usize;
+    let n_rows = values.len() / row_len;
+    let mut out = vec![0u8; row_bytes * n_rows];
+    for (src, dst) in values
+        .chunks_exact(row_len)
+        .zip(out.chunks_exact_mut(row_bytes))
+    {
+        quantize_row(ty, src, dst)?;
+    }
+    Ok(out)
+}
+
+/// Per-expert popularity for a router: `exp(0.3 z_e)`, normalised to mean 1.
+fn popularity(seed: u64, name: &str, n: usize) -> Vec<f32> {
+    let mut rng = Rng::stream(seed, name, u64::MAX);
+    let mut p: Vec<f32> = (0..n).map(|_| (0.3 * rng.normal()).exp()).collect();
+    let mean = p.iter().sum::<f32>() / n.max(1) as f32;
+    p.iter_mut().for_each(|x| *x /= mean);
+    p
+}
+
+fn estimate_routing(layer: usize, router: &[f32], cfg: &Config, seed: u64) -> LayerRouting {
+    let d = cfg.hidden;
+    let e = cfg.n_experts;
+    let k = cfg.n_experts_used;
+    let tokens = 512;
+    let mut rng = Rng::stream(seed, "routing-estimate", layer as u64);
+    let mut counts = vec![0usize; e];
+    let mut x = vec![0.0f32; d];
+    let mut logits = vec![0.0f32; e];
+    for _ in 0..tokens {
+        rng.fill_normal(&mut x, 1.0);
+        for (j, l) in logits.iter_mut().enumerate() {
+            *l = router[j * d..(j + 1) * d]
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| a * b)
+                .sum();
+        }
+        let mut idx: Vec<usize> = (0..e).collect();
+        idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        for &j in idx.iter().take(k) {
+            counts[j] += 1;
+        }
+    }
+    let touched = counts.iter().filter(|&&c| c > 0).count();
+    LayerRouting {
+        layer,
+        experts_touched: touched,
+        max_tokens_per_expert: counts.iter().copied().max().unwrap_or(0),
+        mean_tokens_per_expert: (tokens * k) as f64 / touched.max(1) as f64,
+    }
+}
+
+/// Writes the model to `out`, calling `progress(bytes_written, bytes_total)` as data streams.
+pub fn write_model<W: Write>(
+    spec: &SynthSpec,
+    out: W,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SynthReport, ModelError> {
+    spec.config.validate()?;
+    let (plans, fallbacks) = tensor_plans(&spec.config, spec.quant);
+    let specs: Vec<TensorSpec> = plans.iter().map(|p| p.spec.clone()).collect();
+    let total: u64 = specs
+        .iter()
+        .map(|s| {
+            let n: u64 = s.dims.iter().product();
+            s.ty.row_bytes(s.dims[0]).map(|b| b * (n / s.dims[0]))
+        })
+        .sum::<Result<u64, _>>()?;
+    let mut writer = GgufWriter::new(out, &metadata(spec), &specs)?;
+    let mut report = SynthReport {
+        preset: spec.preset.name().into(),
+        quant: spec.quant.name().into(),
+        seed: spec.seed,
+        file_bytes: 0,
+        params: 0,
+        by_type: BTreeMap::new(),
+        fallbacks,
+        routing: Vec::new(),
+    };
+    let window = rayon::current_num_threads().max(1) * 2;
+    let mut done = 0u64;
+    for plan in &plans {
+        let row_len = plan.spec.dims[0] as usize;
+        let n_rows = (plan.spec.dims.iter().product::<u64>() / plan.spec.dims[0]) as usize;
+        let cr = chunk_rows(row_len);
+        let n_chunks = n_rows.div_ceil(cr);
+        let pop = match plan.init {
+            Init::Router(_) => popularity(spec.seed, &plan.spec.name, n_rows),
+            _ => Vec::new(),
+        };
+        let is_router = matches!(plan.init, Init::Router(_));
+        let mut router_values = Vec::new();
+        let mut c0 = 0;
+        while c0 < n_chunks {
+            let c1 = (c0 + window).min(n_chunks);
+            let encoded: Vec<Result<(Vec<u8>, Vec<f32>), ModelError>> = (c0..c1)
+                .into_par_iter()
+                .map(|c| {
+                    let rows = c * cr..((c + 1) * cr).min(n_rows);
+                    let values = gen_chunk(spec.seed, plan, &pop, c, rows);
+                    let bytes = encode_rows(plan.spec.ty, &values, row_len)?;
+                    Ok((bytes, if is_router { values } else { Vec::new() }))
+                })
+                .collect();
+            for r in encoded {
+                let (bytes, values) = r?;
+                writer.write_data(&bytes)?;
+                done += bytes.len() as u64;
+                router_values.extend(values);
+                progress(done, total);
+            }
+            c0 = c1;
+        }
+        if is_router {
+            let layer = plan
+                .spec
+                .name
+                .split('.')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            report.routing.push(estimate_routing(
+                layer,
+                &router_values,
+                &spec.config,
+                spec.seed,
+            ));
+        }
+        let params: u64 = plan.spec.dims.iter().product();
+        let e = report
+            .by_type
+            .entry(plan.spec.ty.name().to_string())
+            .or_default();
+        e.tensors += 1;
+        e.bytes += plan.spec.ty.row_bytes(plan.spec.dims[0])? * (params / plan.spec.dims[0]);
+        e.params += params;
+        report.params += params;
+    }
+    writer.finish()?;
+    report.file_bytes = done;
+    Ok(report)
+}
+
+/// Bytes of tensor data a spec will produce (header excluded), for progress and disk checks.
+pub fn data_bytes(spec: &SynthSpec) -> Result<u64, ModelError> {
+    let (plans, _) = tensor_plans(&spec.config, spec.quant);
+    let mut total = 0;
+    for p in plans {
+        let n: u64 = p.spec.dims.iter().product();
+        total += p.spec.ty.row_bytes(p.spec.dims[0])? * (n / p.spec.dims[0]);
+    }
+    Ok(total)
+}
+
+/// A seed-derived stable id for reports.
+pub fn spec_id(spec: &SynthSpec) -> u64 {
+    hash_str(&format!(
+        "{}-{}-{}",
+        spec.preset.name(),
+        spec.quant.name(),
+        spec.seed
+    ))
+}

@@ -1,0 +1,18 @@
+pub mod run;
+pub mod synth;
+
+/// A bad command-line value that clap cannot catch (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InputError(pub String);
+
+/// Output format of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned text for a terminal.
+    Text,
+    /// JSON for machines.
+    Json,
+    /// Markdown tables.
+    Md,
+}

@@ -1,0 +1,153 @@
+//! `tally run`: prefill a prompt (and decode) on a backend, print timings and the top logits.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tally_engine::Session;
+use tally_engine::cpu::CpuBackend;
+use tally_model::Model;
+use tally_model::rng::Rng;
+
+use super::{Format, InputError};
+
+/// Prefill a prompt of token ids and decode greedily; prints timings and the top logits.
+///
+/// Example: tally run --model tiny.gguf --tokens 64 -n 8
+#[derive(clap::Args)]
+pub struct Args {
+    /// The qwen35moe GGUF file.
+    #[arg(long)]
+    model: PathBuf,
+    /// A prompt of N random token ids (deterministic by --seed).
+    #[arg(long, conflicts_with = "token_ids")]
+    tokens: Option<usize>,
+    /// A prompt of explicit token ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    token_ids: Option<Vec<u32>>,
+    /// Tokens to decode after the prompt (greedy).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    decode: usize,
+    /// Backend: cpu (reference) or cuda.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// CPU threads (0: one per core).
+    #[arg(short = 't', long, default_value_t = 0)]
+    threads: usize,
+    /// Seed of the random prompt.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How many top logits to print.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Report format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    output: Format,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    backend: String,
+    device: String,
+    prompt_tokens: usize,
+    prefill_ms: f64,
+    prefill_tokens_per_s: f64,
+    decoded: Vec<u32>,
+    decode_ms: f64,
+    decode_tokens_per_s: f64,
+    top_logits: Vec<(u32, f32)>,
+}
+
+/// The `top` largest logits (id, value), highest first.
+pub fn top_k(logits: &[f32], top: usize) -> Vec<(u32, f32)> {
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    idx.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx.into_iter()
+        .take(top)
+        .map(|i| (i, logits[i as usize]))
+        .collect()
+}
+
+pub fn main(a: Args) -> Result<()> {
+    let model =
+        Arc::new(Model::open(&a.model).with_context(|| format!("loading {}", a.model.display()))?);
+    let vocab = model.config.vocab;
+    let prompt: Vec<u32> = match (&a.token_ids, a.tokens) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(n)) => {
+            let mut rng = Rng::new(a.seed);
+            (0..n).map(|_| rng.below(vocab as u64) as u32).collect()
+        }
+        (None, None) => return Err(InputError("give --tokens N or --token-ids LIST".into()).into()),
+    };
+    if prompt.is_empty() {
+        return Err(InputError("the prompt is empty".into()).into());
+    }
+    if a.backend != "cpu" {
+        return Err(InputError(format!(
+            "backend `{}` is not available in this build (available: cpu)",
+            a.backend
+        ))
+        .into());
+    }
+    let backend = CpuBackend::new(model.clone(), a.threads)?;
+    let device = tally_engine::Backend::device(&backend);
+    let mut s = Session::new(model.clone(), backend, prompt.len() + a.decode)?;
+    let t0 = Instant::now();
+    let mut logits = s.prefill(&prompt)?;
+    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let top_logits = top_k(&logits, a.top);
+    let mut decoded = Vec::new();
+    let t1 = Instant::now();
+    for _ in 0..a.decode {
+        let next = top_k(&logits, 1).first().map(|x| x.0).unwrap_or(0);
+        decoded.push(next);
+        logits = s.decode(next)?;
+    }
+    let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let r = Report {
+        model: a.model.display().to_string(),
+        backend: a.backend.clone(),
+        device,
+        prompt_tokens: prompt.len(),
+        prefill_ms,
+        prefill_tokens_per_s: prompt.len() as f64 / (prefill_ms / 1e3),
+        decoded,
+        decode_ms,
+        decode_tokens_per_s: if a.decode > 0 {
+            a.decode as f64 / (decode_ms / 1e3)
+        } else {
+            0.0
+        },
+        top_logits,
+    };
+    match a.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
+        Format::Text | Format::Md => {
+            println!("model    {}", r.model);
+            println!("backend  {} on {}", r.backend, r.device);
+            println!(
+                "prefill  {} tokens in {:.2} ms ({:.1} tokens/s)",
+                r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s
+            );
+            if a.decode > 0 {
+                println!(
+                    "decode   {} tokens in {:.2} ms ({:.1} tokens/s): {:?}",
+                    a.decode, r.decode_ms, r.decode_tokens_per_s, r.decoded
+                );
+            }
+            println!("top logits of the last prompt token:");
+            for (id, v) in &r.top_logits {
+                println!("  {id:>8} {v:>12.5}");
+            }
+        }
+    }
+    Ok(())
+}
