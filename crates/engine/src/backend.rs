@@ -53,4 +53,83 @@ pub trait Backend {
 
     /// Overwrites an f32 view (used by standalone timing to fill inputs).
     fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError>;
+
+    /// Launches the captured graph of `plan` if the backend holds one; `false` if it does not.
+    fn graph_launch(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
+        Ok(false)
+    }
+
+    /// Starts capturing the dispatches of `plan` into a graph; `false` if graphs are unsupported.
+    fn capture_begin(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
+        Ok(false)
+    }
+
+    /// Ends the capture started by `capture_begin`, keeps the graph and launches it once.
+    fn capture_end(&mut self, _plan: &Plan) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// A boxed backend is a backend (so the CLI can choose one at run time).
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn device(&self) -> String {
+        (**self).device()
+    }
+    fn threads(&self) -> Option<usize> {
+        (**self).threads()
+    }
+    fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        (**self).prepare(plan)
+    }
+    fn reset_state(&mut self) -> Result<(), EngineError> {
+        (**self).reset_state()
+    }
+    fn upload_tokens(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
+        (**self).upload_tokens(plan, ids)
+    }
+    fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
+        (**self).dispatch(plan, index, target)
+    }
+    fn barrier(&mut self) -> Result<(), EngineError> {
+        (**self).barrier()
+    }
+    fn read(&mut self, plan: &Plan, view: View) -> Result<Vec<f32>, EngineError> {
+        (**self).read(plan, view)
+    }
+    fn read_i32(&mut self, plan: &Plan, view: View) -> Result<Vec<i32>, EngineError> {
+        (**self).read_i32(plan, view)
+    }
+    fn write_i32(&mut self, plan: &Plan, view: View, data: &[i32]) -> Result<(), EngineError> {
+        (**self).write_i32(plan, view, data)
+    }
+    fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError> {
+        (**self).write(plan, view, data)
+    }
+    fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
+        (**self).graph_launch(plan)
+    }
+    fn capture_begin(&mut self, plan: &Plan) -> Result<bool, EngineError> {
+        (**self).capture_begin(plan)
+    }
+    fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        (**self).capture_end(plan)
+    }
+}
+
+/// Opens a backend by name: `cpu` (with `threads`, 0 = one per core) or `cuda`.
+pub fn open(
+    name: &str,
+    model: std::sync::Arc<tally_model::Model>,
+    threads: usize,
+) -> Result<Box<dyn Backend>, EngineError> {
+    match name {
+        "cpu" => Ok(Box::new(crate::cpu::CpuBackend::new(model, threads)?)),
+        "cuda" => Ok(Box::new(crate::cuda::CudaBackend::new(model)?)),
+        other => Err(EngineError::Unsupported(format!(
+            "unknown backend `{other}` (choose cpu or cuda)"
+        ))),
+    }
 }

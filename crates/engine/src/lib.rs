@@ -8,8 +8,10 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod cuda;
 pub mod exec;
 pub mod session;
+pub mod subject;
 
 pub use backend::{Backend, Target};
 pub use session::Session;
@@ -34,6 +36,15 @@ pub enum EngineError {
     },
     #[error("{0}")]
     Unsupported(String),
+    #[error("CUDA: {0}")]
+    Cuda(String),
+    #[error("out of GPU memory allocating {bytes} bytes for {what} ({free} of {total} bytes free)")]
+    OutOfMemory {
+        what: String,
+        bytes: usize,
+        free: usize,
+        total: usize,
+    },
     #[error("in node {node}: {source}")]
     InNode {
         node: String,

@@ -94,8 +94,42 @@ impl<B: Backend> Session<B> {
         Ok(out)
     }
 
+    /// Runs `ids` as a fresh prompt on the backend's fastest path (a captured graph where the
+    /// backend has one); returns the last token's logits and the dispatch count.
+    pub fn prefill_plain(&mut self, ids: &[u32]) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        if ids.is_empty() {
+            return Err(EngineError::Unsupported(
+                "an empty prompt has no logits".into(),
+            ));
+        }
+        let plan = self.plan(ids.len(), 0)?;
+        self.backend.prepare(&plan)?;
+        self.backend.reset_state()?;
+        self.n_past = 0;
+        self.backend.upload_tokens(&plan, ids)?;
+        let stats = if self.backend.graph_launch(&plan)? {
+            ExecStats {
+                dispatches: plan.nodes.len() as u64,
+                replays: 0,
+            }
+        } else if self.backend.capture_begin(&plan)? {
+            let stats = execute(&mut self.backend, &plan, &mut NoHook);
+            // End the capture even when a dispatch failed, so the stream is usable again.
+            let end = self.backend.capture_end(&plan);
+            let stats = stats?;
+            end?;
+            stats
+        } else {
+            execute(&mut self.backend, &plan, &mut NoHook)?
+        };
+        self.backend.barrier()?;
+        let logits = self.backend.read(&plan, plan.logits)?;
+        self.n_past = ids.len();
+        Ok((logits, stats))
+    }
+
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
-        Ok(self.prefill_with(ids, &mut NoHook)?.0)
+        Ok(self.prefill_plain(ids)?.0)
     }
 
     /// Appends one token to the sequence; returns its logits.

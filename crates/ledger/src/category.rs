@@ -4,10 +4,13 @@
 //! category to each node; the llama.cpp adapter maps ggml ops and node names). The ledger compares
 //! engines category by category, so both sides must put the same kind of work in the same row.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What kind of work a graph node does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     /// Dense weight projections of the mixers: attention q/k/v/o, delta-net qkv, z-gate, beta,

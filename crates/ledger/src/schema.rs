@@ -5,6 +5,7 @@
 //! their own modules. Every duration carries its unit in its name (`_ms`), every size its unit
 //! (`_bytes`), every rate its unit (`_gbps`, `_tflops`).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::category::Category;
@@ -13,7 +14,7 @@ use crate::category::Category;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Which engine, build and model a record came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EngineInfo {
     /// `tally` or `llama.cpp`.
     pub engine: String,
@@ -30,7 +31,7 @@ pub struct EngineInfo {
 }
 
 /// Facts about the model file, the same for every engine that loads it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelFacts {
     /// Path as given on the command line.
     pub path: String,
@@ -38,18 +39,26 @@ pub struct ModelFacts {
     pub file_bytes: u64,
     /// GGUF `general.architecture`.
     pub arch: String,
+    /// Transformer blocks.
     pub n_layers: u32,
+    /// Vocabulary size (prompt tokens are drawn from `0..n_vocab`).
     pub n_vocab: u32,
+    /// Routed experts per MoE layer.
     pub n_experts: u32,
+    /// Experts each token is routed to (top-k).
     pub n_experts_used: u32,
 }
 
 /// Facts about the machine, measured once per run and stored with the results.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MachineInfo {
+    /// Host name.
     pub hostname: String,
+    /// Operating system and kernel release.
     pub os: String,
+    /// CPU model name.
     pub cpu_model: String,
+    /// Hardware threads the OS reports.
     pub cpu_threads: usize,
     /// GPU name when a GPU backend ran.
     pub gpu: Option<GpuInfo>,
@@ -63,18 +72,25 @@ pub struct MachineInfo {
     pub measured_at: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Facts about the GPU, from a device query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GpuInfo {
+    /// Device name.
     pub name: String,
+    /// Streaming multiprocessors.
     pub sm_count: u32,
+    /// L2 cache size.
     pub l2_bytes: u64,
+    /// Device memory size.
     pub memory_bytes: u64,
+    /// `major.minor`.
     pub compute_capability: String,
+    /// Driver version.
     pub driver: String,
 }
 
 /// A tensor as seen by a graph node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TensorDesc {
     /// Role name (`blk.7.attn_q.weight`, `blk.7.attn_norm`).
     pub name: String,
@@ -86,7 +102,7 @@ pub struct TensorDesc {
 
 /// How the rows (tokens) of one node input relate to the rows of the node's output; drives the
 /// engine-agnostic dead-work analysis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RowDep {
     /// Output row i needs input row i only (projections, norms, element-wise, MoE per token).
@@ -98,16 +114,18 @@ pub enum RowDep {
 
 /// One input of a node: the tensor, which node produced it (None for weights and graph inputs),
 /// and how its rows are needed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeInput {
+    /// The tensor read.
     pub tensor: TensorDesc,
     /// Index (into `GraphExport::nodes`) of the node that produced this tensor.
     pub src: Option<u32>,
+    /// How many of this input's rows each needed output row needs.
     pub rows: RowDep,
 }
 
 /// One node of an engine's real compute graph.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GraphNode {
     /// Position in execution order (equals the node's index in `GraphExport::nodes`).
     pub index: u32,
@@ -115,10 +133,13 @@ pub struct GraphNode {
     pub name: String,
     /// The engine's op name (`matmul`, `MUL_MAT_ID`, ...).
     pub op: String,
+    /// The ledger row this node's time goes to.
     pub category: Category,
     /// Layer index for per-layer nodes.
     pub layer: Option<u32>,
+    /// Inputs in the op's argument order.
     pub inputs: Vec<NodeInput>,
+    /// The tensor written.
     pub output: TensorDesc,
     /// Token rows this node computes (None when the output has no token axis).
     pub rows: Option<u64>,
@@ -141,7 +162,7 @@ pub struct GraphNode {
 }
 
 /// A count the graph must have, derived from the model's configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExpectedCount {
     /// What is counted, in words ("routed-expert gate/up matmuls").
     pub what: String,
@@ -149,28 +170,33 @@ pub struct ExpectedCount {
     pub category: Option<Category>,
     /// ...and/or with this op name.
     pub op: Option<String>,
+    /// The count the architecture implies.
     pub expected: u64,
     /// How the number follows from the config ("40 layers x 2 (gate, up)").
     pub derivation: String,
 }
 
 /// The real compute graph of one engine for one prompt length.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GraphExport {
+    /// [`SCHEMA_VERSION`] of the producer.
     pub schema: u32,
+    /// Who exported it.
     pub engine: EngineInfo,
     /// Prompt tokens processed by this graph.
     pub n_tokens: u64,
     /// Tokens already in the state before this graph (0 for a prefill).
     pub n_past: u64,
+    /// Nodes in execution order.
     pub nodes: Vec<GraphNode>,
+    /// Counts derived from the architecture, checked by [`crate::graph::check_graph`].
     pub expected: Vec<ExpectedCount>,
     /// Free-form notes from the exporter (what the observation split does, fused ops, ...).
     pub notes: Vec<String>,
 }
 
 /// How MoE inputs are routed when an op is timed standalone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Routing {
     /// Each token draws its top-k from all experts (distinct), as a trained model routes.
@@ -182,6 +208,7 @@ pub enum Routing {
 }
 
 impl Routing {
+    /// Stable machine name (the serde name).
     pub fn name(self) -> &'static str {
         match self {
             Routing::Realistic => "realistic",

@@ -6,6 +6,9 @@
 
 use std::collections::BTreeSet;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use crate::category::Category;
 use crate::schema::{EngineInfo, GraphExport, GraphNode, Routing};
 
@@ -13,7 +16,8 @@ use crate::schema::{EngineInfo, GraphExport, GraphNode, Routing};
 pub type CategorySet = BTreeSet<Category>;
 
 /// How a prefill run is instrumented.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum RunMode {
     /// No instrumentation: the engine's normal fast path (CUDA graph, fusions).
     Plain,
@@ -21,7 +25,12 @@ pub enum RunMode {
     Observe(CategorySet),
     /// Like `Observe`, and every node of these categories is dispatched `times` extra times in
     /// place, writing to scratch, with a barrier before and after each extra dispatch.
-    Replay { categories: CategorySet, times: u32 },
+    Replay {
+        /// Categories whose nodes are re-dispatched.
+        categories: CategorySet,
+        /// Extra dispatches of each node (the protocol uses 1, 2 and 4).
+        times: u32,
+    },
 }
 
 /// What one run produced.
@@ -44,19 +53,31 @@ pub struct OpTimingRequest<'a> {
     pub routing: Routing,
     /// Seed for generated inputs and routing.
     pub seed: u64,
+    /// Untimed calls before the timed ones.
     pub warmup: usize,
+    /// Timed calls; `time_op` returns one sample per call.
     pub reps: usize,
 }
 
 /// Errors an engine adapter reports to the protocols.
 #[derive(Debug, thiserror::Error)]
 pub enum SubjectError {
+    /// Any failure of the engine.
     #[error("{engine}: {message}")]
-    Engine { engine: String, message: String },
+    Engine {
+        /// Engine name.
+        engine: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The engine cannot time this op alone.
     #[error("{engine} cannot time op `{op}` standalone: {reason}")]
     Unsupported {
+        /// Engine name.
         engine: String,
+        /// The op.
         op: String,
+        /// Why.
         reason: String,
     },
 }

@@ -172,13 +172,13 @@ impl Config {
                 self.conv_kernel
             ));
         }
-        if !(self.rms_eps > 0.0 && self.rms_eps < 1.0) {
+        if self.rms_eps.is_nan() || self.rms_eps <= 0.0 || self.rms_eps >= 1.0 {
             return bad(format!(
                 "attention.layer_norm_rms_epsilon {} is out of range",
                 self.rms_eps
             ));
         }
-        if !(self.rope_theta > 1.0) {
+        if self.rope_theta.is_nan() || self.rope_theta <= 1.0 {
             return bad(format!(
                 "rope.freq_base {} is out of range",
                 self.rope_theta
@@ -253,7 +253,7 @@ impl Config {
             ssm_k_heads: meta.usize("ssm.group_count")?,
             ssm_v_heads: n_v_heads,
             ssm_k_dim: meta.usize("ssm.state_size")?,
-            ssm_v_dim: if n_v_heads == 0 { 0 } else { inner / n_v_heads },
+            ssm_v_dim: inner.checked_div(n_v_heads).unwrap_or(0),
             layers,
             gate_up_fused: file.tensor("blk.0.ffn_gate_up_exps.weight").is_some(),
         };

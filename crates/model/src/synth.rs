@@ -541,6 +541,9 @@ fn estimate_routing(layer: usize, router: &[f32], cfg: &Config, seed: u64) -> La
     }
 }
 
+/// A chunk's encoded bytes and (for routers) its f32 values.
+type ChunkResult = Result<(Vec<u8>, Vec<f32>), ModelError>;
+
 /// Writes the model to `out`, calling `progress(bytes_written, bytes_total)` as data streams.
 pub fn write_model<W: Write>(
     spec: &SynthSpec,
@@ -584,7 +587,7 @@ pub fn write_model<W: Write>(
         let mut c0 = 0;
         while c0 < n_chunks {
             let c1 = (c0 + window).min(n_chunks);
-            let encoded: Vec<Result<(Vec<u8>, Vec<f32>), ModelError>> = (c0..c1)
+            let encoded: Vec<ChunkResult> = (c0..c1)
                 .into_par_iter()
                 .map(|c| {
                     let rows = c * cr..((c + 1) * cr).min(n_rows);

@@ -23,6 +23,7 @@ struct Cli {
 enum Command {
     Synth(cmd::synth::Args),
     Run(cmd::run::Args),
+    Check(cmd::check::Args),
 }
 
 fn main() {
@@ -30,6 +31,7 @@ fn main() {
     let result = match cli.command {
         Command::Synth(a) => cmd::synth::main(a),
         Command::Run(a) => cmd::run::main(a),
+        Command::Check(a) => cmd::check::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,3 +1,4 @@
+pub mod check;
 pub mod run;
 pub mod synth;
 

@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use tally_engine::Session;
-use tally_engine::cpu::CpuBackend;
 use tally_model::Model;
 use tally_model::rng::Rng;
 
@@ -50,6 +49,7 @@ pub struct Args {
 #[derive(Serialize)]
 struct Report {
     model: String,
+    load_ms: f64,
     backend: String,
     device: String,
     prompt_tokens: usize,
@@ -90,15 +90,10 @@ pub fn main(a: Args) -> Result<()> {
     if prompt.is_empty() {
         return Err(InputError("the prompt is empty".into()).into());
     }
-    if a.backend != "cpu" {
-        return Err(InputError(format!(
-            "backend `{}` is not available in this build (available: cpu)",
-            a.backend
-        ))
-        .into());
-    }
-    let backend = CpuBackend::new(model.clone(), a.threads)?;
-    let device = tally_engine::Backend::device(&backend);
+    let t_load = Instant::now();
+    let backend = tally_engine::backend::open(&a.backend, model.clone(), a.threads)?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let device = backend.device();
     let mut s = Session::new(model.clone(), backend, prompt.len() + a.decode)?;
     let t0 = Instant::now();
     let mut logits = s.prefill(&prompt)?;
@@ -114,6 +109,7 @@ pub fn main(a: Args) -> Result<()> {
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     let r = Report {
         model: a.model.display().to_string(),
+        load_ms,
         backend: a.backend.clone(),
         device,
         prompt_tokens: prompt.len(),
@@ -132,7 +128,7 @@ pub fn main(a: Args) -> Result<()> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
         Format::Text | Format::Md => {
             println!("model    {}", r.model);
-            println!("backend  {} on {}", r.backend, r.device);
+            println!("backend  {} on {} (loaded in {:.0} ms)", r.backend, r.device, r.load_ms);
             println!(
                 "prefill  {} tokens in {:.2} ms ({:.1} tokens/s)",
                 r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s

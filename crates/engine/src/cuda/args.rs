@@ -1,0 +1,266 @@
+//! `#[repr(C)]` mirrors of the kernels' parameter structs (field order and types must match the
+//! C structs in `kernels/*.cu` exactly; pointers are device addresses).
+
+pub type DPtr = u64;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NormArgs {
+    pub x: DPtr,
+    pub ldx: i64,
+    pub w: DPtr,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub rows: i32,
+    pub cols: i32,
+    pub group: i32,
+    pub eps: f32,
+    pub scale: f32,
+    pub l2: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RopeArgs {
+    pub x: DPtr,
+    pub ldx: i64,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub rows: i32,
+    pub n_heads: i32,
+    pub head_dim: i32,
+    pub dims: i32,
+    pub pos0: i32,
+    pub theta: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct BinaryArgs {
+    pub a: DPtr,
+    pub lda: i64,
+    pub b: DPtr,
+    pub ldb: i64,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub rows: i32,
+    pub cols: i32,
+    pub op: i32,
+}
+
+pub const BIN_ADD: i32 = 0;
+pub const BIN_MUL_SILU: i32 = 1;
+pub const BIN_MUL_SIGMOID: i32 = 2;
+pub const BIN_SWIGLU: i32 = 3;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TopkArgs {
+    pub logits: DPtr,
+    pub ld: i64,
+    pub ids: DPtr,
+    pub ld_ids: i64,
+    pub w: DPtr,
+    pub ld_w: i64,
+    pub rows: i32,
+    pub experts: i32,
+    pub k: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CombineArgs {
+    pub y: DPtr,
+    pub ldy: i64,
+    pub w: DPtr,
+    pub ldw: i64,
+    pub out: DPtr,
+    pub ldo: i64,
+    pub rows: i32,
+    pub cols: i32,
+    pub k: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SharedGateArgs {
+    pub x: DPtr,
+    pub ldx: i64,
+    pub s: DPtr,
+    pub lds: i64,
+    pub w: DPtr,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub rows: i32,
+    pub cols: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaArgs {
+    pub q: DPtr,
+    pub ldq: i64,
+    pub k: DPtr,
+    pub ldk: i64,
+    pub v: DPtr,
+    pub ldv: i64,
+    pub g: DPtr,
+    pub ldg: i64,
+    pub beta: DPtr,
+    pub ldb: i64,
+    pub state: DPtr,
+    pub o: DPtr,
+    pub ldo: i64,
+    pub work: DPtr,
+    pub t: i32,
+    pub r: i32,
+    pub hk: i32,
+    pub hv: i32,
+    pub dk: i32,
+    pub dv: i32,
+}
+
+/// Tokens per chunk of the chunked delta rule (`DELTA_C`).
+pub const DELTA_C: i64 = 64;
+/// S columns per scan / step block (`DELTA_NS`).
+pub const DELTA_NS: i64 = 32;
+
+/// Mirror of `delta_work_floats` in delta.cu.
+pub fn delta_work_floats(t: i64, hk: i64, hv: i64, dk: i64, dv: i64) -> i64 {
+    let nc = (t + DELTA_C - 1) / DELTA_C;
+    nc * (hv * (32 * dk + 4096 + 64 * dv + 64) + hk * 64 * dk)
+}
+
+/// Mirror of `delta_prep_smem_bytes` in delta.cu.
+pub fn delta_prep_smem_bytes(dk: i64) -> u32 {
+    let ldk = dk + 8;
+    let ldv = 128 + 8;
+    let tile = 64 * ldk * 2;
+    let mut o = 0;
+    o += 64 * ldv * 2; // vh
+    o += 64 * ldv * 2; // vl
+    o += tile; // bk
+    o += 64 * 72 * 2; // tm
+    o += 3 * 256 * 4; // z
+    o = o.max(4 * tile);
+    o += 64 * 72 * 4; // am
+    o += 64 * 72 * 4; // tf
+    o += 64 * 4 + 64 * 4 + 32 * 4; // gs, bs, red
+    o as u32
+}
+
+/// Mirror of `delta_scan_smem_bytes` in delta.cu.
+pub fn delta_scan_smem_bytes(dk: i64) -> u32 {
+    let ldk = dk + 8;
+    let o = 3 * 64 * ldk * 2 // wb, qb, kb
+        + 2 * 64 * 72 * 2 // pb, pl
+        + 2 * 64 * 40 * 4 // ub, ob
+        + 64 * 4 // gb
+        + 2 * dk * 40 * 2 // sh, sl
+        + 4 * 64 * 40 * 2 // vh, vl, xh, xl
+        + 16 * 4; // red
+    o as u32
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ConvSiluArgs {
+    pub x: DPtr,
+    pub ldx: i64,
+    pub state: DPtr,
+    pub lds: i64,
+    pub w: DPtr,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub t: i32,
+    pub c: i32,
+    pub k: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaGatesArgs {
+    pub b: DPtr,
+    pub ldbin: i64,
+    pub a: DPtr,
+    pub lda: i64,
+    pub dt_bias: DPtr,
+    pub ssm_a: DPtr,
+    pub beta: DPtr,
+    pub ldbeta: i64,
+    pub g: DPtr,
+    pub ldg: i64,
+    pub t: i32,
+    pub h: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delta_layouts_match_the_kernel_comments() {
+        // delta.cu documents 107,136 B and 132,416 B at dk = 128.
+        assert_eq!(delta_prep_smem_bytes(128), 107_136);
+        assert_eq!(delta_scan_smem_bytes(128), 132_416);
+        // 21 MB of workspace at T = 512 with the real heads (16 key, 32 value, 128 dims).
+        let mb = delta_work_floats(512, 16, 32, 128, 128) * 4 / 1_000_000;
+        assert_eq!(mb, 21);
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AttnArgs {
+    pub q: DPtr,
+    pub ldq: i64,
+    pub k: DPtr,
+    pub ldk: i64,
+    pub v: DPtr,
+    pub ldv: i64,
+    pub o: DPtr,
+    pub ldo: i64,
+    pub r: i32,
+    pub p: i32,
+    pub h: i32,
+    pub hkv: i32,
+    pub d: i32,
+    pub q_pos0: i32,
+    pub scale: f32,
+    pub n_split: i32,
+    pub kv_chunk: i32,
+    pub pad0: i32,
+    pub ws: DPtr,
+    pub k16: DPtr,
+    pub v16: DPtr,
+    pub ld16: i64,
+}
+
+/// Mirror of `ATTN_SMEM_BYTES(D, NW, KV16)` in attention.cu (dynamic shared memory of the
+/// prefill kernels): `(16*NW + 2*BN) * (D + 8) * 2` bytes, BN = min(1024*NW/D, 64) (64 for f16 K/V).
+pub fn attn_smem_bytes(d: i64, nw: i64, kv16: bool) -> u32 {
+    let bn = if kv16 { 64 } else { (1024 * nw / d).min(64) };
+    ((16 * nw + 2 * bn) * (d + 8) * 2) as u32
+}
+
+/// Query rows per decode kernel (`ATTN_DEC_MAXQ`): R * (H / Hkv) at most this goes to
+/// `flash_decode_*`.
+pub const ATTN_DEC_MAXQ: i64 = 8;
+
+#[cfg(test)]
+mod attn_tests {
+    use super::*;
+
+    #[test]
+    fn attention_smem_matches_the_kernel_table() {
+        // attention.cu: flash_attn_d* 20480 36864 69632 101376; flash_attn_w4_d* ... 50688.
+        let d = [32, 64, 128, 256];
+        let want8 = [20480, 36864, 69632, 101376];
+        let want4 = [15360, 27648, 34816, 50688];
+        for i in 0..4 {
+            assert_eq!(attn_smem_bytes(d[i], 8, false), want8[i]);
+            assert_eq!(attn_smem_bytes(d[i], 4, false), want4[i]);
+        }
+        assert_eq!(attn_smem_bytes(256, 8, true), 135168);
+    }
+}

@@ -1,0 +1,210 @@
+//! Kernel sources embedded in the binary, compiled with NVRTC for the device's architecture at
+//! first use and cached on disk as CUBIN (keyed by source, options and compiler version).
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::path::{Path, PathBuf};
+
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+
+use crate::EngineError;
+
+/// One kernel source file and the local headers it may include.
+pub struct Source {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+/// Headers `#include "..."`d by the sources, inlined before compilation (NVRTC is given no
+/// file system access to our sources).
+const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("kernels/common.cuh"))];
+
+/// Every kernel source of the backend.
+pub const SOURCES: &[Source] = &[
+    Source {
+        name: "ops",
+        text: include_str!("kernels/ops.cu"),
+    },
+    Source {
+        name: "delta",
+        text: include_str!("kernels/delta.cu"),
+    },
+    Source {
+        name: "conv",
+        text: include_str!("kernels/conv.cu"),
+    },
+    Source {
+        name: "attention",
+        text: include_str!("kernels/attention.cu"),
+    },
+];
+
+/// Replaces `#include "x"` lines of local headers by their text, each header once.
+pub fn expand_includes(src: &str) -> Result<String, EngineError> {
+    fn go(src: &str, seen: &mut Vec<&'static str>, out: &mut String) -> Result<(), EngineError> {
+        for line in src.lines() {
+            let t = line.trim_start();
+            if let Some(rest) = t.strip_prefix("#include \"") {
+                let name = rest.trim_end().trim_end_matches('"');
+                let (hname, htext) = HEADERS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .ok_or_else(|| EngineError::Cuda(format!("unknown local header `{name}`")))?;
+                if !seen.contains(hname) {
+                    seen.push(hname);
+                    go(htext, seen, out)?;
+                }
+                continue;
+            }
+            if t.starts_with("#pragma once") {
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        Ok(())
+    }
+    let mut out = String::new();
+    go(src, &mut Vec::new(), &mut out)?;
+    Ok(out)
+}
+
+/// Where the CUDA headers (cuda_fp16.h, cuda_bf16.h) are: `$TALLY_CUDA_INCLUDE`, `$CUDA_HOME`,
+/// `/usr/local/cuda`, or a toolkit installed from PyPI wheels under `/opt/cu13`.
+pub fn cuda_include_dir() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(p) = std::env::var("TALLY_CUDA_INCLUDE") {
+        candidates.push(p.into());
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Ok(p) = std::env::var(var) {
+            candidates.push(Path::new(&p).join("include"));
+        }
+    }
+    candidates.push("/usr/local/cuda/include".into());
+    candidates.push("/opt/cu13/nvidia/cu13/include".into());
+    candidates
+        .into_iter()
+        .find(|p| p.join("cuda_fp16.h").exists())
+}
+
+fn cache_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("TALLY_CACHE") {
+        return p.into();
+    }
+    let base = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(|_| std::env::temp_dir());
+    base.join("tally").join("cuda")
+}
+
+fn nvrtc_version() -> (c_int, c_int) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through valid pointers.
+    unsafe {
+        let _ = nvrtc_sys::nvrtcVersion(&mut major, &mut minor);
+    }
+    (major, minor)
+}
+
+/// Compiles `src` for `arch` (e.g. `sm_90a`) to CUBIN, using the disk cache.
+pub fn compile(src: &Source, arch: &str) -> Result<Vec<u8>, EngineError> {
+    let text = expand_includes(src.text)?;
+    let include = cuda_include_dir().ok_or_else(|| {
+        EngineError::Cuda(
+            "CUDA headers not found: set TALLY_CUDA_INCLUDE to the directory holding cuda_fp16.h"
+                .into(),
+        )
+    })?;
+    let opts = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        format!("--include-path={}", include.display()),
+        "-DNDEBUG".to_string(),
+    ];
+    let (maj, min) = nvrtc_version();
+    let key = tally_model::rng::hash_str(&format!("{text}\n{opts:?}\nnvrtc {maj}.{min}"));
+    let dir = cache_dir();
+    let path = dir.join(format!("{}-{arch}-{key:016x}.cubin", src.name));
+    if let Ok(bytes) = std::fs::read(&path)
+        && !bytes.is_empty()
+    {
+        return Ok(bytes);
+    }
+    let cubin = compile_uncached(src.name, &text, &opts)?;
+    // The cache is an optimisation: failing to write it is not an error.
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, &cubin).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(cubin)
+}
+
+/// Compiles without the cache; errors carry NVRTC's log.
+pub fn compile_uncached(name: &str, text: &str, opts: &[String]) -> Result<Vec<u8>, EngineError> {
+    let csrc = CString::new(text)
+        .map_err(|_| EngineError::Cuda(format!("kernel source {name} contains a NUL byte")))?;
+    let cname = CString::new(format!("{name}.cu"))
+        .map_err(|_| EngineError::Cuda("bad kernel name".into()))?;
+    let prog = nvrtc::create_program(&csrc, Some(&cname))
+        .map_err(|e| EngineError::Cuda(format!("nvrtc create {name}: {e:?}")))?;
+    // SAFETY: `prog` is a live program; options are valid C strings owned for the call.
+    let compiled = unsafe { nvrtc::compile_program(prog, opts) };
+    let result = match compiled {
+        Ok(()) => get_cubin(prog),
+        Err(e) => {
+            // SAFETY: `prog` is live; the log is a NUL-terminated buffer NVRTC filled.
+            let log = unsafe { nvrtc::get_program_log(prog) }
+                .map(|l| {
+                    // SAFETY: get_program_log returns a NUL-terminated C string.
+                    unsafe { CStr::from_ptr(l.as_ptr()) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .unwrap_or_default();
+            Err(EngineError::Cuda(format!(
+                "nvrtc failed to compile {name} ({e:?}):\n{log}"
+            )))
+        }
+    };
+    // SAFETY: `prog` was created above and is destroyed exactly once.
+    unsafe {
+        let _ = nvrtc::destroy_program(prog);
+    }
+    result
+}
+
+fn get_cubin(prog: nvrtc_sys::nvrtcProgram) -> Result<Vec<u8>, EngineError> {
+    let mut size = 0usize;
+    // SAFETY: `prog` compiled successfully; size is written through a valid pointer.
+    let r = unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(EngineError::Cuda(format!(
+            "nvrtc produced no CUBIN ({r:?}); the architecture must be a real sm_XX"
+        )));
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: `buf` holds exactly `size` bytes, as NVRTC asked for.
+    let r = unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(EngineError::Cuda(format!("nvrtcGetCUBIN: {r:?}")));
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn includes_are_inlined_once() {
+        let s = expand_includes("#include \"common.cuh\"\n#include \"common.cuh\"\nint x;\n")
+            .expect("expand");
+        assert_eq!(s.matches("warp_sum(float v)").count(), 1);
+        assert!(s.ends_with("int x;\n"));
+        let e = expand_includes("#include \"nope.cuh\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown local header `nope.cuh`"));
+    }
+}

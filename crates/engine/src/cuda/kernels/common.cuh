@@ -1,0 +1,44 @@
+// Shared definitions for tally's CUDA kernels. Compiled by NVRTC at run time (sm_90a) and by nvcc
+// in the lab harnesses; so: no host code, no standard-library headers beyond what NVRTC provides.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define TALLY_WARP 32
+// +infinity without math headers (NVRTC provides no INFINITY macro by default).
+#define TALLY_INF __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float tally_silu(float x) { return x / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float tally_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v, float* shared32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared32[warp] = v;
+    __syncthreads();
+    const int nw = blockDim.x >> 5;
+    float t = lane < nw ? shared32[lane] : 0.0f;
+    return warp_sum(t);
+}

@@ -1,0 +1,934 @@
+// The gated delta rule (Op::DeltaRule): per value head h, state S (dk x dv, f32, row-major [i][j]),
+// for each token t:  S = S*exp(g[t,h]);  S += k_t (x) beta[t,h]*(v_t - S^T k_t);  o_t = S^T q_t.
+// Value head h reads key head h % Hk. q holds the LAST R tokens only (outputs for those tokens).
+//
+// Two paths, one parameter struct (DeltaArgs):
+//  * chunked prefill (chunks of 64 tokens):
+//      1. delta_chunk_prep  grid (nc, Hv), 256 threads, delta_prep_smem_bytes(dk) dynamic smem.
+//         Fully parallel over (chunk, value head). Per chunk: G = cumsum(g); the strictly lower
+//         A_ij = beta_i (k_i.k_j) exp(G_i-G_j); T = (I+A)^-1 (blocked forward substitution, f32);
+//         W = T (beta exp(G) K), U = T (beta V), P_ij = (q_i.k_j) exp(G_i-G_j) (j <= i), written to
+//         the workspace (W, k, q as f16; P as hi + lo f16; U, G as f32).
+//      2. delta_chunk_scan  grid (Hv, dv/32), 256 threads, delta_scan_smem_bytes(dk) dynamic smem.
+//         Sequential over chunks; a block owns (value head, 32 columns of S), S stays in registers
+//         (f32). Per chunk: vnew = U - W S;  o = exp(G) (Q S) + P vnew;
+//         S = exp(G_last) S + K^T (exp(G_last - G) vnew).
+//    Both launches on one stream, prep first. nc = ceil(T/64). T = 0: launch neither.
+//  * token by token (decode, small T): delta_step  grid (Hv, dv/32), 128 threads, no dynamic smem.
+//
+// Tensor cores: mma.sync m16n8k16 f16 x f16 -> f32. The operands that carry the recurrence (S, vnew)
+// and beta*V are split into hi + lo f16 halves after a power-of-two rescale of the block's values
+// (so they never overflow f16, and hi + lo keeps ~21 bits). The Gram products q.k and k.k use hi + lo
+// halves of q and k (3 MMAs: hi*hi + hi*lo + lo*hi), because near-orthogonal unit vectors lose
+// their relative precision in one f16 rounding (single-row errors up to 6e-2 in simulation), and
+// P is stored as hi + lo. W, T, beta*exp(G)*K and the scan's copies of k and q are single f16
+// (bounded by 1 in magnitude: q, k are unit rows, |W_i| <= |k_i|). Accumulation f32.
+// Expected error vs a float64 sequential reference (simulated): o ~7e-5, state ~2e-4 relative
+// (the state error is the f16 rounding of k in the state update).
+//
+// Host contract:
+//   * dynamic smem: delta_prep_smem_bytes(dk) (107,136 B at dk 128; 2 blocks/SM) and
+//     delta_scan_smem_bytes(dk) (132,416 B at dk 128); both need cudaFuncAttributeMax-
+//     DynamicSharedMemorySize raised (once per kernel, to the dk = 128 value covers both).
+//   * workspace: delta_work_floats(T, Hk, Hv, dk, dv) =
+//       ceil(T/64) * (Hv*(32*dk + 4096 + 64*dv + 64) + Hk*64*dk) floats, 16-byte aligned
+//     (337 MB at T = 8192, 21 MB at T = 512 with the real heads); only the chunked path uses it;
+//     no zeroing needed.
+//   * shapes (checked again on the device: unsupported ones write nothing): dk in {64, 128};
+//     dv % 32 == 0 and 32 <= dv <= 128; Hv % Hk == 0; 0 <= R <= T.
+//   * inputs: q, k rows L2-normalised (|x| <= 1); g <= 0 and finite; beta in [0, 1].
+//   * state is read once at the start and written at the end by the block that owns those
+//     columns, so passing the same buffer as input and output state is safe; o must not alias
+//     the inputs. Any strides (ld*) and alignment of q, k, v, g, beta, o, state.
+#include "common.cuh"
+
+struct DeltaArgs {
+    const float* q; i64 ldq;     // [R, Hk*dk]: queries of the last R tokens
+    const float* k; i64 ldk;     // [T, Hk*dk]
+    const float* v; i64 ldv;     // [T, Hv*dv]
+    const float* g; i64 ldg;     // [T, Hv] log-decay (<= 0)
+    const float* beta; i64 ldb;  // [T, Hv]
+    float* state;                // [Hv, dk*dv] in/out
+    float* o; i64 ldo;           // [R, Hv*dv]
+    float* work;                 // delta_work_floats(T, Hk, Hv, dk, dv) floats (chunked path only)
+    i32 T, R, Hk, Hv, dk, dv;
+};
+
+#define DELTA_C 64        // tokens per chunk
+#define DELTA_NS 32       // S columns per scan / step block
+#define DELTA_DV_MAX 128
+
+// ---------------------------------------------------------------------------------------------
+// Workspace: per chunk c and value head h: W [64][dk] f16, P [2][64][64] f16 (hi, lo), U [64][dv] f32,
+// G [64] f32; per chunk c and key head: K [64][dk] f16, Q [64][dk] f16. Rows past T are zero.
+// Sizes in floats (every part a multiple of 16 bytes):
+
+__host__ __device__ inline i64 delta_chunks(i64 T) { return (T + DELTA_C - 1) / DELTA_C; }
+
+__host__ __device__ inline i64 delta_work_floats(i64 T, i64 Hk, i64 Hv, i64 dk, i64 dv) {
+    return delta_chunks(T) * (Hv * (32 * dk + 4096 + 64 * dv + 64) + Hk * 64 * dk);
+}
+
+struct DeltaWork {
+    __half* w;   // [nc][Hv][64][dk]
+    __half* p;   // [nc][Hv][2][64][64]: hi, lo
+    float* u;    // [nc][Hv][64][dv]
+    float* g;    // [nc][Hv][64]
+    __half* kh;  // [nc][Hk][64][dk]
+    __half* qh;  // [nc][Hk][64][dk]
+};
+
+__device__ inline DeltaWork delta_work_split(const DeltaArgs& a) {
+    const i64 nc = delta_chunks(a.T);
+    float* p = a.work;
+    DeltaWork w;
+    w.w = (__half*)p;  p += nc * a.Hv * 32 * a.dk;
+    w.p = (__half*)p;  p += nc * a.Hv * 4096;
+    w.u = p;           p += nc * a.Hv * 64 * a.dv;
+    w.g = p;           p += nc * a.Hv * 64;
+    w.kh = (__half*)p; p += nc * a.Hk * 32 * a.dk;
+    w.qh = (__half*)p;
+    return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory layouts (bytes). Row strides are padded so that ldmatrix and the fragment-layout
+// stores are bank-conflict free: f16 rows of 64/128 (+8) halves, 32 (+8) halves; f32 rows 32 (+8).
+
+#define DELTA_LDT 72   // f16 stride of 64-wide tiles (T, P)
+#define DELTA_LDA 72   // f32 stride of A / T in the prep
+#define DELTA_LDN 40   // f16 stride of 32-wide tiles (S, vnew)
+#define DELTA_LDU 40   // f32 stride of 32-wide f32 tiles (U, partial o)
+
+// Region X holds K hi, K lo, Q hi, Q lo during the Gram products, then (reused) beta*V hi, lo,
+// beta*exp(G)*K, T (f16) and the off-diagonal scratch.
+struct DeltaPrepSmem {
+    int kh, kl, qh, ql, vh, vl, bk, tm, z, am, tf, gs, bs, red, total;
+};
+
+__host__ __device__ inline DeltaPrepSmem delta_prep_layout(int dk) {
+    DeltaPrepSmem s;
+    const int ldk = dk + 8, ldv = DELTA_DV_MAX + 8;
+    const int tile = 64 * ldk * 2;
+    s.kh = 0; s.kl = tile; s.qh = 2 * tile; s.ql = 3 * tile;
+    int o = 0;
+    s.vh = o; o += 64 * ldv * 2;
+    s.vl = o; o += 64 * ldv * 2;
+    s.bk = o; o += tile;
+    s.tm = o; o += 64 * DELTA_LDT * 2;
+    s.z = o;  o += 3 * 256 * 4;
+    o = o > 4 * tile ? o : 4 * tile;             // end of region X
+    s.am = o; o += 64 * DELTA_LDA * 4;           // A f32
+    s.tf = o; o += 64 * DELTA_LDA * 4;           // T f32
+    s.gs = o; o += 64 * 4;
+    s.bs = o; o += 64 * 4;
+    s.red = o; o += 32 * 4;
+    s.total = o;
+    return s;
+}
+
+__host__ __device__ inline int delta_prep_smem_bytes(int dk) { return delta_prep_layout(dk).total; }
+
+struct DeltaScanSmem {
+    int wb, qb, kb, pb, pl, ub, ob, gb, sh, sl, vh, vl, xh, xl, red, total;
+};
+
+__host__ __device__ inline DeltaScanSmem delta_scan_layout(int dk) {
+    DeltaScanSmem s;
+    const int ldk = dk + 8;
+    int o = 0;
+    s.wb = o; o += 64 * ldk * 2;
+    s.qb = o; o += 64 * ldk * 2;
+    s.kb = o; o += 64 * ldk * 2;
+    s.pb = o; o += 64 * DELTA_LDT * 2;
+    s.pl = o; o += 64 * DELTA_LDT * 2;
+    s.ub = o; o += 64 * DELTA_LDU * 4;
+    s.ob = o; o += 64 * DELTA_LDU * 4;
+    s.gb = o; o += 64 * 4;
+    s.sh = o; o += dk * DELTA_LDN * 2;
+    s.sl = o; o += dk * DELTA_LDN * 2;
+    s.vh = o; o += 64 * DELTA_LDN * 2;
+    s.vl = o; o += 64 * DELTA_LDN * 2;
+    s.xh = o; o += 64 * DELTA_LDN * 2;
+    s.xl = o; o += 64 * DELTA_LDN * 2;
+    s.red = o; o += 16 * 4;
+    s.total = o;
+    return s;
+}
+
+__host__ __device__ inline int delta_scan_smem_bytes(int dk) { return delta_scan_layout(dk).total; }
+
+// ---------------------------------------------------------------------------------------------
+// PTX helpers.
+
+__device__ __forceinline__ u32 delta_smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void delta_ldsm_x4(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void delta_ldsm_x4_t(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// d += a (16x16, row) * b (16x8, col); fragments as in the PTX ISA (g = lane/4, t = lane%4):
+// a: {A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}; b: {B[2t..][g], B[2t+8..][g]};
+// d: {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}.
+__device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix lane addresses (l = lane). For a 16x16 tile at (r0, c0) of a row-major f16 array:
+//  * A operand, row-major storage [m][k]:              row r0 + (l & 15), col c0 + (l >> 4) * 8
+//  * B operand (two n8 tiles), storage [k][n], .trans:  same formula (rows k, cols n);
+//    regs {0,1} = n-tile 0, {2,3} = n-tile 1
+//  * A operand, storage [k][m] (A^T stored), .trans:    row (k) r0 + (l & 7) + ((l >> 4) & 1) * 8,
+//                                                       col (m) c0 + ((l >> 3) & 1) * 8
+//  * B operand (two n8 tiles), storage [n][k], plain:   row (n) r0 + (l & 7) + ((l >> 4) & 1) * 8,
+//                                                       col (k) c0 + ((l >> 3) & 1) * 8
+__device__ __forceinline__ u32 delta_off_rm(int l, int r0, int c0, int ld) {
+    return (u32)(((r0 + (l & 15)) * ld + c0 + (l >> 4) * 8) * 2);
+}
+__device__ __forceinline__ u32 delta_off_tr(int l, int r0, int c0, int ld) {
+    return (u32)(((r0 + (l & 7) + ((l >> 4) & 1) * 8) * ld + c0 + ((l >> 3) & 1) * 8) * 2);
+}
+
+__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void delta_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void delta_cp_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+__device__ __forceinline__ u32 delta_h2(float lo_col, float hi_col) {
+    __half2 h = __floats2half2_rn(lo_col, hi_col);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+// Power-of-two scale 2^s with m * 2^s < 2^14 (m = max |x| >= 0), s clamped to [-100, 100];
+// 1 for m == 0 or NaN. inv = 2^-s exactly.
+__device__ __forceinline__ float delta_scale(float m, float* inv) {
+    int s = 0;
+    if (m > 0.0f) {
+        const int e = (int)((__float_as_uint(m) >> 23) & 255u) - 127;  // floor(log2 m)
+        s = 13 - e;
+        s = s < -100 ? -100 : (s > 100 ? 100 : s);
+    }
+    *inv = __uint_as_float((u32)(127 - s) << 23);
+    return __uint_as_float((u32)(127 + s) << 23);
+}
+
+// x -> (hi, lo) f16 pairs with hi + lo ~= x * sc (x already finite).
+__device__ __forceinline__ void delta_split(float x0, float x1, float sc, u32* hi, u32* lo) {
+    x0 *= sc;
+    x1 *= sc;
+    __half2 h = __floats2half2_rn(x0, x1);
+    const float2 hf = __half22float2(h);
+    __half2 l = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
+    *hi = *reinterpret_cast<u32*>(&h);
+    *lo = *reinterpret_cast<u32*>(&l);
+}
+
+__device__ __forceinline__ bool delta_aligned16(const void* p, i64 ld) {
+    return ((((unsigned long long)p) & 15ull) == 0) && ((ld & 3) == 0);
+}
+
+// 4 consecutive floats from row-major [rows][ld] at (r, c); vectorised when aligned.
+__device__ __forceinline__ float4 delta_ld4(const float* p, i64 ld, i64 r, int c, bool vec) {
+    const float* s = p + r * ld + c;
+    if (vec) return __ldg(reinterpret_cast<const float4*>(s));
+    return make_float4(__ldg(s), __ldg(s + 1), __ldg(s + 2), __ldg(s + 3));
+}
+
+// ---------------------------------------------------------------------------------------------
+// delta_chunk_prep: one block per (chunk, value head), 256 threads.
+
+template <int DK>
+__device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned char* sm) {
+    constexpr int LDK = DK + 8, LDV = DELTA_DV_MAX + 8;
+    const DeltaPrepSmem L = delta_prep_layout(DK);
+    __half* Kh = (__half*)(sm + L.kh);
+    __half* Kl = (__half*)(sm + L.kl);
+    __half* Qh = (__half*)(sm + L.qh);
+    __half* Ql = (__half*)(sm + L.ql);
+    __half* Vh = (__half*)(sm + L.vh);  // Vh, Vl, Bk, Tm, Z reuse K, Q after the Gram products
+    __half* Vl = (__half*)(sm + L.vl);
+    __half* Bk = (__half*)(sm + L.bk);
+    float* Am = (float*)(sm + L.am);
+    float* Tf = (float*)(sm + L.tf);
+    __half* Tm = (__half*)(sm + L.tm);
+    float* Z = (float*)(sm + L.z);
+    float* Gs = (float*)(sm + L.gs);
+    float* Bs = (float*)(sm + L.bs);
+    float* red = (float*)(sm + L.red);
+
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int T = a.T, dv = a.dv;
+    const int t0 = c * DELTA_C;
+    const int kh = h % a.Hk;
+    const int q0 = T - a.R;  // first token with a query row
+    const bool has_out = a.R > 0 && t0 + DELTA_C > q0;
+    const bool owner = h < a.Hk;  // h == kh: writes the f16 copies of k and q
+    const DeltaWork wk = delta_work_split(a);
+    const i64 ch = (i64)c * a.Hv + h;
+    const i64 ck = (i64)c * a.Hk + kh;
+
+    // 1. g, beta -> G = inclusive cumsum (two warps), beta.
+    if (tid < 64) {
+        const int t = t0 + tid;
+        float gv = 0.0f, bv = 0.0f;
+        if (t < T) {
+            gv = __ldg(a.g + (i64)t * a.ldg + h);
+            bv = __ldg(a.beta + (i64)t * a.ldb + h);
+        }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float n = __shfl_up_sync(0xffffffffu, gv, o);
+            if (lane >= o) gv += n;
+        }
+        Gs[tid] = gv;
+        Bs[tid] = bv;
+    }
+    // 2. k, q -> hi, lo f16 tiles (the hi halves also go to the workspace, from the owner block).
+    {
+        const bool vk = delta_aligned16(a.k, a.ldk), vq = delta_aligned16(a.q, a.ldq);
+        constexpr int PER_ROW = DK / 4;
+        for (int e = tid; e < 64 * PER_ROW; e += 256) {
+            const int r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
+            const int t = t0 + r;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (t < T) x = delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk);
+            uint2 hv, lv;
+            delta_split(x.x, x.y, 1.0f, &hv.x, &lv.x);
+            delta_split(x.z, x.w, 1.0f, &hv.y, &lv.y);
+            *reinterpret_cast<uint2*>(Kh + r * LDK + c4) = hv;
+            *reinterpret_cast<uint2*>(Kl + r * LDK + c4) = lv;
+            if (owner) *reinterpret_cast<uint2*>(wk.kh + ck * 64 * DK + r * DK + c4) = hv;
+            if (has_out) {
+                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (t < T && t >= q0) y = delta_ld4(a.q, a.ldq, t - q0, kh * DK + c4, vq);
+                delta_split(y.x, y.y, 1.0f, &hv.x, &lv.x);
+                delta_split(y.z, y.w, 1.0f, &hv.y, &lv.y);
+                *reinterpret_cast<uint2*>(Qh + r * LDK + c4) = hv;
+                *reinterpret_cast<uint2*>(Ql + r * LDK + c4) = lv;
+                if (owner) *reinterpret_cast<uint2*>(wk.qh + ck * 64 * DK + r * DK + c4) = hv;
+            }
+        }
+    }
+    __syncthreads();
+    if (tid >= 32 && tid < 64) Gs[tid] += Gs[31];
+    __syncthreads();
+    if (tid < 64) wk.g[ch * 64 + tid] = Gs[tid];
+
+    // 3. Gram products with hi + lo operands: A (strict lower, f32 smem) from K K^T; P (lower
+    //    incl. diagonal, hi + lo f16 workspace) from Q K^T. Warp: rows 16*(warp>>1), columns
+    //    32*(warp&1) .. +31.
+    {
+        const int mt = warp >> 1, nh = warp & 1;
+        const u32 khb = delta_smem_addr(Kh), klb = delta_smem_addr(Kl);
+        const u32 qhb = delta_smem_addr(Qh), qlb = delta_smem_addr(Ql);
+        for (int which = 0; which < 2; ++which) {
+            if (which == 1 && !has_out) break;
+            float acc[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+            const u32 ahb = which == 0 ? khb : qhb, alb = which == 0 ? klb : qlb;
+#pragma unroll 2
+            for (int kk = 0; kk < DK / 16; ++kk) {
+                u32 ah[4], al[4];
+                delta_ldsm_x4(ah, ahb + delta_off_rm(lane, 16 * mt, 16 * kk, LDK));
+                delta_ldsm_x4(al, alb + delta_off_rm(lane, 16 * mt, 16 * kk, LDK));
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    u32 bh[4], bl[4];
+                    delta_ldsm_x4(bh, khb + delta_off_tr(lane, 32 * nh + 16 * p, 16 * kk, LDK));
+                    delta_ldsm_x4(bl, klb + delta_off_tr(lane, 32 * nh + 16 * p, 16 * kk, LDK));
+                    delta_mma(acc[2 * p], ah, bh[0], bh[1]);
+                    delta_mma(acc[2 * p], ah, bl[0], bl[1]);
+                    delta_mma(acc[2 * p], al, bh[0], bh[1]);
+                    delta_mma(acc[2 * p + 1], ah, bh[2], bh[3]);
+                    delta_mma(acc[2 * p + 1], ah, bl[2], bl[3]);
+                    delta_mma(acc[2 * p + 1], al, bh[2], bh[3]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = 16 * mt + gq + 8 * hr;
+                    const int j = 32 * nh + 8 * nt + 2 * tq;
+                    const float gi = Gs[i];
+                    float x0 = acc[nt][2 * hr], x1 = acc[nt][2 * hr + 1];
+                    if (which == 0) {
+                        const float bi = Bs[i];
+                        x0 = j < i ? bi * x0 * expf(gi - Gs[j]) : 0.0f;
+                        x1 = j + 1 < i ? bi * x1 * expf(gi - Gs[j + 1]) : 0.0f;
+                        *reinterpret_cast<float2*>(Am + i * DELTA_LDA + j) = make_float2(x0, x1);
+                    } else {
+                        x0 = j <= i ? x0 * expf(gi - Gs[j]) : 0.0f;
+                        x1 = j + 1 <= i ? x1 * expf(gi - Gs[j + 1]) : 0.0f;
+                        u32 ph, pl;
+                        delta_split(x0, x1, 1.0f, &ph, &pl);
+                        *reinterpret_cast<u32*>(wk.p + ch * 8192 + i * 64 + j) = ph;
+                        *reinterpret_cast<u32*>(wk.p + ch * 8192 + 4096 + i * 64 + j) = pl;
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();  // A complete; K, Q tiles (region X) free
+
+    // 4. Warps 0-1: diagonal 16x16 blocks of T by forward substitution (thread = block, column).
+    //    Warps 2-7: beta*exp(G)*K (f16) and beta*V (scaled hi + lo f16) for the second products.
+    if (warp < 2) {
+        const int b = tid >> 4, cc = tid & 15;
+        float x[16];
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            const float* arow = Am + (16 * b + r) * DELTA_LDA + 16 * b;
+            float s0 = r == cc ? 1.0f : 0.0f, s1 = 0.0f;
+#pragma unroll
+            for (int q = 0; q < r; q += 2) {
+                s0 = fmaf(-arow[q], x[q], s0);
+                if (q + 1 < r) s1 = fmaf(-arow[q + 1], x[q + 1], s1);
+            }
+            x[r] = s0 + s1;
+        }
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            Tf[(16 * b + r) * DELTA_LDA + 16 * b + cc] = x[r];
+            Tm[(16 * b + r) * DELTA_LDT + 16 * b + cc] = __float2half_rn(x[r]);
+        }
+    } else {
+        const int bt = tid - 64;  // 0 .. 191
+        const bool vk = delta_aligned16(a.k, a.ldk), vv = delta_aligned16(a.v, a.ldv);
+        constexpr int PER_ROW = DK / 4;
+        for (int e = bt; e < 64 * PER_ROW; e += 192) {
+            const int r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
+            const int t = t0 + r;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (t < T) x = delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk);
+            const float s = Bs[r] * expf(Gs[r]);
+            *reinterpret_cast<uint2*>(Bk + r * LDK + c4) =
+                make_uint2(delta_h2(x.x * s, x.y * s), delta_h2(x.z * s, x.w * s));
+        }
+        const int vrow = dv / 4;
+        float m = 0.0f;
+        for (int e = bt; e < 64 * vrow; e += 192) {
+            const int r = e / vrow, c4 = (e % vrow) * 4;
+            const int t = t0 + r;
+            if (t < T) {
+                const float4 x = delta_ld4(a.v, a.ldv, t, h * dv + c4, vv);
+                const float b = Bs[r];
+                m = fmaxf(m, fmaxf(fmaxf(fabsf(x.x * b), fabsf(x.y * b)), fmaxf(fabsf(x.z * b), fabsf(x.w * b))));
+            }
+        }
+        m = warp_max(m);
+        if (lane == 0) red[warp] = m;
+        asm volatile("bar.sync 1, 192;" ::: "memory");
+        m = fmaxf(fmaxf(fmaxf(red[2], red[3]), fmaxf(red[4], red[5])), fmaxf(red[6], red[7]));
+        float inv;
+        const float sc = delta_scale(m, &inv);
+        if (bt == 0) red[8] = inv;
+        for (int e = bt; e < 64 * vrow; e += 192) {
+            const int r = e / vrow, c4 = (e % vrow) * 4;
+            const int t = t0 + r;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (t < T) x = delta_ld4(a.v, a.ldv, t, h * dv + c4, vv);
+            const float b = Bs[r];
+            u32 h0, l0, h1, l1;
+            delta_split(x.x * b, x.y * b, sc, &h0, &l0);
+            delta_split(x.z * b, x.w * b, sc, &h1, &l1);
+            *reinterpret_cast<uint2*>(Vh + r * LDV + c4) = make_uint2(h0, h1);
+            *reinterpret_cast<uint2*>(Vl + r * LDV + c4) = make_uint2(l0, l1);
+        }
+    }
+    __syncthreads();
+
+    // 5. Off-diagonal blocks of T, by block sub-diagonal d:
+    //    T_IJ = -T_II * sum_{M=J}^{I-1} A_IM T_MJ  (I = J + d).
+    {
+        const int r = tid >> 4, col = tid & 15;
+        for (int d = 1; d < 4; ++d) {
+            for (int J = 0; J + d < 4; ++J) {
+                const int I = J + d;
+                float z0 = 0.0f, z1 = 0.0f;
+                for (int M = J; M < I; ++M) {
+                    const float* arow = Am + (16 * I + r) * DELTA_LDA + 16 * M;
+                    const float* tcol = Tf + (16 * M) * DELTA_LDA + 16 * J + col;
+#pragma unroll
+                    for (int k = 0; k < 16; k += 2) {
+                        z0 = fmaf(arow[k], tcol[k * DELTA_LDA], z0);
+                        z1 = fmaf(arow[k + 1], tcol[(k + 1) * DELTA_LDA], z1);
+                    }
+                }
+                Z[J * 256 + r * 16 + col] = z0 + z1;
+            }
+            __syncthreads();
+            for (int J = 0; J + d < 4; ++J) {
+                const int I = J + d;
+                const float* trow = Tf + (16 * I + r) * DELTA_LDA + 16 * I;
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 16; k += 2) {
+                    s0 = fmaf(trow[k], Z[J * 256 + k * 16 + col], s0);
+                    s1 = fmaf(trow[k + 1], Z[J * 256 + (k + 1) * 16 + col], s1);
+                }
+                const float tv = -(s0 + s1);
+                Tf[(16 * I + r) * DELTA_LDA + 16 * J + col] = tv;
+                Tm[(16 * I + r) * DELTA_LDT + 16 * J + col] = __float2half_rn(tv);
+            }
+            __syncthreads();
+        }
+    }
+
+    // 6. W = T * (beta exp(G) K) -> f16, U = T * (beta V) -> f32. T is lower triangular, so the
+    //    k-blocks past the diagonal block are skipped (never read). Warp: rows 16*(warp>>1),
+    //    columns half (warp&1).
+    {
+        const int mt = warp >> 1, nh = warp & 1;
+        const u32 tbase = delta_smem_addr(Tm);
+        const u32 bkb = delta_smem_addr(Bk), vhb = delta_smem_addr(Vh), vlb = delta_smem_addr(Vl);
+        const float inv = red[8];
+        __half* wout = wk.w + ch * 64 * DK;
+        float* uout = wk.u + ch * 64 * dv;
+        // W: DK/2 columns per warp, in pairs of n8 tiles.
+        for (int p = 0; p < DK / 32; ++p) {
+            const int n0 = nh * (DK / 2) + 16 * p;
+            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            for (int kk = 0; kk <= mt; ++kk) {
+                u32 af[4], bf[4];
+                delta_ldsm_x4(af, tbase + delta_off_rm(lane, 16 * mt, 16 * kk, DELTA_LDT));
+                delta_ldsm_x4_t(bf, bkb + delta_off_rm(lane, 16 * kk, n0, LDK));
+                delta_mma(acc[0], af, bf[0], bf[1]);
+                delta_mma(acc[1], af, bf[2], bf[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = 16 * mt + gq + 8 * hr, j = n0 + 8 * nt + 2 * tq;
+                    *reinterpret_cast<u32*>(wout + i * DK + j) = delta_h2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+                }
+        }
+        // U: dv/2 columns per warp.
+        for (int p = 0; p < dv / 32; ++p) {
+            const int n0 = nh * (dv / 2) + 16 * p;
+            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            for (int kk = 0; kk <= mt; ++kk) {
+                u32 af[4], bh[4], bl[4];
+                delta_ldsm_x4(af, tbase + delta_off_rm(lane, 16 * mt, 16 * kk, DELTA_LDT));
+                delta_ldsm_x4_t(bh, vhb + delta_off_rm(lane, 16 * kk, n0, LDV));
+                delta_ldsm_x4_t(bl, vlb + delta_off_rm(lane, 16 * kk, n0, LDV));
+                delta_mma(acc[0], af, bh[0], bh[1]);
+                delta_mma(acc[0], af, bl[0], bl[1]);
+                delta_mma(acc[1], af, bh[2], bh[3]);
+                delta_mma(acc[1], af, bl[2], bl[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = 16 * mt + gq + 8 * hr, j = n0 + 8 * nt + 2 * tq;
+                    *reinterpret_cast<float2*>(uout + i * dv + j) =
+                        make_float2(acc[nt][2 * hr] * inv, acc[nt][2 * hr + 1] * inv);
+                }
+        }
+    }
+}
+
+// Shapes the kernels support (anything else: they return without writing).
+__device__ __forceinline__ bool delta_shape_ok(const DeltaArgs& a) {
+    return (a.dk == 64 || a.dk == 128) && a.dv >= 32 && a.dv <= DELTA_DV_MAX && a.dv % 32 == 0 && a.Hk > 0 &&
+           a.Hv % a.Hk == 0 && a.R >= 0 && a.R <= a.T;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) delta_chunk_prep(DeltaArgs a) {
+    extern __shared__ __align__(16) unsigned char delta_sm[];
+    if (!delta_shape_ok(a)) return;
+    if (a.dk == 128) delta_prep_body<128>(a, delta_sm);
+    else if (a.dk == 64) delta_prep_body<64>(a, delta_sm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// delta_chunk_scan: one block per (value head, 32 columns of S), 256 threads, chunks in order.
+//
+// Per chunk c (barriers #0..#3):
+//   #0  group A(c) = {W, Q, U, G} landed; S hi/lo in smem (scaled by 2^sS)
+//   P1a warps 0-3: X = W S (rows 16w) -> vnew = U - X (registers), max|vnew|
+//       warps 4-7: Y = Q S (rows 16(w-4)) -> Ob = exp(G) Y     (only if the chunk has outputs)
+//   #1  then issue A(c+1); all: scale 2^sv; warps 0-3 store vnew, exp(G_last-G) vnew as hi/lo f16
+//   #2  group B(c) = {K, P hi, P lo} landed
+//   P2  every warp: its 16 rows x (DK/4... ) tile of S: S = exp(G_last) S + K^T vs;  max|S|
+//       (outputs) warp w: o rows 16(w>>1), columns 16(w&1)..+15: o = Ob + P vnew -> global
+//   #3  all: scale 2^sS; S tile -> hi/lo f16 smem (skipped after the last chunk)
+
+template <int DK>
+__device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned char* sm) {
+    constexpr int LDK = DK + 8;
+    constexpr int NTS = DK / 32;   // n8 tiles of S per warp (4 or 2)
+    constexpr int WPM = 128 / DK;  // warps per 16-row block of S (1 or 2)
+    const DeltaScanSmem L = delta_scan_layout(DK);
+    float* Ub = (float*)(sm + L.ub);
+    float* Ob = (float*)(sm + L.ob);
+    float* Gb = (float*)(sm + L.gb);
+    float* red = (float*)(sm + L.red);
+    const u32 sbase = delta_smem_addr(sm);
+    const u32 wb = sbase + L.wb, qb = sbase + L.qb, kb = sbase + L.kb, pb = sbase + L.pb, plb = sbase + L.pl;
+    const u32 shb = sbase + L.sh, slb = sbase + L.sl;
+    const u32 vhb = sbase + L.vh, vlb = sbase + L.vl, xhb = sbase + L.xh, xlb = sbase + L.xl;
+    u32* Sh = (u32*)(sm + L.sh);
+    u32* Sl = (u32*)(sm + L.sl);
+    u32* Vh = (u32*)(sm + L.vh);
+    u32* Vl = (u32*)(sm + L.vl);
+    u32* Xh = (u32*)(sm + L.xh);
+    u32* Xl = (u32*)(sm + L.xl);
+
+    const int h = blockIdx.x, n0 = blockIdx.y * DELTA_NS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int T = a.T, dv = a.dv;
+    const int kh = h % a.Hk;
+    const int q0 = T - a.R;
+    const int nc = (int)delta_chunks(T);
+    const DeltaWork wk = delta_work_split(a);
+    float* st = a.state + (i64)h * DK * dv + n0;
+
+    // S tile of this warp: rows 16*smt + gq (+8), columns 8*(snt0+nt) + 2*tq (+1).
+    const int smt = warp / WPM, snt0 = (warp % WPM) * NTS;
+    float S[NTS][4];
+
+    auto issue_a = [&](int cc) {
+        const i64 ch = (i64)cc * a.Hv + h, ck = (i64)cc * a.Hk + kh;
+        const bool out = a.R > 0 && cc * DELTA_C + DELTA_C > q0;
+        const __half* w = wk.w + ch * 64 * DK;
+        const __half* q = wk.qh + ck * 64 * DK;
+        for (int e = tid; e < 64 * DK / 8; e += 256) {
+            const int r = e / (DK / 8), c8 = (e % (DK / 8)) * 8;
+            delta_cp16(wb + (u32)((r * LDK + c8) * 2), w + r * DK + c8);
+            if (out) delta_cp16(qb + (u32)((r * LDK + c8) * 2), q + r * DK + c8);
+        }
+        const float* u = wk.u + ch * 64 * dv + n0;
+        for (int e = tid; e < 64 * 8; e += 256) {
+            const int r = e >> 3, c4 = (e & 7) * 4;
+            delta_cp16(sbase + L.ub + (u32)((r * DELTA_LDU + c4) * 4), u + (i64)r * dv + c4);
+        }
+        if (tid < 16) delta_cp16(sbase + L.gb + tid * 16, wk.g + ch * 64 + tid * 4);
+    };
+    auto issue_b = [&](int cc) {
+        const i64 ch = (i64)cc * a.Hv + h, ck = (i64)cc * a.Hk + kh;
+        const bool out = a.R > 0 && cc * DELTA_C + DELTA_C > q0;
+        const __half* k = wk.kh + ck * 64 * DK;
+        for (int e = tid; e < 64 * DK / 8; e += 256) {
+            const int r = e / (DK / 8), c8 = (e % (DK / 8)) * 8;
+            delta_cp16(kb + (u32)((r * LDK + c8) * 2), k + r * DK + c8);
+        }
+        if (out) {
+            const __half* p = wk.p + ch * 8192;
+            for (int e = tid; e < 2 * 64 * 8; e += 256) {
+                const int part = e >> 9, r = (e >> 3) & 63, c8 = (e & 7) * 8;
+                delta_cp16((part ? plb : pb) + (u32)((r * DELTA_LDT + c8) * 2), p + part * 4096 + r * 64 + c8);
+            }
+        }
+    };
+    // Block max of |S| -> scale; S -> hi/lo smem. Caller provides the barrier after.
+    auto store_s = [&](float m_all) {
+        float inv;
+        const float sc = delta_scale(m_all, &inv);
+        if (tid == 0) red[12] = inv;  // read after the next barrier
+#pragma unroll
+        for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = 16 * smt + gq + 8 * hr, j = 8 * (snt0 + nt) + 2 * tq;
+                u32 hi, lo;
+                delta_split(S[nt][2 * hr], S[nt][2 * hr + 1], sc, &hi, &lo);
+                Sh[(i * DELTA_LDN + j) >> 1] = hi;
+                Sl[(i * DELTA_LDN + j) >> 1] = lo;
+            }
+    };
+    auto local_max_s = [&]() {
+        float m = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) m = fmaxf(m, fabsf(S[nt][e]));
+        return warp_max(m);
+    };
+
+    if (nc > 0) issue_a(0);
+    delta_cp_commit();
+
+    // Initial state (read once; this block alone writes these columns at the end).
+#pragma unroll
+    for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 16 * smt + gq + 8 * (e >> 1), j = 8 * (snt0 + nt) + 2 * tq + (e & 1);
+            S[nt][e] = st[(i64)i * dv + j];
+        }
+    {
+        const float m = local_max_s();
+        if (lane == 0) red[4 + warp] = m;
+        __syncthreads();
+        float mm = red[4];
+#pragma unroll
+        for (int w = 1; w < 8; ++w) mm = fmaxf(mm, red[4 + w]);
+        store_s(mm);
+    }
+
+    for (int c = 0; c < nc; ++c) {
+        const bool out = a.R > 0 && c * DELTA_C + DELTA_C > q0;
+        issue_b(c);
+        delta_cp_commit();
+        delta_cp_wait1();  // A(c) landed (this thread's copies)
+        __syncthreads();   // #0
+
+        const float invS = red[12];
+        const float gl = Gb[63];
+        const float egl = expf(gl);
+        float vn[4][4];  // vnew (warps 0-3)
+        float el[2];     // exp(G_last - G_i) for rows gq, gq + 8 (warps 0-3)
+        float mv = 0.0f;
+        if (warp < 4 || out) {
+            const u32 ab = warp < 4 ? wb : qb;
+            const int m0 = 16 * (warp & 3);
+            float acc[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < DK / 16; ++kk) {
+                u32 af[4];
+                delta_ldsm_x4(af, ab + delta_off_rm(lane, m0, 16 * kk, LDK));
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    u32 bh[4], bl[4];
+                    delta_ldsm_x4_t(bh, shb + delta_off_rm(lane, 16 * kk, 16 * p, DELTA_LDN));
+                    delta_ldsm_x4_t(bl, slb + delta_off_rm(lane, 16 * kk, 16 * p, DELTA_LDN));
+                    delta_mma(acc[2 * p], af, bh[0], bh[1]);
+                    delta_mma(acc[2 * p], af, bl[0], bl[1]);
+                    delta_mma(acc[2 * p + 1], af, bh[2], bh[3]);
+                    delta_mma(acc[2 * p + 1], af, bl[2], bl[3]);
+                }
+            }
+            if (warp < 4) {
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) el[hr] = expf(gl - Gb[m0 + gq + 8 * hr]);
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int i = m0 + gq + 8 * hr, j = 8 * nt + 2 * tq;
+                        const float2 u = *reinterpret_cast<const float2*>(Ub + i * DELTA_LDU + j);
+                        vn[nt][2 * hr] = u.x - acc[nt][2 * hr] * invS;
+                        vn[nt][2 * hr + 1] = u.y - acc[nt][2 * hr + 1] * invS;
+                        mv = fmaxf(mv, fmaxf(fabsf(vn[nt][2 * hr]), fabsf(vn[nt][2 * hr + 1])));
+                    }
+            } else {
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = m0 + gq + 8 * hr;
+                    const float eg = expf(Gb[i]) * invS;
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) {
+                        const int j = 8 * nt + 2 * tq;
+                        *reinterpret_cast<float2*>(Ob + i * DELTA_LDU + j) =
+                            make_float2(acc[nt][2 * hr] * eg, acc[nt][2 * hr + 1] * eg);
+                    }
+                }
+            }
+        }
+        mv = warp_max(mv);
+        if (warp < 4 && lane == 0) red[warp] = mv;
+        __syncthreads();  // #1: W, Q, U, G, S hi/lo consumed; red[0..3] ready
+
+        if (c + 1 < nc) issue_a(c + 1);
+        delta_cp_commit();
+
+        float invv;
+        const float scv = delta_scale(fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])), &invv);
+        if (warp < 4) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = 16 * warp + gq + 8 * hr, j = 8 * nt + 2 * tq;
+                    const int o2 = (i * DELTA_LDN + j) >> 1;
+                    u32 hi, lo;
+                    delta_split(vn[nt][2 * hr], vn[nt][2 * hr + 1], scv, &hi, &lo);
+                    Vh[o2] = hi;
+                    Vl[o2] = lo;
+                    delta_split(vn[nt][2 * hr] * el[hr], vn[nt][2 * hr + 1] * el[hr], scv, &hi, &lo);
+                    Xh[o2] = hi;
+                    Xl[o2] = lo;
+                }
+        }
+        delta_cp_wait1();  // B(c) landed
+        __syncthreads();   // #2
+
+        // P2: state tile.
+        {
+            float acc[NTS][4];
+#pragma unroll
+            for (int i = 0; i < NTS; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                u32 af[4];
+                delta_ldsm_x4_t(af, kb + delta_off_tr(lane, 16 * kk, 16 * smt, LDK));
+#pragma unroll
+                for (int p = 0; p < NTS / 2; ++p) {
+                    u32 bh[4], bl[4];
+                    const int nn = 8 * snt0 + 16 * p;
+                    delta_ldsm_x4_t(bh, xhb + delta_off_rm(lane, 16 * kk, nn, DELTA_LDN));
+                    delta_ldsm_x4_t(bl, xlb + delta_off_rm(lane, 16 * kk, nn, DELTA_LDN));
+                    delta_mma(acc[2 * p], af, bh[0], bh[1]);
+                    delta_mma(acc[2 * p], af, bl[0], bl[1]);
+                    delta_mma(acc[2 * p + 1], af, bh[2], bh[3]);
+                    delta_mma(acc[2 * p + 1], af, bl[2], bl[3]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) S[nt][e] = fmaf(egl, S[nt][e], acc[nt][e] * invv);
+        }
+        // P2: outputs.
+        if (out) {
+            const int mt = warp >> 1, np = warp & 1;
+            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            for (int kk = 0; kk <= mt; ++kk) {
+                u32 ah[4], al[4], bh[4], bl[4];
+                delta_ldsm_x4(ah, pb + delta_off_rm(lane, 16 * mt, 16 * kk, DELTA_LDT));
+                delta_ldsm_x4(al, plb + delta_off_rm(lane, 16 * mt, 16 * kk, DELTA_LDT));
+                delta_ldsm_x4_t(bh, vhb + delta_off_rm(lane, 16 * kk, 16 * np, DELTA_LDN));
+                delta_ldsm_x4_t(bl, vlb + delta_off_rm(lane, 16 * kk, 16 * np, DELTA_LDN));
+                delta_mma(acc[0], ah, bh[0], bh[1]);
+                delta_mma(acc[0], ah, bl[0], bl[1]);
+                delta_mma(acc[0], al, bh[0], bh[1]);
+                delta_mma(acc[1], ah, bh[2], bh[3]);
+                delta_mma(acc[1], ah, bl[2], bl[3]);
+                delta_mma(acc[1], al, bh[2], bh[3]);
+            }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = 16 * mt + gq + 8 * hr;
+                const int t = c * DELTA_C + i;
+                if (t < T && t >= q0) {
+                    float* orow = a.o + (i64)(t - q0) * a.ldo + (i64)h * dv + n0;
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+                        const int j = 16 * np + 8 * nt + 2 * tq;
+                        const float2 ob = *reinterpret_cast<const float2*>(Ob + i * DELTA_LDU + j);
+                        orow[j] = fmaf(acc[nt][2 * hr], invv, ob.x);
+                        orow[j + 1] = fmaf(acc[nt][2 * hr + 1], invv, ob.y);
+                    }
+                }
+            }
+        }
+        if (c + 1 < nc) {
+            const float m = local_max_s();
+            if (lane == 0) red[4 + warp] = m;
+            __syncthreads();  // #3: all P2 reads of Vh.., Xh.., Ob, K, P done; red[4..11] ready
+            float mm = red[4];
+#pragma unroll
+            for (int w = 1; w < 8; ++w) mm = fmaxf(mm, red[4 + w]);
+            store_s(mm);
+        }
+    }
+    delta_cp_wait1();
+    asm volatile("cp.async.wait_all;" ::: "memory");
+
+#pragma unroll
+    for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 16 * smt + gq + 8 * (e >> 1), j = 8 * (snt0 + nt) + 2 * tq + (e & 1);
+            st[(i64)i * dv + j] = S[nt][e];
+        }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) delta_chunk_scan(DeltaArgs a) {
+    extern __shared__ __align__(16) unsigned char delta_sm[];
+    if (!delta_shape_ok(a)) return;
+    if (a.dk == 128) delta_scan_body<128>(a, delta_sm);
+    else if (a.dk == 64) delta_scan_body<64>(a, delta_sm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// delta_step: token by token, f32 throughout (decode and short prompts). One block per
+// (value head, 32 columns), 128 threads: warp w owns columns 8w..8w+7; lane = column (l & 7) x
+// row quarter (l >> 3), each thread DK/4 rows of its column in registers.
+
+template <int DK>
+__device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
+    constexpr int RQ = DK / 4;
+    __shared__ float ks[128], qs[128];
+    const int h = blockIdx.x, n0 = blockIdx.y * DELTA_NS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int col = n0 + 8 * warp + (lane & 7), rq = lane >> 3;
+    const int T = a.T, dv = a.dv, kh = h % a.Hk, q0 = T - a.R;
+    float* st = a.state + (i64)h * DK * dv + col;
+    float S[RQ];
+#pragma unroll
+    for (int r = 0; r < RQ; ++r) S[r] = st[(i64)(rq * RQ + r) * dv];
+    for (int t = 0; t < T; ++t) {
+        const bool out = t >= q0;
+        __syncthreads();
+        if (tid < DK) {
+            ks[tid] = a.k[(i64)t * a.ldk + kh * DK + tid];
+            if (out) qs[tid] = a.q[(i64)(t - q0) * a.ldq + kh * DK + tid];
+        }
+        __syncthreads();
+        const float decay = expf(a.g[(i64)t * a.ldg + h]);
+        const float b = a.beta[(i64)t * a.ldb + h];
+        const float vj = a.v[(i64)t * a.ldv + (i64)h * dv + col];
+        float kv = 0.0f;
+#pragma unroll
+        for (int r = 0; r < RQ; ++r) {
+            S[r] *= decay;
+            kv = fmaf(S[r], ks[rq * RQ + r], kv);
+        }
+        kv += __shfl_xor_sync(0xffffffffu, kv, 8);
+        kv += __shfl_xor_sync(0xffffffffu, kv, 16);
+        const float d = (vj - kv) * b;
+#pragma unroll
+        for (int r = 0; r < RQ; ++r) S[r] = fmaf(ks[rq * RQ + r], d, S[r]);
+        if (out) {
+            float ov = 0.0f;
+#pragma unroll
+            for (int r = 0; r < RQ; ++r) ov = fmaf(S[r], qs[rq * RQ + r], ov);
+            ov += __shfl_xor_sync(0xffffffffu, ov, 8);
+            ov += __shfl_xor_sync(0xffffffffu, ov, 16);
+            if (rq == 0) a.o[(i64)(t - q0) * a.ldo + (i64)h * dv + col] = ov;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RQ; ++r) st[(i64)(rq * RQ + r) * dv] = S[r];
+}
+
+extern "C" __global__ void __launch_bounds__(128) delta_step(DeltaArgs a) {
+    if (!delta_shape_ok(a)) return;
+    if (a.dk == 128) delta_step_body<128>(a);
+    else if (a.dk == 64) delta_step_body<64>(a);
+}

@@ -1,0 +1,43 @@
+//! Kernel launches: one parameter struct passed by value, a grid, a block, dynamic shared memory.
+
+use std::ffi::c_void;
+
+use cudarc::driver::{result, sys};
+
+use crate::EngineError;
+
+/// A loaded kernel.
+#[derive(Clone, Copy)]
+pub struct Kernel {
+    pub f: sys::CUfunction,
+    pub name: &'static str,
+}
+
+/// Launches `k` with `args` as its single by-value parameter.
+///
+/// The caller guarantees that `T` is the `#[repr(C)]` mirror of the kernel's parameter struct
+/// and that every device pointer in it is valid for the accesses the kernel makes.
+pub fn launch<T: Copy>(
+    k: Kernel,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    smem: u32,
+    stream: sys::CUstream,
+    args: &T,
+) -> Result<(), EngineError> {
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+        return Ok(()); // nothing to do (an empty view)
+    }
+    let mut params = [args as *const T as *mut c_void];
+    // SAFETY: `params` holds one pointer to a live `T` matching the kernel's single parameter
+    // (guaranteed by the caller); the driver copies the argument before returning.
+    unsafe { result::launch_kernel(k.f, grid, block, smem, stream, &mut params) }
+        .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))
+}
+
+/// Blocks of `threads` covering `n` items.
+pub fn blocks(n: i64, threads: u32) -> u32 {
+    (n.max(0) as u64)
+        .div_ceil(u64::from(threads))
+        .min(u64::from(u32::MAX)) as u32
+}

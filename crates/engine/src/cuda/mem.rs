@@ -1,0 +1,107 @@
+//! Device memory: plain allocations (cuMemAlloc), freed on drop. Out-of-memory is reported with
+//! what was being allocated and how much the device had free.
+
+use cudarc::driver::{DriverError, result, sys};
+
+use crate::EngineError;
+
+/// One device allocation.
+pub struct DevBuf {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+}
+
+fn is_oom(e: &DriverError) -> bool {
+    e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+impl DevBuf {
+    /// Allocates `bytes` (at least 1) of device memory for `what`.
+    pub fn alloc(bytes: usize, what: &str) -> Result<DevBuf, EngineError> {
+        // SAFETY: a plain allocation; the context is current on this thread (the backend binds it).
+        match unsafe { result::malloc_sync(bytes.max(1)) } {
+            Ok(ptr) => Ok(DevBuf { ptr, bytes }),
+            Err(e) if is_oom(&e) => {
+                let (free, total) = result::mem_get_info().unwrap_or((0, 0));
+                Err(EngineError::OutOfMemory {
+                    what: what.to_string(),
+                    bytes,
+                    free,
+                    total,
+                })
+            }
+            Err(e) => Err(EngineError::Cuda(format!(
+                "allocating {bytes} bytes for {what}: {e}"
+            ))),
+        }
+    }
+
+    /// Address `offset` bytes into the allocation.
+    pub fn at(&self, offset: usize) -> sys::CUdeviceptr {
+        self.ptr + offset as u64
+    }
+
+    /// Copies host bytes into the start of the allocation (synchronous on `stream`).
+    pub fn upload<T: Copy>(&self, src: &[T], stream: sys::CUstream) -> Result<(), EngineError> {
+        self.upload_at(0, src, stream)
+    }
+
+    /// Copies host data to `offset` bytes into the allocation and waits for the copy.
+    pub fn upload_at<T: Copy>(
+        &self,
+        offset: usize,
+        src: &[T],
+        stream: sys::CUstream,
+    ) -> Result<(), EngineError> {
+        let n = std::mem::size_of_val(src);
+        if offset + n > self.bytes {
+            return Err(EngineError::Internal(format!(
+                "upload of {n} bytes at {offset} into {} bytes",
+                self.bytes
+            )));
+        }
+        // SAFETY: the destination range lies inside this allocation (checked above); `src` stays
+        // borrowed until the stream is synchronised below.
+        unsafe {
+            result::memcpy_htod_async(self.at(offset), src, stream).map_err(cuda_err)?;
+            result::stream::synchronize(stream).map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+
+    /// Copies `dst.len()` elements from `offset` bytes into the allocation to the host.
+    pub fn download_at<T: Copy>(
+        &self,
+        offset: usize,
+        dst: &mut [T],
+        stream: sys::CUstream,
+    ) -> Result<(), EngineError> {
+        let n = std::mem::size_of_val(dst);
+        if offset + n > self.bytes {
+            return Err(EngineError::Internal(format!(
+                "download of {n} bytes at {offset} from {} bytes",
+                self.bytes
+            )));
+        }
+        // SAFETY: the source range lies inside this allocation; `dst` is exclusively borrowed
+        // until the stream is synchronised.
+        unsafe {
+            result::memcpy_dtoh_async(dst, self.at(offset), stream).map_err(cuda_err)?;
+            result::stream::synchronize(stream).map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once.
+        unsafe {
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
+pub fn cuda_err(e: DriverError) -> EngineError {
+    EngineError::Cuda(format!("{e}"))
+}

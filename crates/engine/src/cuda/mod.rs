@@ -1,0 +1,444 @@
+//! The CUDA backend: the same plan and executor loop as the CPU reference, on one GPU.
+//!
+//! Host code over cudarc with dynamic loading (the binary runs its CPU parts where CUDA is
+//! absent); kernels are CUDA C++ sources compiled with NVRTC at first use (see [`compile`]).
+//! Weights are uploaded as stored in the GGUF file; activations are f32. One stream; a barrier is
+//! a stream synchronisation; a plain prefill is captured once as a CUDA graph and replayed.
+
+mod args;
+pub mod compile;
+mod dispatch;
+mod launch;
+mod mem;
+mod ops_big;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaGraph, CudaModule, CudaStream, result, sys};
+use tally_gguf::GgmlType;
+use tally_model::{BufKind, DType, Model, Plan, View};
+
+use crate::EngineError;
+use crate::backend::{Backend, Target};
+use launch::Kernel;
+use mem::{DevBuf, cuda_err};
+
+/// Why CUDA cannot be used here, if it cannot (no driver library, no device).
+pub fn unavailable_reason() -> Option<String> {
+    // SAFETY: probing for the driver library has no preconditions.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Some("the CUDA driver library (libcuda.so) was not found".into());
+    }
+    // SAFETY: as above, for NVRTC.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Some(
+            "NVRTC (libnvrtc.so) was not found: add the CUDA toolkit's lib directory to LD_LIBRARY_PATH"
+                .into(),
+        );
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => None,
+        Ok(_) => Some("no CUDA device is visible".into()),
+        Err(e) => Some(format!("CUDA initialisation failed: {e}")),
+    }
+}
+
+/// Facts read from the device.
+#[derive(Debug, Clone)]
+pub struct DeviceProps {
+    pub name: String,
+    pub sm_count: u32,
+    pub l2_bytes: u64,
+    pub memory_bytes: u64,
+    pub cc: (i32, i32),
+}
+
+/// A weight tensor on the device, bytes as in the file.
+pub struct DevWeight {
+    pub buf: DevBuf,
+    pub ty: GgmlType,
+    pub dims: Vec<u64>,
+    pub row_bytes: usize,
+}
+
+enum Slot {
+    Own(DevBuf),
+    State(String),
+}
+
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _modules: Vec<Arc<CudaModule>>,
+    kernels: HashMap<&'static str, Kernel>,
+    model: Arc<Model>,
+    weights: HashMap<String, DevWeight>,
+    bufs: Vec<Slot>,
+    shapes: Vec<(usize, usize, DType, String)>,
+    state: HashMap<String, DevBuf>,
+    scratch: Vec<DevBuf>,
+    /// Workspace for kernels that need one (delta rule, MoE routing), grown on demand.
+    work: Option<DevBuf>,
+    graph: Option<((usize, usize), CudaGraph)>,
+    pub props: DeviceProps,
+    /// Seconds spent uploading weights.
+    pub load_seconds: f64,
+    /// Bytes of weights on the device.
+    pub weight_bytes: u64,
+}
+
+fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
+    ctx.attribute(a).map(i64::from).unwrap_or(0)
+}
+
+impl CudaBackend {
+    /// Opens device 0, compiles (or loads cached) kernels, and uploads the model's weights.
+    pub fn new(model: Arc<Model>) -> Result<CudaBackend, EngineError> {
+        if let Some(why) = unavailable_reason() {
+            return Err(EngineError::Unsupported(format!(
+                "CUDA backend unavailable: {why}"
+            )));
+        }
+        let ctx = CudaContext::new(0).map_err(cuda_err)?;
+        let stream = ctx.new_stream().map_err(cuda_err)?;
+        let cc = ctx.compute_capability().map_err(cuda_err)?;
+        let props = DeviceProps {
+            name: ctx.name().map_err(cuda_err)?,
+            sm_count: attr(
+                &ctx,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            ) as u32,
+            l2_bytes: attr(
+                &ctx,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+            ) as u64,
+            memory_bytes: ctx.total_mem().map_err(cuda_err)? as u64,
+            cc,
+        };
+        let arch = if cc == (9, 0) {
+            "sm_90a".to_string()
+        } else {
+            format!("sm_{}{}", cc.0, cc.1)
+        };
+        let mut modules = Vec::new();
+        let mut kernels = HashMap::new();
+        for src in compile::SOURCES {
+            let cubin = compile::compile(src, &arch)?;
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+                .map_err(|e| EngineError::Cuda(format!("loading module {}: {e}", src.name)))?;
+            for name in dispatch::kernel_names(src.name) {
+                let f = module.load_function(name).map_err(|e| {
+                    EngineError::Cuda(format!("kernel {name} in {}: {e}", src.name))
+                })?;
+                kernels.insert(
+                    *name,
+                    Kernel {
+                        f: f.cu_function(),
+                        name,
+                    },
+                );
+            }
+            modules.push(module);
+        }
+        let mut b = CudaBackend {
+            ctx,
+            stream,
+            _modules: modules,
+            kernels,
+            model,
+            weights: HashMap::new(),
+            bufs: Vec::new(),
+            shapes: Vec::new(),
+            state: HashMap::new(),
+            scratch: Vec::new(),
+            work: None,
+            graph: None,
+            props,
+            load_seconds: 0.0,
+            weight_bytes: 0,
+        };
+        dispatch::configure_kernels(&b.kernels)?;
+        b.upload_weights()?;
+        Ok(b)
+    }
+
+    fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    fn upload_weights(&mut self) -> Result<(), EngineError> {
+        let t0 = std::time::Instant::now();
+        let names: Vec<String> = self
+            .model
+            .config
+            .tensor_shapes()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let stream = self.cu_stream();
+        for name in names {
+            let (info, bytes) = self.model.weight(&name)?;
+            let buf = DevBuf::alloc(bytes.len(), &name)?;
+            // Chunks keep the driver's staging of pageable memory bounded.
+            for (i, chunk) in bytes.chunks(64 << 20).enumerate() {
+                buf.upload_at(i * (64 << 20), chunk, stream)?;
+            }
+            self.weight_bytes += bytes.len() as u64;
+            let row_bytes = info.ty.row_bytes(info.dims[0])? as usize;
+            self.weights.insert(
+                name,
+                DevWeight {
+                    buf,
+                    ty: info.ty,
+                    dims: info.dims.clone(),
+                    row_bytes,
+                },
+            );
+        }
+        self.load_seconds = t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn kernel(&self, name: &'static str) -> Result<Kernel, EngineError> {
+        self.kernels
+            .get(name)
+            .copied()
+            .ok_or_else(|| EngineError::Cuda(format!("kernel {name} not loaded")))
+    }
+
+    fn weight(&self, name: &str) -> Result<&DevWeight, EngineError> {
+        self.weights
+            .get(name)
+            .ok_or_else(|| EngineError::Internal(format!("weight {name} not on the device")))
+    }
+
+    fn slot_buf(&self, plan: &Plan, id: tally_model::BufId) -> Result<&DevBuf, EngineError> {
+        match self.bufs.get(id.0 as usize) {
+            Some(Slot::Own(b)) => Ok(b),
+            Some(Slot::State(n)) => self
+                .state
+                .get(n)
+                .ok_or_else(|| EngineError::Internal(format!("state {n} missing"))),
+            None => Err(EngineError::Internal(format!(
+                "buffer {} not prepared",
+                plan.buf(id).name
+            ))),
+        }
+    }
+
+    /// Device address and leading dimension (elements) of a view.
+    fn view(&self, plan: &Plan, v: &View) -> Result<(u64, i64), EngineError> {
+        let b = plan.buf(v.buf);
+        let base = self.slot_buf(plan, v.buf)?;
+        let off = (v.row0 * b.cols + v.col0) * b.dtype.size_bytes();
+        Ok((base.at(off), b.cols as i64))
+    }
+
+    /// Scratch slot `slot` holding at least `bytes`; its leading dimension is the view's width.
+    fn scratch(&mut self, slot: usize, bytes: usize) -> Result<u64, EngineError> {
+        while self.scratch.len() <= slot {
+            self.scratch.push(DevBuf::alloc(1, "replay scratch")?);
+        }
+        if self.scratch[slot].bytes < bytes {
+            self.scratch[slot] = DevBuf::alloc(bytes, "replay scratch")?;
+        }
+        Ok(self.scratch[slot].ptr)
+    }
+
+    /// A workspace of at least `bytes`.
+    fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
+        if self.work.as_ref().is_none_or(|w| w.bytes < bytes) {
+            self.work = Some(DevBuf::alloc(bytes, "kernel workspace")?);
+        }
+        Ok(self.work.as_ref().map(|w| w.ptr).unwrap_or(0))
+    }
+
+    fn sync(&self) -> Result<(), EngineError> {
+        // SAFETY: the stream is live for the backend's lifetime.
+        unsafe { result::stream::synchronize(self.cu_stream()) }.map_err(cuda_err)
+    }
+
+    /// Device memory in use and total, in bytes.
+    pub fn memory_use(&self) -> (u64, u64) {
+        let _ = self.ctx.bind_to_thread();
+        let (free, total) = result::mem_get_info().unwrap_or((0, 0));
+        ((total - free) as u64, total as u64)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device(&self) -> String {
+        format!(
+            "{} ({} SMs, sm_{}{})",
+            self.props.name, self.props.sm_count, self.props.cc.0, self.props.cc.1
+        )
+    }
+
+    fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        let shapes: Vec<(usize, usize, DType, String)> = plan
+            .buffers
+            .iter()
+            .map(|b| (b.rows, b.cols, b.dtype, b.name.clone()))
+            .collect();
+        if shapes == self.shapes && self.bufs.len() == plan.buffers.len() {
+            return Ok(());
+        }
+        // New buffers: any captured graph points at the old ones.
+        self.graph = None;
+        let mut bufs = Vec::with_capacity(plan.buffers.len());
+        for b in &plan.buffers {
+            let bytes = b.elems() * b.dtype.size_bytes();
+            if b.kind == BufKind::State {
+                let fresh = self.state.get(&b.name).is_none_or(|s| s.bytes != bytes);
+                if fresh {
+                    let buf = DevBuf::alloc(bytes, &b.name)?;
+                    dispatch::zero(self, buf.ptr, bytes)?;
+                    self.state.insert(b.name.clone(), buf);
+                }
+                bufs.push(Slot::State(b.name.clone()));
+            } else {
+                bufs.push(Slot::Own(DevBuf::alloc(bytes, &b.name)?));
+            }
+        }
+        self.bufs = bufs;
+        self.shapes = shapes;
+        self.sync()
+    }
+
+    fn reset_state(&mut self) -> Result<(), EngineError> {
+        let list: Vec<(u64, usize)> = self.state.values().map(|b| (b.ptr, b.bytes)).collect();
+        for (p, n) in list {
+            dispatch::zero(self, p, n)?;
+        }
+        Ok(())
+    }
+
+    fn upload_tokens(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
+        let vocab = self.model.config.vocab;
+        if ids.len() != plan.n_tokens {
+            return Err(EngineError::Internal(format!(
+                "{} token ids for a plan of {} tokens",
+                ids.len(),
+                plan.n_tokens
+            )));
+        }
+        let mut data = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if id as usize >= vocab {
+                return Err(EngineError::TokenId { id, vocab });
+            }
+            data.push(id as i32);
+        }
+        let v = View::all(plan.tokens, plan.buf(plan.tokens));
+        self.write_i32(plan, v, &data)
+    }
+
+    fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
+        dispatch::dispatch(self, plan, index, target)
+            .map_err(|e| e.in_node(&plan.nodes[index].name))
+    }
+
+    fn barrier(&mut self) -> Result<(), EngineError> {
+        self.sync()
+    }
+
+    fn read(&mut self, plan: &Plan, view: View) -> Result<Vec<f32>, EngineError> {
+        self.sync()?;
+        let b = plan.buf(view.buf);
+        let mut rows = vec![0f32; view.rows * b.cols];
+        let base = self.slot_buf(plan, view.buf)?;
+        base.download_at(view.row0 * b.cols * 4, &mut rows, self.cu_stream())?;
+        Ok(rows
+            .chunks_exact(b.cols)
+            .flat_map(|r| r[view.col0..view.col0 + view.cols].iter().copied())
+            .collect())
+    }
+
+    fn read_i32(&mut self, plan: &Plan, view: View) -> Result<Vec<i32>, EngineError> {
+        self.sync()?;
+        let b = plan.buf(view.buf);
+        let mut rows = vec![0i32; view.rows * b.cols];
+        let base = self.slot_buf(plan, view.buf)?;
+        base.download_at(view.row0 * b.cols * 4, &mut rows, self.cu_stream())?;
+        Ok(rows
+            .chunks_exact(b.cols)
+            .flat_map(|r| r[view.col0..view.col0 + view.cols].iter().copied())
+            .collect())
+    }
+
+    fn write_i32(&mut self, plan: &Plan, view: View, data: &[i32]) -> Result<(), EngineError> {
+        self.write_rows(plan, view, data)
+    }
+
+    fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError> {
+        self.write_rows(plan, view, data)
+    }
+
+    fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
+        let key = (plan.n_tokens, plan.n_past);
+        match &self.graph {
+            Some((k, g)) if *k == key => {
+                g.launch().map_err(cuda_err)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn capture_begin(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
+        if std::env::var_os("TALLY_NO_GRAPH").is_some() {
+            return Ok(false);
+        }
+        self.graph = None;
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda_err)?;
+        Ok(true)
+    }
+
+    fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        let g = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda_err)?
+            .ok_or_else(|| EngineError::Cuda("graph capture produced no graph".into()))?;
+        g.launch().map_err(cuda_err)?;
+        self.graph = Some(((plan.n_tokens, plan.n_past), g));
+        Ok(())
+    }
+}
+
+impl CudaBackend {
+    fn write_rows<T: Copy + Default>(
+        &mut self,
+        plan: &Plan,
+        view: View,
+        data: &[T],
+    ) -> Result<(), EngineError> {
+        if data.len() != view.elems() {
+            return Err(EngineError::Internal(format!(
+                "{} values for a view of {} elements",
+                data.len(),
+                view.elems()
+            )));
+        }
+        self.sync()?;
+        let b = plan.buf(view.buf);
+        let base = self.slot_buf(plan, view.buf)?;
+        let stream = self.cu_stream();
+        if view.col0 == 0 && view.cols == b.cols {
+            return base.upload_at(view.row0 * b.cols * 4, data, stream);
+        }
+        for (i, row) in data.chunks_exact(view.cols).enumerate() {
+            base.upload_at(((view.row0 + i) * b.cols + view.col0) * 4, row, stream)?;
+        }
+        Ok(())
+    }
+}

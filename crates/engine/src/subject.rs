@@ -1,0 +1,207 @@
+//! tally as a ledger subject: the same protocols measure tally's backends and llama.cpp.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tally_ledger::routing::route;
+use tally_ledger::schema::{EngineInfo, GraphExport, ModelFacts, Routing};
+use tally_ledger::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError};
+use tally_model::export::export_graph;
+use tally_model::rng::Rng;
+use tally_model::{Model, Op, Plan};
+
+use crate::EngineError;
+use crate::backend::{Backend, Target};
+use crate::exec::Instrument;
+use crate::session::Session;
+
+/// A tally session under measurement.
+pub struct TallySubject<B: Backend> {
+    pub session: Session<B>,
+    /// Build identity (git commit).
+    pub version: String,
+    /// Prompt length of the last exported graph: standalone timing uses its plan.
+    graph_tokens: Option<usize>,
+}
+
+/// FNV-1a over the logits' bytes: replay must leave it unchanged.
+pub fn digest(v: &[f32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in v {
+        for b in x.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+    h
+}
+
+impl<B: Backend> TallySubject<B> {
+    pub fn new(session: Session<B>, version: String) -> Self {
+        TallySubject {
+            session,
+            version,
+            graph_tokens: None,
+        }
+    }
+
+    fn err(&self, e: EngineError) -> SubjectError {
+        SubjectError::Engine {
+            engine: "tally".into(),
+            message: e.to_string(),
+        }
+    }
+
+    fn model(&self) -> &Arc<Model> {
+        &self.session.model
+    }
+
+    /// Fills the inputs of node `i` for a standalone timing: the values of a real prefill of the
+    /// same length are already in the buffers; MoE routing is replaced as requested.
+    fn impose_routing(
+        &mut self,
+        plan: &Plan,
+        i: usize,
+        routing: Routing,
+        seed: u64,
+    ) -> Result<(), SubjectError> {
+        let node = &plan.nodes[i];
+        let Op::MoeMatMul { k, .. } = node.op else {
+            return Ok(());
+        };
+        if routing == Routing::Model {
+            return Ok(()); // the prefill left the model's own routing in place
+        }
+        let ids_view = node.inputs[1];
+        let n_experts = self.model().config.n_experts;
+        let table = route(ids_view.rows, n_experts, k, routing, seed).map_err(|e| {
+            SubjectError::Engine {
+                engine: "tally".into(),
+                message: e.to_string(),
+            }
+        })?;
+        let ids: Vec<i32> = table.into_iter().map(|x| x as i32).collect();
+        self.session
+            .backend
+            .write_i32(plan, ids_view, &ids)
+            .map_err(|e| self.err(e))
+    }
+}
+
+impl<B: Backend> Subject for TallySubject<B> {
+    fn info(&self) -> EngineInfo {
+        let m = self.model();
+        let c = &m.config;
+        EngineInfo {
+            engine: "tally".into(),
+            version: self.version.clone(),
+            backend: self.session.backend.name().into(),
+            device: self.session.backend.device(),
+            threads: self.session.backend.threads(),
+            model: ModelFacts {
+                path: m.path.display().to_string(),
+                file_bytes: m.file.file_bytes(),
+                arch: tally_model::config::ARCH.into(),
+                n_layers: c.n_layers as u32,
+                n_vocab: c.vocab as u32,
+                n_experts: c.n_experts as u32,
+                n_experts_used: c.n_experts_used as u32,
+            },
+        }
+    }
+
+    fn graph(&mut self, n_tokens: usize) -> Result<GraphExport, SubjectError> {
+        let plan = self.session.plan(n_tokens, 0).map_err(|e| self.err(e))?;
+        self.graph_tokens = Some(n_tokens);
+        let info = self.info();
+        let m = self.model();
+        Ok(export_graph(&plan, &m.config, &m.file, info))
+    }
+
+    fn prefill(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, SubjectError> {
+        let t0 = Instant::now();
+        let (logits, stats) = match mode {
+            RunMode::Plain => self.session.prefill_plain(tokens),
+            other => {
+                let mut hook = Instrument::new(other);
+                self.session.prefill_with(tokens, &mut hook)
+            }
+        }
+        .map_err(|e| self.err(e))?;
+        let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(RunOutcome {
+            wall_ms,
+            output_digest: digest(&logits),
+            dispatches: stats.dispatches,
+        })
+    }
+
+    fn decode(&mut self, prompt: &[u32], n_gen: usize) -> Result<RunOutcome, SubjectError> {
+        let vocab = self.model().config.vocab as u64;
+        self.session.prefill(prompt).map_err(|e| self.err(e))?;
+        let mut rng = Rng::new(prompt.len() as u64 ^ 0x5eed);
+        let mut last = Vec::new();
+        let t0 = Instant::now();
+        let mut dispatches = 0;
+        for _ in 0..n_gen {
+            let id = rng.below(vocab) as u32;
+            last = self.session.decode(id).map_err(|e| self.err(e))?;
+            dispatches += self
+                .session
+                .plan(1, self.session.n_past() - 1)
+                .map(|p| p.nodes.len() as u64)
+                .unwrap_or(0);
+        }
+        Ok(RunOutcome {
+            wall_ms: t0.elapsed().as_secs_f64() * 1e3,
+            output_digest: digest(&last),
+            dispatches,
+        })
+    }
+
+    fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
+        let n_tokens = self.graph_tokens.ok_or_else(|| {
+            self.err(EngineError::Internal(
+                "time_op before graph(): the node's plan is unknown".into(),
+            ))
+        })?;
+        let plan = self.session.plan(n_tokens, 0).map_err(|e| self.err(e))?;
+        let i = req.node.index as usize;
+        if plan.nodes.get(i).is_none_or(|n| n.name != req.node.name) {
+            return Err(self.err(EngineError::Internal(format!(
+                "node {} ({}) is not in the plan of {n_tokens} tokens",
+                req.node.index, req.node.name
+            ))));
+        }
+        // Realistic inputs: the values a real prefill of the same length leaves in the buffers.
+        let vocab = self.model().config.vocab as u64;
+        let mut rng = Rng::new(req.seed);
+        let ids: Vec<u32> = (0..n_tokens).map(|_| rng.below(vocab) as u32).collect();
+        self.session.prefill(&ids).map_err(|e| self.err(e))?;
+        self.impose_routing(&plan, i, req.routing, req.seed)?;
+        time_dispatch(&mut self.session.backend, &plan, i, req.warmup, req.reps)
+            .map_err(|e| self.err(e))
+    }
+}
+
+/// Times dispatches of node `i` alone (outputs to scratch, a barrier on each side).
+pub fn time_dispatch<B: Backend>(
+    b: &mut B,
+    plan: &Plan,
+    i: usize,
+    warmup: usize,
+    reps: usize,
+) -> Result<Vec<f64>, EngineError> {
+    for _ in 0..warmup {
+        b.dispatch(plan, i, Target::Scratch)?;
+    }
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        b.barrier()?;
+        let t0 = Instant::now();
+        b.dispatch(plan, i, Target::Scratch)?;
+        b.barrier()?;
+        samples.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(samples)
+}

@@ -1,0 +1,540 @@
+//! The noise gate at work: runs interleaved windows of several series (subjects x run modes),
+//! reads the machine's load and the subjects' busy reports around each window, discards busy
+//! or outlier-ridden windows, re-measures them within a retry budget, and records everything.
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::LedgerError;
+use crate::noise::{
+    DiscardReason, MachineProbe, NoProbe, NoiseConfig, ProbeChoice, ProcProbe, load_reasons,
+    window_load, window_order,
+};
+use crate::stats::{Stats, outliers};
+use crate::subject::{OpTimingRequest, RunMode, Subject};
+
+/// What one run of a series does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    /// A prefill of the prompt, instrumented as `mode` says.
+    Prefill {
+        /// Instrumentation.
+        mode: RunMode,
+    },
+    /// `n_gen` decode steps after an untimed prefill of the prompt.
+    Decode {
+        /// Tokens generated.
+        n_gen: u32,
+    },
+}
+
+/// One series of a group: which engine does what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SeriesSpec {
+    /// Position of the subject in the run (0 = A, 1 = B): engines may share a name when one
+    /// engine is compared at two commits.
+    pub subject: u32,
+    /// Engine name.
+    pub engine: String,
+    /// Human label (`plain`, `observe(dense_proj)`, `replay(dense_proj) x2`).
+    pub label: String,
+    /// The run.
+    pub action: Action,
+}
+
+/// A series to run, with the index of its subject in the slice given to [`Gate::run_group`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEntry {
+    /// Index into the subjects slice.
+    pub subject: usize,
+    /// The series.
+    pub spec: SeriesSpec,
+}
+
+/// What one run returned.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunSample {
+    /// Wall time.
+    pub wall_ms: f64,
+    /// Hash of the real outputs.
+    pub output_digest: u64,
+    /// Dispatches through the engine's executor.
+    pub dispatches: u64,
+}
+
+/// Whether a window counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowStatus {
+    /// Warm-up: recorded, not used.
+    Warmup,
+    /// Used for statistics.
+    Kept,
+    /// Discarded by the gate (see its reasons) and re-measured.
+    Discarded,
+}
+
+/// One window: every series of the group run once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WindowRecord {
+    /// Sequence number in the group (warm-ups included).
+    pub seq: u32,
+    /// Whether it counts.
+    pub status: WindowStatus,
+    /// One run per series, indexed like `GroupRecord::series`.
+    pub runs: Vec<RunSample>,
+    /// Machine load over the window, when read.
+    pub load: Option<crate::noise::WindowLoad>,
+    /// Why it was discarded (empty when kept).
+    pub reasons: Vec<DiscardReason>,
+}
+
+/// All windows of one group, kept and discarded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupRecord {
+    /// What the group measures.
+    pub what: String,
+    /// The series, in entry order.
+    pub series: Vec<SeriesSpec>,
+    /// Every window in run order.
+    pub windows: Vec<WindowRecord>,
+    /// The retry budget ran out: figures come from fewer or noisier windows than asked.
+    pub exhausted: bool,
+}
+
+impl GroupRecord {
+    /// Kept windows.
+    pub fn kept(&self) -> impl Iterator<Item = &WindowRecord> {
+        self.windows
+            .iter()
+            .filter(|w| w.status == WindowStatus::Kept)
+    }
+
+    /// Kept runs of a series.
+    pub fn runs(&self, series: usize) -> Vec<RunSample> {
+        self.kept()
+            .filter_map(|w| w.runs.get(series).copied())
+            .collect()
+    }
+
+    /// Kept wall times of a series.
+    pub fn samples_ms(&self, series: usize) -> Vec<f64> {
+        self.runs(series).iter().map(|r| r.wall_ms).collect()
+    }
+
+    /// Statistics of a series' kept wall times.
+    pub fn stats(&self, series: usize) -> Option<Stats> {
+        Stats::of(&self.samples_ms(series))
+    }
+
+    /// Paired differences `b - a` of two series over kept windows (adjacent runs, so drift
+    /// cancels).
+    pub fn paired_ms(&self, a: usize, b: usize) -> Vec<f64> {
+        self.kept()
+            .filter_map(|w| Some(w.runs.get(b)?.wall_ms - w.runs.get(a)?.wall_ms))
+            .collect()
+    }
+
+    /// Discarded windows.
+    pub fn discards(&self) -> usize {
+        self.windows
+            .iter()
+            .filter(|w| w.status == WindowStatus::Discarded)
+            .count()
+    }
+
+    /// Distinct discard reasons, in first-seen order.
+    pub fn discard_reasons(&self) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for r in self.windows.iter().flat_map(|w| &w.reasons) {
+            let s = r.to_string();
+            if seen.insert(s.clone()) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Indices of the series of one subject (its position in the run).
+    pub fn series_of(&self, subject: u32) -> Vec<usize> {
+        (0..self.series.len())
+            .filter(|&i| self.series[i].subject == subject)
+            .collect()
+    }
+
+    /// The same record restricted to some series (one subject's view of a shared group);
+    /// windows keep their status and reasons.
+    pub fn select(&self, series: &[usize]) -> GroupRecord {
+        GroupRecord {
+            what: self.what.clone(),
+            series: series
+                .iter()
+                .filter_map(|&i| self.series.get(i).cloned())
+                .collect(),
+            windows: self
+                .windows
+                .iter()
+                .map(|w| WindowRecord {
+                    runs: series
+                        .iter()
+                        .filter_map(|&i| w.runs.get(i).copied())
+                        .collect(),
+                    ..w.clone()
+                })
+                .collect(),
+            exhausted: self.exhausted,
+        }
+    }
+}
+
+/// One call of `Subject::time_op` under the gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OpAttempt {
+    /// Per-call samples.
+    pub samples_ms: Vec<f64>,
+    /// Machine load over the call.
+    pub load: Option<crate::noise::WindowLoad>,
+    /// Why it was discarded (empty when used).
+    pub reasons: Vec<DiscardReason>,
+}
+
+/// Every attempt at timing one op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OpSampleRecord {
+    /// Attempts in order.
+    pub attempts: Vec<OpAttempt>,
+    /// Index of the attempt whose samples are used (the first clean one, or the last when the
+    /// retry budget ran out).
+    pub used: usize,
+    /// The retry budget ran out.
+    pub exhausted: bool,
+}
+
+impl OpSampleRecord {
+    /// The samples used for statistics.
+    pub fn used_samples(&self) -> &[f64] {
+        self.attempts
+            .get(self.used)
+            .map_or(&[], |a| a.samples_ms.as_slice())
+    }
+
+    /// Discarded attempts (an attempt used because the budget ran out is not one).
+    pub fn discards(&self) -> usize {
+        self.attempts
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| *i != self.used && !a.reasons.is_empty())
+            .count()
+    }
+}
+
+/// Runs windows under the noise gate's rules.
+pub struct Gate {
+    cfg: NoiseConfig,
+    probe: Box<dyn MachineProbe>,
+}
+
+fn check_sample(engine: &str, what: &str, value_ms: f64) -> Result<(), LedgerError> {
+    if value_ms.is_finite() && value_ms >= 0.0 {
+        Ok(())
+    } else {
+        Err(LedgerError::BadSample {
+            engine: engine.to_string(),
+            what: what.to_string(),
+            value_ms,
+        })
+    }
+}
+
+impl Gate {
+    /// A gate with an explicit load probe (tests inject fakes here).
+    pub fn new(cfg: NoiseConfig, probe: Box<dyn MachineProbe>) -> Result<Gate, LedgerError> {
+        cfg.validate()?;
+        Ok(Gate { cfg, probe })
+    }
+
+    /// A gate reading the machine as `cfg.probe` says.
+    pub fn from_config(cfg: &NoiseConfig) -> Result<Gate, LedgerError> {
+        let probe: Box<dyn MachineProbe> = match cfg.probe {
+            ProbeChoice::Proc => Box::new(ProcProbe),
+            ProbeChoice::Off => Box::new(NoProbe),
+        };
+        Gate::new(cfg.clone(), probe)
+    }
+
+    /// The rules in force.
+    pub fn config(&self) -> &NoiseConfig {
+        &self.cfg
+    }
+
+    fn busy(
+        &mut self,
+        subjects: &mut [&mut dyn Subject],
+        involved: &[usize],
+        engines: &[String],
+    ) -> Vec<DiscardReason> {
+        involved
+            .iter()
+            .filter_map(|&i| {
+                let reason = subjects[i].busy_reason()?;
+                Some(DiscardReason::SubjectBusy {
+                    engine: engines[i].clone(),
+                    reason,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs `entries` in interleaved windows until `cfg.windows` clean windows are kept (or the
+    /// retry budget runs out), then drops windows holding an outlier of any series and
+    /// re-measures them. `tokens` is the prompt for every run.
+    pub fn run_group(
+        &mut self,
+        subjects: &mut [&mut dyn Subject],
+        tokens: &[u32],
+        entries: &[GroupEntry],
+        what: &str,
+    ) -> Result<GroupRecord, LedgerError> {
+        if entries.is_empty()
+            || entries
+                .iter()
+                .any(|e| e.subject >= subjects.len() || e.spec.subject as usize != e.subject)
+        {
+            return Err(LedgerError::Config(format!(
+                "{what}: a group needs at least one series, each naming one of the {} subjects",
+                subjects.len()
+            )));
+        }
+        let engines: Vec<String> = subjects.iter().map(|s| s.info().engine).collect();
+        let involved: Vec<usize> = entries
+            .iter()
+            .map(|e| e.subject)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let threads = involved
+            .iter()
+            .map(|&i| subjects[i].info().threads.unwrap_or(1))
+            .max()
+            .unwrap_or(1);
+        let mut record = GroupRecord {
+            what: what.to_string(),
+            series: entries.iter().map(|e| e.spec.clone()).collect(),
+            windows: Vec::new(),
+            exhausted: false,
+        };
+        let mut seq = 0u32;
+        for _ in 0..self.cfg.warmup_windows {
+            let runs = self.run_window(subjects, tokens, entries, seq as usize)?;
+            record.windows.push(WindowRecord {
+                seq,
+                status: WindowStatus::Warmup,
+                runs,
+                load: None,
+                reasons: Vec::new(),
+            });
+            seq += 1;
+        }
+        let mut discards = 0usize;
+        loop {
+            let kept = record.kept().count();
+            if kept >= self.cfg.windows {
+                let flagged = self.outlier_windows(&record);
+                if flagged.is_empty() {
+                    break;
+                }
+                if discards + flagged.len() > self.cfg.max_retries {
+                    record.exhausted = true;
+                    break;
+                }
+                for (w, reasons) in flagged {
+                    record.windows[w].status = WindowStatus::Discarded;
+                    record.windows[w].reasons = reasons;
+                    discards += 1;
+                }
+                continue;
+            }
+            let before = self.probe.sample();
+            let mut reasons = self.busy(subjects, &involved, &engines);
+            let runs = self.run_window(subjects, tokens, entries, seq as usize)?;
+            let after = self.probe.sample();
+            reasons.extend(self.busy(subjects, &involved, &engines));
+            let load = before.zip(after).map(|(b, a)| window_load(&b, &a, threads));
+            if let Some(l) = &load {
+                reasons.extend(load_reasons(l, &self.cfg));
+            }
+            let status = if reasons.is_empty() {
+                WindowStatus::Kept
+            } else {
+                discards += 1;
+                WindowStatus::Discarded
+            };
+            record.windows.push(WindowRecord {
+                seq,
+                status,
+                runs,
+                load,
+                reasons,
+            });
+            seq += 1;
+            if discards > self.cfg.max_retries {
+                record.exhausted = true;
+                break;
+            }
+        }
+        if record.kept().count() == 0 {
+            return Err(LedgerError::NoCleanWindow {
+                what: what.to_string(),
+                discards,
+                reasons: record.discard_reasons().join("; "),
+            });
+        }
+        Ok(record)
+    }
+
+    fn run_window(
+        &mut self,
+        subjects: &mut [&mut dyn Subject],
+        tokens: &[u32],
+        entries: &[GroupEntry],
+        window: usize,
+    ) -> Result<Vec<RunSample>, LedgerError> {
+        let mut runs = vec![None; entries.len()];
+        for i in window_order(entries.len(), window, self.cfg.interleave) {
+            let e = &entries[i];
+            let subject = &mut *subjects[e.subject];
+            let out = match &e.spec.action {
+                Action::Prefill { mode } => subject.prefill(tokens, mode)?,
+                Action::Decode { n_gen } => subject.decode(tokens, *n_gen as usize)?,
+            };
+            check_sample(&e.spec.engine, &e.spec.label, out.wall_ms)?;
+            runs[i] = Some(RunSample {
+                wall_ms: out.wall_ms,
+                output_digest: out.output_digest,
+                dispatches: out.dispatches,
+            });
+        }
+        Ok(runs.into_iter().flatten().collect())
+    }
+
+    /// Kept windows (positions in `record.windows`) holding an outlier, with the reasons.
+    fn outlier_windows(&self, record: &GroupRecord) -> Vec<(usize, Vec<DiscardReason>)> {
+        let kept: Vec<usize> = (0..record.windows.len())
+            .filter(|&i| record.windows[i].status == WindowStatus::Kept)
+            .collect();
+        // Below three windows a median and MAD say nothing about outliers.
+        if kept.len() < 3 {
+            return Vec::new();
+        }
+        let mut flagged: Vec<(usize, Vec<DiscardReason>)> = Vec::new();
+        for (s, spec) in record.series.iter().enumerate() {
+            let xs: Vec<f64> = kept
+                .iter()
+                .map(|&w| record.windows[w].runs[s].wall_ms)
+                .collect();
+            let Some((idx, threshold_ms)) =
+                outliers(&xs, self.cfg.outlier_mads, self.cfg.outlier_floor_ratio)
+            else {
+                continue;
+            };
+            let median_ms = crate::stats::median(&xs).unwrap_or(0.0);
+            for i in idx {
+                let reason = DiscardReason::Outlier {
+                    series: format!("{} {}", spec.engine, spec.label),
+                    value_ms: xs[i],
+                    median_ms,
+                    threshold_ms,
+                };
+                match flagged.iter_mut().find(|(w, _)| *w == kept[i]) {
+                    Some((_, r)) => r.push(reason),
+                    None => flagged.push((kept[i], vec![reason])),
+                }
+            }
+        }
+        flagged.sort_by_key(|(w, _)| *w);
+        flagged
+    }
+
+    /// Times one op standalone under the gate: a call made while the machine was busy, or
+    /// whose samples are more than `max_outlier_ratio` outliers, is discarded and repeated.
+    pub fn time_op(
+        &mut self,
+        subject: &mut dyn Subject,
+        req: &OpTimingRequest<'_>,
+    ) -> Result<OpSampleRecord, LedgerError> {
+        let info = subject.info();
+        let threads = info.threads.unwrap_or(1);
+        let what = format!("time_op {}", req.node.name);
+        let mut record = OpSampleRecord {
+            attempts: Vec::new(),
+            used: 0,
+            exhausted: false,
+        };
+        loop {
+            let before = self.probe.sample();
+            let mut reasons: Vec<DiscardReason> = subject
+                .busy_reason()
+                .map(|reason| DiscardReason::SubjectBusy {
+                    engine: info.engine.clone(),
+                    reason,
+                })
+                .into_iter()
+                .collect();
+            let samples_ms = subject.time_op(req)?;
+            let after = self.probe.sample();
+            if let Some(reason) = subject.busy_reason() {
+                reasons.push(DiscardReason::SubjectBusy {
+                    engine: info.engine.clone(),
+                    reason,
+                });
+            }
+            if samples_ms.is_empty() {
+                return Err(LedgerError::BadSample {
+                    engine: info.engine,
+                    what: format!("{what} (no samples)"),
+                    value_ms: f64::NAN,
+                });
+            }
+            for &s in &samples_ms {
+                check_sample(&info.engine, &what, s)?;
+            }
+            let load = before.zip(after).map(|(b, a)| window_load(&b, &a, threads));
+            if let Some(l) = &load {
+                reasons.extend(load_reasons(l, &self.cfg));
+            }
+            if let Some((idx, _)) = outliers(
+                &samples_ms,
+                self.cfg.outlier_mads,
+                self.cfg.outlier_floor_ratio,
+            ) && idx.len() as f64 > self.cfg.max_outlier_ratio * samples_ms.len() as f64
+            {
+                reasons.push(DiscardReason::TooManyOutliers {
+                    outliers: idx.len(),
+                    samples: samples_ms.len(),
+                    limit_ratio: self.cfg.max_outlier_ratio,
+                });
+            }
+            let clean = reasons.is_empty();
+            record.attempts.push(OpAttempt {
+                samples_ms,
+                load,
+                reasons,
+            });
+            record.used = record.attempts.len() - 1;
+            if clean {
+                return Ok(record);
+            }
+            if record.attempts.len() > self.cfg.max_retries {
+                record.exhausted = true;
+                return Ok(record);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

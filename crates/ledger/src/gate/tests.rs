@@ -1,0 +1,245 @@
+use std::collections::VecDeque;
+
+use super::*;
+use crate::category::Category;
+use crate::fake::{FakeCosts, FakeSubject, ToyGraph, toy_graph};
+use crate::noise::{CpuTimes, Interleave, LoadSample};
+use crate::schema::{EngineInfo, GraphExport, Routing};
+use crate::subject::{RunOutcome, SubjectError};
+
+/// A probe replaying scripted readings (then idle ones).
+struct Scripted(VecDeque<LoadSample>);
+
+impl MachineProbe for Scripted {
+    fn sample(&mut self) -> Option<LoadSample> {
+        Some(self.0.pop_front().unwrap_or(LoadSample {
+            loadavg_1m: 0.0,
+            cpu: None,
+            n_cpus: 4,
+        }))
+    }
+}
+
+fn load(loadavg_1m: f64, busy: u64, total: u64) -> LoadSample {
+    LoadSample {
+        loadavg_1m,
+        cpu: Some(CpuTimes {
+            busy_ticks: busy,
+            total_ticks: total,
+        }),
+        n_cpus: 4,
+    }
+}
+
+fn cfg() -> NoiseConfig {
+    NoiseConfig {
+        warmup_windows: 0,
+        windows: 3,
+        max_retries: 2,
+        ..NoiseConfig::default()
+    }
+}
+
+fn fake(engine: &str) -> FakeSubject {
+    let mut costs = FakeCosts::default();
+    costs.node_ms.insert(Category::DenseProj, 1.0);
+    FakeSubject::new(
+        toy_graph(&ToyGraph {
+            engine: engine.into(),
+            ..ToyGraph::default()
+        }),
+        costs,
+    )
+}
+
+fn plain(subject: usize, engine: &str) -> GroupEntry {
+    GroupEntry {
+        subject,
+        spec: SeriesSpec {
+            subject: subject as u32,
+            engine: engine.into(),
+            label: "plain".into(),
+            action: Action::Prefill {
+                mode: RunMode::Plain,
+            },
+        },
+    }
+}
+
+#[test]
+fn cpu_busy_window_is_discarded_with_the_load_recorded() {
+    // Window 1: 4 CPUs, 300 of 400 ticks busy = 3 cores, subject 1 thread: 2 other cores busy.
+    let probe = Scripted(VecDeque::from([load(0.5, 0, 1000), load(0.5, 300, 1400)]));
+    let mut gate = Gate::new(cfg(), Box::new(probe)).unwrap();
+    let mut a = fake("a");
+    let rec = gate
+        .run_group(&mut [&mut a], &[1, 2], &[plain(0, "a")], "t")
+        .unwrap();
+    assert_eq!(rec.windows.len(), 4);
+    assert_eq!(rec.discards(), 1);
+    let w = &rec.windows[0];
+    assert_eq!(w.status, WindowStatus::Discarded);
+    assert_eq!(w.load.as_ref().unwrap().other_busy_cores, Some(2.0));
+    assert_eq!(
+        rec.discard_reasons(),
+        vec!["CPU busy: 2.00 cores used by other processes (limit 0.50)"]
+    );
+    // The discarded run is kept in the record, its samples too.
+    assert_eq!(w.runs[0].wall_ms, 12.0);
+    assert_eq!(rec.samples_ms(0), vec![12.0, 12.0, 12.0]);
+}
+
+#[test]
+fn a_machine_busy_throughout_ends_in_a_typed_error() {
+    let busy: VecDeque<LoadSample> = (0..20).map(|_| load(9.0, 0, 1)).collect();
+    let mut gate = Gate::new(cfg(), Box::new(Scripted(busy))).unwrap();
+    let mut a = fake("a");
+    let err = gate
+        .run_group(&mut [&mut a], &[1], &[plain(0, "a")], "e2e: prefill")
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "e2e: prefill: no clean window after 3 discards (load average 9.00 with 1 subject \
+         threads (limit +1.50))"
+    );
+}
+
+#[test]
+fn outliers_beyond_the_budget_are_kept_and_flagged() {
+    let mut a = fake("a");
+    a.faults.spike_prefills = vec![0, 3, 4, 5]; // more spikes than retries
+    let mut gate = Gate::new(cfg(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], &[1], &[plain(0, "a")], "t")
+        .unwrap();
+    assert!(rec.exhausted);
+    assert_eq!(rec.kept().count(), 3);
+}
+
+#[test]
+fn forward_and_mirror_interleaving() {
+    let (mut a, mut b) = (fake("a"), fake("b"));
+    let entries = [plain(0, "a"), plain(1, "b")];
+    let mut gate = Gate::new(
+        NoiseConfig {
+            interleave: Interleave::Forward,
+            ..cfg()
+        },
+        Box::new(NoProbe),
+    )
+    .unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a, &mut b], &[1], &entries, "t")
+        .unwrap();
+    assert_eq!(rec.series_of(1), vec![1]);
+    assert_eq!(rec.select(&[1]).series[0].engine, "b");
+    assert_eq!(a.calls.len(), 3);
+    assert_eq!(b.calls.len(), 3);
+    let bad = [plain(2, "c")];
+    let err = gate.run_group(&mut [&mut a], &[1], &bad, "t").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration: t: a group needs at least one series, each naming one of the 1 subjects"
+    );
+}
+
+/// A subject whose `time_op` returns scripted sample sets.
+struct Scripts {
+    engine: EngineInfo,
+    sets: VecDeque<Vec<f64>>,
+    busy: VecDeque<bool>,
+}
+
+impl Subject for Scripts {
+    fn info(&self) -> EngineInfo {
+        self.engine.clone()
+    }
+    fn graph(&mut self, _: usize) -> Result<GraphExport, SubjectError> {
+        unreachable!()
+    }
+    fn prefill(&mut self, _: &[u32], _: &RunMode) -> Result<RunOutcome, SubjectError> {
+        unreachable!()
+    }
+    fn decode(&mut self, _: &[u32], _: usize) -> Result<RunOutcome, SubjectError> {
+        unreachable!()
+    }
+    fn time_op(&mut self, _: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
+        Ok(self.sets.pop_front().unwrap_or_default())
+    }
+    fn busy_reason(&mut self) -> Option<String> {
+        self.busy
+            .pop_front()
+            .unwrap_or(false)
+            .then(|| "other GPU process".into())
+    }
+}
+
+#[test]
+fn op_timing_remeasures_noisy_and_busy_calls() {
+    let g = toy_graph(&ToyGraph::default());
+    let mut s = Scripts {
+        engine: g.engine.clone(),
+        // 1st: busy before; 2nd: 3 of 10 samples wild (> 20%); 3rd: clean.
+        sets: VecDeque::from([
+            vec![1.0; 10],
+            vec![1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0, 9.0, 9.0],
+            vec![1.0, 1.01, 0.99, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        ]),
+        busy: VecDeque::from([true]),
+    };
+    let req = OpTimingRequest {
+        node: &g.nodes[2],
+        routing: Routing::Realistic,
+        seed: 1,
+        warmup: 1,
+        reps: 10,
+    };
+    let mut gate = Gate::new(
+        NoiseConfig {
+            max_retries: 5,
+            ..cfg()
+        },
+        Box::new(NoProbe),
+    )
+    .unwrap();
+    let rec = gate.time_op(&mut s, &req).unwrap();
+    assert_eq!(rec.attempts.len(), 3);
+    assert_eq!((rec.used, rec.discards(), rec.exhausted), (2, 2, false));
+    assert_eq!(
+        rec.attempts[0].reasons[0].to_string(),
+        "toy busy: other GPU process"
+    );
+    assert_eq!(
+        rec.attempts[1].reasons[0].to_string(),
+        "3 of 10 samples are outliers (limit 20%)"
+    );
+    assert_eq!(rec.used_samples().len(), 10);
+    // An empty answer is a typed error.
+    let err = gate.time_op(&mut s, &req).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "toy: time_op blk.0.attn_q (no samples) returned an invalid time NaN ms"
+    );
+}
+
+#[test]
+fn negative_times_are_rejected() {
+    let g = toy_graph(&ToyGraph::default());
+    let mut s = Scripts {
+        engine: g.engine.clone(),
+        sets: VecDeque::from([vec![1.0, -0.5]]),
+        busy: VecDeque::new(),
+    };
+    let req = OpTimingRequest {
+        node: &g.nodes[2],
+        routing: Routing::Realistic,
+        seed: 1,
+        warmup: 0,
+        reps: 2,
+    };
+    let mut gate = Gate::new(cfg(), Box::new(NoProbe)).unwrap();
+    assert_eq!(
+        gate.time_op(&mut s, &req).unwrap_err().to_string(),
+        "toy: time_op blk.0.attn_q returned an invalid time -0.5 ms"
+    );
+}

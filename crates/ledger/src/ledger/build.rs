@@ -1,0 +1,375 @@
+//! Building the ledger from two measurements.
+
+use super::*;
+use crate::deadwork::DeadWorkReport;
+use crate::graph::CategoryCount;
+use crate::opbench::CategoryStandalone;
+use crate::replay::CategoryReplay;
+
+/// Everything one side knows about one category.
+struct Known<'a> {
+    count: CategoryCount,
+    in_graph: Option<&'a CategoryReplay>,
+    in_graph_usable: bool,
+    standalone: Option<&'a CategoryStandalone>,
+    standalone_usable: bool,
+}
+
+fn known<'a>(m: &'a Measurement, c: Category, cfg: &LedgerConfig) -> Known<'a> {
+    let in_graph = m.replay.as_ref().and_then(|r| r.category(c));
+    let replay_trusted = m.replay.as_ref().is_some_and(|r| r.trusted);
+    let standalone = m.opbench.as_ref().and_then(|o| o.category(c));
+    Known {
+        count: m.graph.category(c),
+        in_graph_usable: in_graph
+            .is_some_and(|r| r.trusted && (replay_trusted || cfg.allow_untrusted_replay)),
+        in_graph,
+        standalone_usable: standalone.is_some_and(|s| s.untimed_nodes == 0),
+        standalone,
+    }
+}
+
+impl Known<'_> {
+    fn absent(&self) -> bool {
+        self.count.nodes == 0
+    }
+
+    fn figure(&self, source: FigureSource, min_samples: usize) -> Figure {
+        match source {
+            FigureSource::InGraph => {
+                let r = self.in_graph.map(|r| &r.increment);
+                Figure {
+                    value_ms: r.map_or(0.0, |s| s.median_ms),
+                    spread_ms: r.map_or(0.0, |s| s.iqr_ms),
+                    samples: r.map_or(0, |s| s.n),
+                }
+            }
+            FigureSource::Standalone => {
+                let s = self.standalone;
+                Figure {
+                    value_ms: s.map_or(0.0, |s| s.ms),
+                    spread_ms: s.map_or(0.0, |s| s.spread_ms),
+                    samples: s.map_or(0, |s| s.samples),
+                }
+            }
+            // No work on this side: exactly 0, as certain as the gate requires.
+            FigureSource::Absent => Figure {
+                value_ms: 0.0,
+                spread_ms: 0.0,
+                samples: min_samples,
+            },
+            FigureSource::Missing => Figure {
+                value_ms: 0.0,
+                spread_ms: 0.0,
+                samples: 0,
+            },
+        }
+    }
+
+    fn best(&self) -> FigureSource {
+        if self.absent() {
+            FigureSource::Absent
+        } else if self.in_graph_usable {
+            FigureSource::InGraph
+        } else if self.standalone_usable {
+            FigureSource::Standalone
+        } else {
+            FigureSource::Missing
+        }
+    }
+}
+
+/// Both sides use in-graph figures when both have usable ones, else standalone when both have
+/// them, else each its best (a mixed row).
+fn choose(a: &Known<'_>, b: &Known<'_>) -> (RowMethod, FigureSource, FigureSource) {
+    let pick = |k: &Known<'_>, want: FigureSource| {
+        if k.absent() {
+            Some(FigureSource::Absent)
+        } else {
+            let ok = match want {
+                FigureSource::InGraph => k.in_graph_usable,
+                _ => k.standalone_usable,
+            };
+            ok.then_some(want)
+        }
+    };
+    for (method, want) in [
+        (RowMethod::InGraph, FigureSource::InGraph),
+        (RowMethod::Standalone, FigureSource::Standalone),
+    ] {
+        if let (Some(x), Some(y)) = (pick(a, want), pick(b, want)) {
+            return (method, x, y);
+        }
+    }
+    (RowMethod::Mixed, a.best(), b.best())
+}
+
+fn side(m: &Measurement, k: &Known<'_>, source: FigureSource, fig: &Figure) -> Side {
+    let c = &k.count;
+    let ms = fig.value_ms;
+    let moved = c.bytes_read + c.bytes_written;
+    let gbps_v = gbps(moved, ms);
+    let tflops_v = tflops(c.flops, ms);
+    let peak_gbps = m.machine.peak_gbps.filter(|&p| p > 0.0);
+    let peak_tflops = m.machine.peak_tflops.filter(|&p| p > 0.0);
+    Side {
+        ms,
+        spread_ms: fig.spread_ms,
+        samples: fig.samples,
+        source,
+        in_graph_ms: k.in_graph.map(|r| r.increment.median_ms),
+        in_graph_trusted: k.in_graph_usable,
+        standalone_ms: k.standalone.map(|s| s.ms),
+        standalone_first_k_ms: k.standalone.and_then(|s| s.first_k_ms),
+        share_ratio: 0.0,
+        nodes: c.nodes,
+        bytes_read: c.bytes_read,
+        bytes_written: c.bytes_written,
+        gbps: gbps_v,
+        gbps_of_peak_ratio: gbps_v.zip(peak_gbps).map(|(g, p)| g / p),
+        weight_bytes: c.weight_bytes,
+        weight_params: c.weight_params,
+        bits_per_weight: bits_per_weight(c.weight_bytes, c.weight_params),
+        flops: c.flops,
+        tflops: tflops_v,
+        tflops_of_peak_ratio: tflops_v.zip(peak_tflops).map(|(t, p)| t / p),
+        roofline: roofline(moved, c.flops, peak_gbps, peak_tflops),
+        top_kernel: k.standalone.and_then(|s| s.top_op.clone()),
+        wasted_flops: m
+            .dead_work
+            .by_category
+            .iter()
+            .find(|w| w.category == c.category)
+            .map_or(0, |w| w.wasted_flops),
+    }
+}
+
+fn row_verdict(v: Verdict) -> RowVerdict {
+    match v {
+        Verdict::Slower => RowVerdict::Attack,
+        Verdict::Faster | Verdict::Even => RowVerdict::LeaveAlone,
+        Verdict::NoVerdict => RowVerdict::NoVerdict,
+    }
+}
+
+fn label(e: &EngineInfo) -> String {
+    format!("{}@{} ({})", e.engine, e.version, e.backend)
+}
+
+fn examples(d: &DeadWorkReport) -> Vec<String> {
+    d.dead
+        .iter()
+        .map(|w| format!("{} (dead)", w.name))
+        .chain(d.partial.iter().map(|w| {
+            format!(
+                "{} ({} of {} rows needed)",
+                w.name,
+                w.rows_needed,
+                w.rows_computed.unwrap_or(1)
+            )
+        }))
+        .take(8)
+        .collect()
+}
+
+fn summary(m: &Measurement, category_sum_ms: f64) -> SideSummary {
+    let ob = m.opbench.as_ref();
+    let cov = ob.and_then(|o| o.coverage.as_ref());
+    let rp = m.replay.as_ref();
+    let d = &m.dead_work;
+    SideSummary {
+        label: label(&m.engine),
+        engine: m.engine.clone(),
+        machine: m.machine.clone(),
+        e2e_prefill_ms: m.e2e.prefill.stats.median_ms,
+        e2e_prefill_spread_ms: m.e2e.prefill.stats.iqr_ms,
+        prefill_tok_s: m.e2e.prefill_tok_s,
+        decode_tok_s: m.e2e.decode.as_ref().and_then(|d| d.tok_s),
+        category_sum_ms,
+        standalone_coverage_ratio: cov.map(|c| c.coverage_ratio),
+        standalone_first_k_coverage_ratio: cov.and_then(|c| c.first_k_coverage_ratio),
+        in_graph_sum_ms: rp.map(|r| r.sum_of_increments_ms),
+        observe_all_ms: rp.map(|r| r.observe_all.median_ms),
+        in_graph_coverage_ratio: rp.and_then(|r| {
+            (r.observe_all.median_ms > 0.0)
+                .then(|| r.sum_of_increments_ms / r.observe_all.median_ms)
+        }),
+        observation_cost_ms: rp.map(|r| r.observation.cost_ms),
+        observation_cost_ratio: rp.and_then(|r| r.observation.cost_ratio),
+        replay_trusted: rp.map(|r| r.trusted),
+        replay_problems: rp.map_or_else(Vec::new, |r| {
+            r.problems.iter().map(ToString::to_string).collect()
+        }),
+        graph_ok: m.graph.ok(),
+        graph_issues: m.graph.issues.iter().map(ToString::to_string).collect(),
+        probe: m.probe.clone(),
+        dead_nodes: d.dead.len() as u64,
+        partial_nodes: d.partial.len() as u64,
+        dead_work_examples: examples(d),
+        wasted_flops: d.wasted_flops,
+        wasted_flops_ratio: d.wasted_flops_ratio(),
+        wasted_bytes: d.wasted_bytes,
+        wasted_bytes_ratio: d.wasted_bytes_ratio(),
+        gate_discards: m.e2e.prefill.group.discards()
+            + m.e2e
+                .decode
+                .as_ref()
+                .map_or(0, |d| d.series.group.discards())
+            + ob.map_or(0, |o| o.discards)
+            + rp.map_or(0, |r| r.discards),
+        gate_exhausted: m.e2e.prefill.group.exhausted
+            || ob.is_some_and(|o| o.exhausted)
+            || rp.is_some_and(|r| {
+                r.problems
+                    .iter()
+                    .any(|p| matches!(p, crate::replay::ReplayProblem::GateExhausted { .. }))
+            }),
+    }
+}
+
+fn warnings(
+    a: &Measurement,
+    b: &Measurement,
+    sa: &SideSummary,
+    sb: &SideSummary,
+    rows: &[LedgerRow],
+) -> Vec<String> {
+    let mut w = Vec::new();
+    if a.n_tokens != b.n_tokens {
+        w.push(format!(
+            "prompt lengths differ (A {} tokens, B {}): rows are not comparable",
+            a.n_tokens, b.n_tokens
+        ));
+    }
+    if a.machine.hostname != b.machine.hostname
+        || a.machine.gpu.as_ref().map(|g| &g.name) != b.machine.gpu.as_ref().map(|g| &g.name)
+    {
+        w.push("A and B were measured on different machines".into());
+    }
+    for (name, s) in [("A", sa), ("B", sb)] {
+        if s.replay_trusted == Some(false) {
+            w.push(format!(
+                "{name} ({}) in-graph replay is UNTRUSTED: {}",
+                s.label,
+                s.replay_problems.join("; ")
+            ));
+        }
+        if !s.graph_ok {
+            w.push(format!(
+                "{name} graph checks failed: {}",
+                s.graph_issues.join("; ")
+            ));
+        }
+        if !s.probe.complete {
+            w.push(format!(
+                "{name} probe incomplete: {} of {} runs did not dispatch the graph's {} work nodes",
+                s.probe.mismatched_runs, s.probe.runs_checked, s.probe.work_nodes
+            ));
+        }
+        if s.gate_exhausted {
+            w.push(format!(
+                "{name} noise gate ran out of retries: some figures come from a busy or noisy machine"
+            ));
+        }
+    }
+    let mixed: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.method == RowMethod::Mixed)
+        .map(|r| r.category.name())
+        .collect();
+    if !mixed.is_empty() {
+        w.push(format!(
+            "rows measured with different methods on the two sides: {}",
+            mixed.join(", ")
+        ));
+    }
+    w
+}
+
+/// Builds the ledger of `a` (ours) against `b` (peer).
+pub fn build_ledger_with(a: &Measurement, b: &Measurement, cfg: &LedgerConfig) -> Ledger {
+    let mut rows = Vec::new();
+    for c in Category::ALL {
+        let (ka, kb) = (known(a, c, cfg), known(b, c, cfg));
+        if ka.absent() && kb.absent() {
+            continue;
+        }
+        let (method, sa, sb) = choose(&ka, &kb);
+        let (fa, fb) = (
+            ka.figure(sa, cfg.min_samples),
+            kb.figure(sb, cfg.min_samples),
+        );
+        let comparison = compare(&fa, &fb, cfg.min_samples);
+        let verdict = if sa == FigureSource::Missing || sb == FigureSource::Missing {
+            RowVerdict::NoVerdict
+        } else {
+            row_verdict(comparison.verdict)
+        };
+        let side_a = side(a, &ka, sa, &fa);
+        let side_b = side(b, &kb, sb, &fb);
+        rows.push(LedgerRow {
+            category: c,
+            method,
+            gap_ms: comparison.effect_ms,
+            byte_check: byte_check(&side_a, &side_b, verdict, cfg.byte_same_ratio),
+            kernel_check: kernel_check(&side_a, &side_b, cfg.kernel_even_ratio),
+            a: side_a,
+            b: side_b,
+            comparison,
+            verdict,
+        });
+    }
+    let a_ms: f64 = rows.iter().map(|r| r.a.ms).sum();
+    let b_ms: f64 = rows.iter().map(|r| r.b.ms).sum();
+    for r in &mut rows {
+        r.a.share_ratio = if a_ms > 0.0 { r.a.ms / a_ms } else { 0.0 };
+        r.b.share_ratio = if b_ms > 0.0 { r.b.ms / b_ms } else { 0.0 };
+    }
+    // Largest gap first; ties keep report order (the sort is stable).
+    rows.sort_by(|x, y| y.gap_ms.total_cmp(&x.gap_ms));
+    let e2e_fig = |m: &Measurement| Figure {
+        value_ms: m.e2e.prefill.stats.median_ms,
+        spread_ms: m.e2e.prefill.stats.iqr_ms,
+        samples: m.e2e.prefill.stats.n,
+    };
+    let sa = summary(a, a_ms);
+    let sb = summary(b, b_ms);
+    let mut notes = Vec::new();
+    if rows.iter().any(|r| r.method != RowMethod::Standalone) {
+        notes.push(UPPER_BOUND_NOTE.to_string());
+    }
+    for (name, m) in [("A", a), ("B", b)] {
+        if let Some(o) = &m.opbench {
+            notes.push(format!(
+                "{name} standalone routed (MoE) ops timed with {} routing{}",
+                o.routing.name(),
+                if o.first_k_ops.is_empty() {
+                    ""
+                } else {
+                    "; first-k figures shown beside them"
+                }
+            ));
+        }
+    }
+    notes.push(
+        "standalone and in-graph columns are shown for both sides: a coverage near 100% can hide \
+         errors of opposite sign"
+            .into(),
+    );
+    Ledger {
+        schema: SCHEMA_VERSION,
+        n_tokens: a.n_tokens,
+        warnings: warnings(a, b, &sa, &sb, &rows),
+        totals: Totals {
+            a_ms,
+            b_ms,
+            gap_ms: a_ms - b_ms,
+            e2e: compare(&e2e_fig(a), &e2e_fig(b), cfg.min_samples),
+        },
+        a: sa,
+        b: sb,
+        rows,
+        notes,
+        config: cfg.clone(),
+    }
+}

@@ -1,0 +1,333 @@
+//! One engine's full measurement (graph, dead work, end-to-end, standalone, in-graph replay,
+//! probe completeness) bundled as a [`Measurement`], for one subject or two interleaved.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::deadwork::{DeadWorkReport, dead_work};
+use crate::e2e::{E2eConfig, E2eReport, e2e_many};
+use crate::error::LedgerError;
+use crate::gate::{Action, GroupRecord};
+use crate::graph::{GraphReport, check_graph};
+use crate::noise::NoiseConfig;
+use crate::opbench::{OpbenchConfig, OpbenchReport, opbench};
+use crate::replay::{ReplayConfig, ReplayReport, replay_many};
+use crate::schema::{EngineInfo, GraphExport, MachineInfo, SCHEMA_VERSION};
+use crate::subject::{RunMode, Subject};
+
+/// What [`measure`] runs. The sub-configurations' `seed` and `noise` are replaced by the ones
+/// here, so every protocol sees the same prompt and the same gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasureConfig {
+    /// Prompt tokens.
+    pub n_tokens: usize,
+    /// Decode tokens (0: no decode runs).
+    pub n_gen: usize,
+    /// Seed of the prompt, routing tables and generated inputs.
+    pub seed: u64,
+    /// Noise-gate rules for every protocol.
+    pub noise: NoiseConfig,
+    /// Standalone timing (None: skipped).
+    pub opbench: Option<OpbenchConfig>,
+    /// In-graph replay (None: skipped).
+    pub replay: Option<ReplayConfig>,
+    /// Facts of the machine (peaks included) stored with the results.
+    pub machine: MachineInfo,
+    /// Store the full graph export in the measurement (large), not only its report.
+    pub include_graph: bool,
+}
+
+impl MeasureConfig {
+    /// Every protocol with default settings for a prompt of `n_tokens`.
+    pub fn new(n_tokens: usize, machine: MachineInfo) -> MeasureConfig {
+        MeasureConfig {
+            n_tokens,
+            n_gen: 0,
+            seed: 0x5EED,
+            noise: NoiseConfig::default(),
+            opbench: Some(OpbenchConfig::default()),
+            replay: Some(ReplayConfig::default()),
+            machine,
+            include_graph: false,
+        }
+    }
+}
+
+/// A run whose dispatch count differs from the graph's work nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeMismatch {
+    /// Group and series of the run.
+    pub series: String,
+    /// Dispatches it reported.
+    pub dispatches: u64,
+}
+
+/// Probe completeness: every plain or observe run must dispatch exactly the graph's work nodes
+/// (replay runs dispatch more by design and are not checked).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeCheck {
+    /// Non-view nodes of the graph.
+    pub work_nodes: u64,
+    /// Runs checked.
+    pub runs_checked: u64,
+    /// Runs whose count differed.
+    pub mismatched_runs: u64,
+    /// Distinct (series, count) mismatches.
+    pub mismatches: Vec<ProbeMismatch>,
+    /// No run mismatched.
+    pub complete: bool,
+}
+
+/// Checks every plain/observe run of `groups` against `work_nodes`.
+pub fn probe_check<'a>(
+    work_nodes: u64,
+    groups: impl IntoIterator<Item = &'a GroupRecord>,
+) -> ProbeCheck {
+    let mut check = ProbeCheck {
+        work_nodes,
+        runs_checked: 0,
+        mismatched_runs: 0,
+        mismatches: Vec::new(),
+        complete: true,
+    };
+    for g in groups {
+        for (s, spec) in g.series.iter().enumerate() {
+            let checked = matches!(
+                spec.action,
+                Action::Prefill {
+                    mode: RunMode::Plain | RunMode::Observe(_)
+                }
+            );
+            if !checked {
+                continue;
+            }
+            for run in g.windows.iter().filter_map(|w| w.runs.get(s)) {
+                check.runs_checked += 1;
+                if run.dispatches != work_nodes {
+                    check.mismatched_runs += 1;
+                    let m = ProbeMismatch {
+                        series: format!("{}: {}", g.what, spec.label),
+                        dispatches: run.dispatches,
+                    };
+                    if !check.mismatches.contains(&m) {
+                        check.mismatches.push(m);
+                    }
+                }
+            }
+        }
+    }
+    check.complete = check.mismatched_runs == 0;
+    check
+}
+
+/// One engine's full results for one model and prompt length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Measurement {
+    /// [`SCHEMA_VERSION`].
+    pub schema: u32,
+    /// Engine, build, backend, model.
+    pub engine: EngineInfo,
+    /// Machine facts and measured peaks.
+    pub machine: MachineInfo,
+    /// Prompt tokens.
+    pub n_tokens: u64,
+    /// Seed used.
+    pub seed: u64,
+    /// Graph counts and checks.
+    pub graph: GraphReport,
+    /// The full export, when asked for.
+    pub graph_export: Option<GraphExport>,
+    /// Dead and partially dead work.
+    pub dead_work: DeadWorkReport,
+    /// End-to-end runs.
+    pub e2e: E2eReport,
+    /// Standalone timing.
+    pub opbench: Option<OpbenchReport>,
+    /// In-graph replay.
+    pub replay: Option<ReplayReport>,
+    /// Dispatches vs graph nodes.
+    pub probe: ProbeCheck,
+}
+
+/// Measures one subject with every protocol.
+pub fn measure(subject: &mut dyn Subject, cfg: &MeasureConfig) -> Result<Measurement, LedgerError> {
+    let mut v = measure_many(&mut [subject], cfg)?;
+    Ok(v.remove(0))
+}
+
+/// Measures two subjects; end-to-end and replay windows are interleaved (A B A B), standalone
+/// timings run one subject after the other.
+pub fn measure_pair(
+    a: &mut dyn Subject,
+    b: &mut dyn Subject,
+    cfg: &MeasureConfig,
+) -> Result<(Measurement, Measurement), LedgerError> {
+    let mut v = measure_many(&mut [a, b], cfg)?;
+    let mb = v.remove(1);
+    Ok((v.remove(0), mb))
+}
+
+/// Measures any number of subjects the same way.
+pub fn measure_many(
+    subjects: &mut [&mut dyn Subject],
+    cfg: &MeasureConfig,
+) -> Result<Vec<Measurement>, LedgerError> {
+    cfg.noise.validate()?;
+    let mut graphs = Vec::new();
+    for s in subjects.iter_mut() {
+        let g = s.graph(cfg.n_tokens)?;
+        if g.n_tokens != cfg.n_tokens as u64 {
+            return Err(LedgerError::Config(format!(
+                "{}: asked for a graph of {} tokens, got one of {}",
+                g.engine.engine, cfg.n_tokens, g.n_tokens
+            )));
+        }
+        let report = check_graph(&g).into_result()?;
+        graphs.push((g, report));
+    }
+    let e2e_cfg = E2eConfig {
+        n_tokens: cfg.n_tokens,
+        n_gen: cfg.n_gen,
+        seed: cfg.seed,
+        noise: cfg.noise.clone(),
+    };
+    let e2es = e2e_many(subjects, &e2e_cfg)?;
+    let mut opbenches = Vec::new();
+    for ((s, (g, _)), e) in subjects.iter_mut().zip(&graphs).zip(&e2es) {
+        let report = match &cfg.opbench {
+            Some(o) => {
+                let o = OpbenchConfig {
+                    seed: cfg.seed,
+                    noise: cfg.noise.clone(),
+                    ..o.clone()
+                };
+                let mut r = opbench(&mut **s, g, &o)?;
+                r.set_coverage(e.prefill.stats.median_ms);
+                Some(r)
+            }
+            None => None,
+        };
+        opbenches.push(report);
+    }
+    let replays: Vec<Option<ReplayReport>> = match &cfg.replay {
+        Some(r) => {
+            let r = ReplayConfig {
+                seed: cfg.seed,
+                noise: cfg.noise.clone(),
+                ..r.clone()
+            };
+            let refs: Vec<&GraphExport> = graphs.iter().map(|(g, _)| g).collect();
+            replay_many(subjects, &refs, &r)?
+                .into_iter()
+                .map(Some)
+                .collect()
+        }
+        None => vec![None; subjects.len()],
+    };
+    let mut out = Vec::new();
+    for (((s, (g, report)), e2e), (opbench, replay)) in subjects
+        .iter()
+        .zip(graphs)
+        .zip(e2es)
+        .zip(opbenches.into_iter().zip(replays))
+    {
+        let mut groups: Vec<&GroupRecord> = vec![&e2e.prefill.group];
+        if let Some(r) = &replay {
+            groups.push(&r.all_group);
+            groups.push(&r.linearity_group);
+            groups.extend(r.categories.iter().map(|c| &c.group));
+        }
+        let probe = probe_check(report.work_nodes, groups);
+        out.push(Measurement {
+            schema: SCHEMA_VERSION,
+            engine: s.info(),
+            machine: cfg.machine.clone(),
+            n_tokens: cfg.n_tokens as u64,
+            seed: cfg.seed,
+            dead_work: dead_work(&g),
+            graph: report,
+            graph_export: cfg.include_graph.then_some(g),
+            e2e,
+            opbench,
+            replay,
+            probe,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::category::Category;
+    use crate::fake::{FakeCosts, FakeSubject, ToyGraph, toy_graph};
+    use crate::noise::ProbeChoice;
+
+    pub(crate) fn quiet_config() -> MeasureConfig {
+        let mut cfg = MeasureConfig::new(8, MachineInfo::default());
+        cfg.noise.probe = ProbeChoice::Off;
+        cfg
+    }
+
+    fn fake() -> FakeSubject {
+        let mut costs = FakeCosts::default();
+        costs.node_ms.insert(Category::DenseProj, 0.5);
+        costs.node_ms.insert(Category::MoeGateUp, 2.0);
+        FakeSubject::new(toy_graph(&ToyGraph::default()), costs)
+    }
+
+    #[test]
+    fn measure_runs_every_protocol() {
+        let mut s = fake();
+        let m = measure(&mut s, &quiet_config()).unwrap();
+        assert_eq!(m.schema, SCHEMA_VERSION);
+        assert!(m.graph.ok());
+        assert_eq!(m.e2e.prefill.stats.median_ms, 12.0);
+        let ob = m.opbench.as_ref().unwrap();
+        assert_eq!(ob.coverage.as_ref().unwrap().coverage_ratio, 1.0);
+        assert!(m.replay.as_ref().unwrap().trusted);
+        assert!(m.probe.complete);
+        assert!(m.probe.runs_checked > 20);
+        assert_eq!(m.dead_work.partial.len(), 8);
+        assert!(m.graph_export.is_none());
+    }
+
+    #[test]
+    fn missing_dispatches_are_flagged() {
+        let mut s = fake();
+        s.faults.missing_dispatches = 1;
+        let mut cfg = quiet_config();
+        cfg.opbench = None;
+        cfg.replay = None;
+        let m = measure(&mut s, &cfg).unwrap();
+        assert!(!m.probe.complete);
+        assert_eq!(m.probe.work_nodes, 36);
+        assert_eq!(m.probe.runs_checked, 6); // 1 warm-up + 5 kept plain prefills
+        assert_eq!(m.probe.mismatched_runs, 6);
+        assert_eq!(
+            m.probe.mismatches,
+            vec![ProbeMismatch {
+                series: "e2e: prefill: prefill".into(),
+                dispatches: 35
+            }]
+        );
+    }
+
+    #[test]
+    fn wrong_prompt_length_and_bad_graph_are_errors() {
+        let mut s = fake();
+        let mut cfg = quiet_config();
+        cfg.n_tokens = 16;
+        assert_eq!(
+            measure(&mut s, &cfg).unwrap_err().to_string(),
+            "toy: fake graph is built for 8 tokens, asked for 16"
+        );
+        s.graph.expected[1].expected = 6;
+        let err = measure(&mut s, &quiet_config()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "graph check failed for toy: routed-expert gate/up matmuls: expected 6 \
+             (3 layers x 1 (fused gate/up)), found 3 in the graph"
+        );
+    }
+}

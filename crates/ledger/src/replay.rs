@@ -1,0 +1,556 @@
+//! In-graph replay: during a full prefill, every node of one category is dispatched `k` extra
+//! times in place (into scratch, with barriers); the category's in-graph cost is
+//! `T(replay) - T(observe baseline)`, paired window by window and summarised by the median.
+//!
+//! The method is validated every time it runs, and a failed validation marks the whole result
+//! untrusted, with reasons, in every report that uses it:
+//! (a) replaying every category at once adds about the observe-all baseline;
+//! (b) the per-category increments sum to about the observe-all baseline;
+//! (c) 1, 2 and 4 replays grow linearly (least squares: R^2 and intercept);
+//! (d) the real outputs are bit-identical with and without replay.
+//! The barriers stop the replayed category overlapping its neighbours, so each figure is an
+//! upper bound.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::category::Category;
+use crate::error::LedgerError;
+use crate::gate::{Action, Gate, GroupEntry, GroupRecord, SeriesSpec};
+use crate::graph::check_graph;
+use crate::noise::NoiseConfig;
+use crate::rng::prompt_tokens;
+use crate::schema::GraphExport;
+use crate::stats::{Stats, median};
+use crate::subject::{CategorySet, RunMode, Subject};
+
+mod checks;
+pub use checks::{
+    DigestCheck, LinearityCheck, ReplayProblem, ToleranceCheck, Validations, linearity_check,
+    tolerance_check,
+};
+
+/// Said wherever an in-graph figure is shown.
+pub const UPPER_BOUND_NOTE: &str = "in-graph figures are upper bounds: the barriers around each \
+replayed node stop it overlapping its neighbours, so every figure includes a concurrency penalty \
+(larger for an engine that overlaps more)";
+
+/// Settings of the replay protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplayConfig {
+    /// Categories to replay (None: every category with work nodes).
+    pub categories: Option<Vec<Category>>,
+    /// Category for the linearity check (None: the one with the largest increment).
+    pub linearity_category: Option<Category>,
+    /// Replay counts of the linearity check.
+    pub replays: Vec<u32>,
+    /// Allowed relative deviation of checks (a) and (b).
+    pub tolerance_ratio: f64,
+    /// Smallest R^2 of the linearity fit.
+    pub min_r2: f64,
+    /// Largest `|intercept| / slope` of the linearity fit.
+    pub max_intercept_ratio: f64,
+    /// Prompt seed.
+    pub seed: u64,
+    /// Noise-gate rules.
+    pub noise: NoiseConfig,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            categories: None,
+            linearity_category: None,
+            replays: vec![1, 2, 4],
+            tolerance_ratio: 0.10,
+            min_r2: 0.98,
+            max_intercept_ratio: 0.10,
+            seed: 0x5EED,
+            noise: NoiseConfig::default(),
+        }
+    }
+}
+
+impl ReplayConfig {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<(), LedgerError> {
+        let bad = |m: &str| Err(LedgerError::Config(format!("replay: {m}")));
+        let mut distinct = self.replays.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() < 2 || distinct[0] == 0 {
+            return bad("replays needs at least two distinct counts, all >= 1 (e.g. 1,2,4)");
+        }
+        if !(self.tolerance_ratio > 0.0 && self.tolerance_ratio < 1.0) {
+            return bad("tolerance_ratio must be within (0, 1)");
+        }
+        let r2_ok = self.min_r2 > 0.0 && self.min_r2 <= 1.0;
+        if !r2_ok || !(0.0..).contains(&self.max_intercept_ratio) {
+            return bad("min_r2 must be within (0, 1] and max_intercept_ratio >= 0");
+        }
+        self.noise.validate()
+    }
+}
+
+/// What observing costs: observe-all baseline against the plain run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ObservationCost {
+    /// Plain-run median (same windows).
+    pub plain_ms: f64,
+    /// Observe-all median.
+    pub observe_all_ms: f64,
+    /// `observe_all_ms - plain_ms`.
+    pub cost_ms: f64,
+    /// `cost_ms / plain_ms`.
+    pub cost_ratio: Option<f64>,
+}
+
+/// One category's in-graph figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CategoryReplay {
+    /// The category.
+    pub category: Category,
+    /// Its work nodes.
+    pub nodes: u64,
+    /// Observe({category}) wall time.
+    pub baseline: Stats,
+    /// Replay({category}, 1) wall time.
+    pub replay: Stats,
+    /// Paired `replay - baseline` per kept window: the in-graph cost (median) and its spread.
+    pub increment: Stats,
+    /// Replaying it left the outputs unchanged.
+    pub digest_ok: bool,
+    /// Usable: digest unchanged and the increment not negative.
+    pub trusted: bool,
+    /// The raw windows.
+    pub group: GroupRecord,
+}
+
+/// Result of [`replay`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplayReport {
+    /// Engine measured.
+    pub engine: String,
+    /// Prompt tokens.
+    pub n_tokens: u64,
+    /// Categories replayed.
+    pub categories_replayed: Vec<Category>,
+    /// Plain prefill, in the all-at-once group's windows.
+    pub plain: Stats,
+    /// Observe(all replayed categories).
+    pub observe_all: Stats,
+    /// Replay(all replayed categories, 1).
+    pub replay_all: Stats,
+    /// Paired `replay_all - observe_all`.
+    pub increment_all: Stats,
+    /// Cost of the observation itself.
+    pub observation: ObservationCost,
+    /// Per category, in [`Category::ALL`] order.
+    pub categories: Vec<CategoryReplay>,
+    /// Sum of per-category increment medians.
+    pub sum_of_increments_ms: f64,
+    /// The validations.
+    pub validations: Validations,
+    /// Every validation passed and no figure is suspect.
+    pub trusted: bool,
+    /// Why not.
+    pub problems: Vec<ReplayProblem>,
+    /// [`UPPER_BOUND_NOTE`].
+    pub upper_bound_note: String,
+    /// Raw windows of the all-at-once group (plain, observe-all, replay-all).
+    pub all_group: GroupRecord,
+    /// Raw windows of the linearity group.
+    pub linearity_group: GroupRecord,
+    /// Discarded windows over all groups.
+    pub discards: usize,
+}
+
+impl ReplayReport {
+    /// The category's figure, if replayed.
+    pub fn category(&self, c: Category) -> Option<&CategoryReplay> {
+        self.categories.iter().find(|x| x.category == c)
+    }
+}
+
+fn set(cats: impl IntoIterator<Item = Category>) -> CategorySet {
+    cats.into_iter().collect()
+}
+
+fn mode_label(mode: &RunMode) -> String {
+    let names = |s: &CategorySet| {
+        if s.len() > 1 {
+            "all".to_string()
+        } else {
+            s.iter().map(|c| c.name()).collect::<Vec<_>>().join(",")
+        }
+    };
+    match mode {
+        RunMode::Plain => "plain".into(),
+        RunMode::Observe(s) => format!("observe({})", names(s)),
+        RunMode::Replay { categories, times } => format!("replay({}) x{times}", names(categories)),
+    }
+}
+
+fn entry(subject: usize, engine: &str, mode: RunMode) -> GroupEntry {
+    GroupEntry {
+        subject,
+        spec: SeriesSpec {
+            subject: subject as u32,
+            engine: engine.to_string(),
+            label: mode_label(&mode),
+            action: Action::Prefill { mode },
+        },
+    }
+}
+
+/// Runs the replay protocol on one subject.
+pub fn replay(
+    subject: &mut dyn Subject,
+    graph: &GraphExport,
+    cfg: &ReplayConfig,
+) -> Result<ReplayReport, LedgerError> {
+    let mut v = replay_many(&mut [subject], &[graph], cfg)?;
+    Ok(v.remove(0))
+}
+
+/// Runs the replay protocol on two subjects with their windows interleaved (A B A B).
+pub fn replay_pair(
+    a: &mut dyn Subject,
+    graph_a: &GraphExport,
+    b: &mut dyn Subject,
+    graph_b: &GraphExport,
+    cfg: &ReplayConfig,
+) -> Result<(ReplayReport, ReplayReport), LedgerError> {
+    let mut v = replay_many(&mut [a, b], &[graph_a, graph_b], cfg)?;
+    let rb = v.remove(1);
+    Ok((v.remove(0), rb))
+}
+
+struct Plan {
+    subject: u32,
+    engine: String,
+    cats: Vec<Category>,
+    nodes: Vec<u64>,
+}
+
+/// The protocol over any number of subjects (windows interleaved across them).
+pub fn replay_many(
+    subjects: &mut [&mut dyn Subject],
+    graphs: &[&GraphExport],
+    cfg: &ReplayConfig,
+) -> Result<Vec<ReplayReport>, LedgerError> {
+    cfg.validate()?;
+    if subjects.len() != graphs.len() || subjects.is_empty() {
+        return Err(LedgerError::Config(
+            "replay: one graph per subject, at least one subject".into(),
+        ));
+    }
+    let n_tokens = graphs[0].n_tokens;
+    if graphs.iter().any(|g| g.n_tokens != n_tokens) {
+        return Err(LedgerError::Config(
+            "replay: the graphs are for different prompt lengths".into(),
+        ));
+    }
+    let mut plans = Vec::new();
+    for (i, g) in graphs.iter().enumerate() {
+        let report = check_graph(g).into_result()?;
+        let cats: Vec<Category> = report
+            .categories
+            .iter()
+            .filter(|c| c.nodes > 0)
+            .map(|c| c.category)
+            .filter(|c| cfg.categories.as_ref().is_none_or(|want| want.contains(c)))
+            .collect();
+        if cats.is_empty() {
+            return Err(LedgerError::EmptyGraph {
+                engine: report.engine,
+                nodes: g.nodes.len(),
+            });
+        }
+        plans.push(Plan {
+            subject: i as u32,
+            engine: report.engine.clone(),
+            nodes: cats.iter().map(|&c| report.category(c).nodes).collect(),
+            cats,
+        });
+    }
+    let vocab = subjects
+        .iter()
+        .map(|s| s.info().model.n_vocab)
+        .min()
+        .unwrap_or(0);
+    let tokens = prompt_tokens(n_tokens as usize, vocab, cfg.seed)?;
+    let mut gate = Gate::from_config(&cfg.noise)?;
+
+    // All at once, with the plain run in the same windows.
+    let mut entries = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        let all = set(p.cats.iter().copied());
+        entries.push(entry(i, &p.engine, RunMode::Plain));
+        entries.push(entry(i, &p.engine, RunMode::Observe(all.clone())));
+        entries.push(entry(
+            i,
+            &p.engine,
+            RunMode::Replay {
+                categories: all,
+                times: 1,
+            },
+        ));
+    }
+    let all_group = gate.run_group(subjects, &tokens, &entries, "replay: all categories")?;
+
+    // One group per category (all subjects that have it, interleaved).
+    let mut cat_groups = Vec::new();
+    for c in Category::ALL {
+        let mut entries = Vec::new();
+        for (i, p) in plans
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.cats.contains(&c))
+        {
+            entries.push(entry(i, &p.engine, RunMode::Observe(set([c]))));
+            entries.push(entry(
+                i,
+                &p.engine,
+                RunMode::Replay {
+                    categories: set([c]),
+                    times: 1,
+                },
+            ));
+        }
+        if !entries.is_empty() {
+            let what = format!("replay: {c}");
+            cat_groups.push((c, gate.run_group(subjects, &tokens, &entries, &what)?));
+        }
+    }
+
+    // Linearity, on each subject's chosen category.
+    let mut lin_cats = Vec::new();
+    let mut entries = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        let chosen = cfg
+            .linearity_category
+            .filter(|c| p.cats.contains(c))
+            .or_else(|| largest_increment(p.subject, &cat_groups))
+            .unwrap_or(p.cats[0]);
+        lin_cats.push(chosen);
+        entries.push(entry(i, &p.engine, RunMode::Observe(set([chosen]))));
+        for &k in &cfg.replays {
+            entries.push(entry(
+                i,
+                &p.engine,
+                RunMode::Replay {
+                    categories: set([chosen]),
+                    times: k,
+                },
+            ));
+        }
+    }
+    let lin_group = gate.run_group(subjects, &tokens, &entries, "replay: linearity")?;
+
+    plans
+        .iter()
+        .zip(lin_cats)
+        .map(|(p, lin)| build_report(p, n_tokens, cfg, &all_group, &cat_groups, &lin_group, lin))
+        .collect()
+}
+
+fn largest_increment(subject: u32, groups: &[(Category, GroupRecord)]) -> Option<Category> {
+    groups
+        .iter()
+        .filter_map(|(c, g)| {
+            let own = g.select(&g.series_of(subject));
+            if own.series.len() < 2 {
+                return None;
+            }
+            Some((*c, median(&own.paired_ms(0, 1))?))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c)
+}
+
+fn stats_of(g: &GroupRecord, series: usize) -> Stats {
+    g.stats(series).unwrap_or_else(Stats::zero)
+}
+
+fn paired_stats(g: &GroupRecord, base: usize, rep: usize) -> Stats {
+    Stats::of(&g.paired_ms(base, rep)).unwrap_or_else(Stats::zero)
+}
+
+/// Series (labels) of `g` whose runs, any window, returned a digest other than `reference`.
+fn digest_changers(g: &GroupRecord, reference: u64) -> Vec<String> {
+    (0..g.series.len())
+        .filter(|&s| {
+            g.windows
+                .iter()
+                .any(|w| w.runs.get(s).is_some_and(|r| r.output_digest != reference))
+        })
+        .map(|s| g.series[s].label.clone())
+        .collect()
+}
+
+fn build_report(
+    plan: &Plan,
+    n_tokens: u64,
+    cfg: &ReplayConfig,
+    all_group: &GroupRecord,
+    cat_groups: &[(Category, GroupRecord)],
+    lin_group: &GroupRecord,
+    lin_cat: Category,
+) -> Result<ReplayReport, LedgerError> {
+    let engine = &plan.engine;
+    let all = all_group.select(&all_group.series_of(plan.subject));
+    let lin = lin_group.select(&lin_group.series_of(plan.subject));
+    let mut problems = Vec::new();
+
+    // (d) reference digest from every plain run of this subject.
+    let mut plain_digests: Vec<u64> = all
+        .windows
+        .iter()
+        .filter_map(|w| w.runs.first().map(|r| r.output_digest))
+        .collect();
+    plain_digests.sort_unstable();
+    plain_digests.dedup();
+    let reference_digest = plain_digests.first().copied().unwrap_or(0);
+    if plain_digests.len() > 1 {
+        problems.push(ReplayProblem::NonDeterministic {
+            distinct_digests: plain_digests.len(),
+        });
+    }
+    let mut changed_by = digest_changers(&all, reference_digest);
+    changed_by.extend(digest_changers(&lin, reference_digest));
+
+    let plain = stats_of(&all, 0);
+    let observe_all = stats_of(&all, 1);
+    let replay_all = stats_of(&all, 2);
+    let increment_all = paired_stats(&all, 1, 2);
+
+    let mut categories = Vec::new();
+    let mut discards = all.discards() + lin.discards();
+    let mut exhausted: Vec<String> = [&all, &lin]
+        .iter()
+        .filter(|g| g.exhausted)
+        .map(|g| g.what.clone())
+        .collect();
+    for (&c, &nodes) in plan.cats.iter().zip(&plan.nodes) {
+        let Some((_, g)) = cat_groups.iter().find(|(gc, _)| *gc == c) else {
+            continue;
+        };
+        let own = g.select(&g.series_of(plan.subject));
+        discards += own.discards();
+        if own.exhausted {
+            exhausted.push(own.what.clone());
+        }
+        let changers = digest_changers(&own, reference_digest);
+        let increment = paired_stats(&own, 0, 1);
+        let negative = increment.median_ms < 0.0;
+        if negative {
+            problems.push(ReplayProblem::NegativeIncrement {
+                category: c,
+                increment_ms: increment.median_ms,
+            });
+        }
+        changed_by.extend(changers.iter().cloned());
+        categories.push(CategoryReplay {
+            category: c,
+            nodes,
+            baseline: stats_of(&own, 0),
+            replay: stats_of(&own, 1),
+            increment,
+            digest_ok: changers.is_empty(),
+            trusted: changers.is_empty() && !negative,
+            group: own,
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    changed_by.retain(|s| seen.insert(s.clone()));
+    for series in &changed_by {
+        problems.push(ReplayProblem::DigestChanged {
+            series: series.clone(),
+        });
+    }
+    let sum_of_increments_ms: f64 = categories.iter().map(|c| c.increment.median_ms).sum();
+    let all_at_once = tolerance_check(
+        increment_all.median_ms,
+        observe_all.median_ms,
+        cfg.tolerance_ratio,
+    );
+    if !all_at_once.pass {
+        problems.push(ReplayProblem::AllAtOnce {
+            increment_ms: increment_all.median_ms,
+            baseline_ms: observe_all.median_ms,
+            tolerance_ratio: cfg.tolerance_ratio,
+        });
+    }
+    let sum_of_parts = tolerance_check(
+        sum_of_increments_ms,
+        observe_all.median_ms,
+        cfg.tolerance_ratio,
+    );
+    if !sum_of_parts.pass {
+        problems.push(ReplayProblem::SumOfParts {
+            sum_ms: sum_of_increments_ms,
+            baseline_ms: observe_all.median_ms,
+            tolerance_ratio: cfg.tolerance_ratio,
+        });
+    }
+    let increments: Vec<f64> = (0..cfg.replays.len())
+        .map(|i| median(&lin.paired_ms(0, i + 1)).unwrap_or(0.0))
+        .collect();
+    let linearity = linearity_check(
+        lin_cat,
+        &cfg.replays,
+        &increments,
+        cfg.min_r2,
+        cfg.max_intercept_ratio,
+    );
+    if !linearity.pass {
+        problems.push(ReplayProblem::Linearity {
+            category: lin_cat,
+            fit: linearity.fit.clone(),
+            min_r2: cfg.min_r2,
+            max_intercept_ratio: cfg.max_intercept_ratio,
+        });
+    }
+    for what in exhausted {
+        problems.push(ReplayProblem::GateExhausted { what });
+    }
+    let cost_ms = observe_all.median_ms - plain.median_ms;
+    Ok(ReplayReport {
+        engine: engine.clone(),
+        n_tokens,
+        categories_replayed: plan.cats.clone(),
+        observation: ObservationCost {
+            plain_ms: plain.median_ms,
+            observe_all_ms: observe_all.median_ms,
+            cost_ms,
+            cost_ratio: (plain.median_ms > 0.0).then(|| cost_ms / plain.median_ms),
+        },
+        plain,
+        observe_all,
+        replay_all,
+        increment_all,
+        categories,
+        sum_of_increments_ms,
+        validations: Validations {
+            all_at_once,
+            sum_of_parts,
+            linearity,
+            digest: DigestCheck {
+                reference_digest,
+                distinct_plain_digests: plain_digests.len(),
+                pass: plain_digests.len() == 1 && changed_by.is_empty(),
+                changed_by,
+            },
+        },
+        trusted: problems.is_empty(),
+        problems,
+        upper_bound_note: UPPER_BOUND_NOTE.to_string(),
+        all_group: all,
+        linearity_group: lin,
+        discards,
+    })
+}
+
+#[cfg(test)]
+mod tests;

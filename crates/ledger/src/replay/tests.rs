@@ -1,0 +1,353 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::fake::{FakeCall, FakeCosts, FakeSubject, ToyGraph, toy_graph};
+use crate::noise::{DiscardReason, ProbeChoice};
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * (1.0 + b.abs())
+}
+
+/// Per-node costs of the toy graph's categories; the toy has
+/// embedding 1, norm 4, dense 12, layout 3, attention 3, elementwise 3, router 3,
+/// gate/up 3, down 3, output head 1 work nodes (36).
+fn costs() -> FakeCosts {
+    let node_ms: BTreeMap<Category, f64> = [
+        (Category::Embedding, 0.2),
+        (Category::Norm, 0.1),
+        (Category::DenseProj, 0.5),
+        (Category::Layout, 0.3),
+        (Category::Attention, 0.4),
+        (Category::Elementwise, 0.05),
+        (Category::Router, 0.1),
+        (Category::MoeGateUp, 2.0),
+        (Category::MoeDown, 1.0),
+        (Category::OutputHead, 0.6),
+    ]
+    .into_iter()
+    .collect();
+    FakeCosts {
+        node_ms,
+        observe_barrier_ms: 0.01,
+        replay_barrier_ms: 0.01,
+        ..FakeCosts::default()
+    }
+}
+
+fn fake() -> FakeSubject {
+    FakeSubject::new(toy_graph(&ToyGraph::default()), costs())
+}
+
+fn cfg() -> ReplayConfig {
+    ReplayConfig {
+        noise: NoiseConfig {
+            probe: ProbeChoice::Off,
+            ..NoiseConfig::default()
+        },
+        ..ReplayConfig::default()
+    }
+}
+
+fn run(s: &mut FakeSubject) -> ReplayReport {
+    let g = s.graph.clone();
+    replay(s, &g, &cfg()).unwrap()
+}
+
+#[test]
+fn exact_figures_from_a_deterministic_subject() {
+    let mut s = fake();
+    let r = run(&mut s);
+    assert!(r.trusted, "{:?}", r.problems);
+    // Node costs sum to 18.75 ms; 36 work nodes x 0.01 ms observe barrier = 0.36 ms.
+    assert!(close(r.plain.median_ms, 18.75));
+    assert!(close(r.observe_all.median_ms, 19.11));
+    assert!(close(r.observation.cost_ms, 0.36));
+    assert!(close(r.observation.cost_ratio.unwrap(), 0.36 / 18.75));
+    // Replaying all adds every node again plus a 0.01 ms barrier per node: 19.11.
+    assert!(close(r.increment_all.median_ms, 19.11));
+    // Per category: cost + 0.01 x nodes. Dense: 12 x 0.5 + 0.12 = 6.12.
+    let dense = r.category(Category::DenseProj).unwrap();
+    assert!(close(dense.increment.median_ms, 6.12));
+    assert_eq!(
+        (dense.increment.iqr_ms, dense.increment.n, dense.nodes),
+        (0.0, 5, 12)
+    );
+    assert!(close(dense.baseline.median_ms, 18.75 + 0.12));
+    let gu = r.category(Category::MoeGateUp).unwrap();
+    assert!(close(gu.increment.median_ms, 6.03));
+    assert!(close(r.sum_of_increments_ms, 19.11));
+    // Checks (a) and (b) match exactly; (c) is run on the largest category, dense (6.12).
+    let v = &r.validations;
+    assert!(v.all_at_once.deviation_ratio.unwrap() < 1e-12);
+    assert!(v.sum_of_parts.pass && v.all_at_once.pass);
+    assert_eq!(v.linearity.category, Category::DenseProj);
+    let fit = v.linearity.fit.as_ref().unwrap();
+    assert!(close(fit.slope_ms, 6.12) && fit.intercept_ms.abs() < 1e-9 && close(fit.r2, 1.0));
+    assert_eq!(v.linearity.increments_ms.len(), 3);
+    assert!(close(v.linearity.increments_ms[2], 4.0 * 6.12));
+    assert!(v.digest.pass);
+    assert_eq!(v.digest.distinct_plain_digests, 1);
+    assert_eq!(r.categories.len(), 10);
+    assert_eq!(r.discards, 0);
+    assert!(r.upper_bound_note.contains("upper bound"));
+}
+
+#[test]
+fn uncovered_time_fails_all_at_once_and_sum_of_parts() {
+    let mut s = fake();
+    s.costs.gap_ms = 5.0; // host gaps no category accounts for
+    let r = run(&mut s);
+    assert!(!r.trusted);
+    // observe-all = 18.75 + 5 + 0.36 = 24.11, increments 19.11: 20.7% off.
+    let text: Vec<String> = r.problems.iter().map(ToString::to_string).collect();
+    assert_eq!(text.len(), 2, "{text:?}");
+    assert_eq!(
+        text[0],
+        "(a) replaying every category at once added 19.110 ms vs observe-all baseline \
+         24.110 ms (-20.7%, tolerance 10%)"
+    );
+    assert_eq!(
+        text[1],
+        "(b) per-category increments sum to 19.110 ms vs observe-all baseline 24.110 ms \
+         (-20.7%, tolerance 10%)"
+    );
+    assert!(close(
+        r.validations.all_at_once.deviation_ratio.unwrap(),
+        5.0 / 24.11
+    ));
+}
+
+#[test]
+fn a_small_gap_stays_within_tolerance() {
+    let mut s = fake();
+    s.costs.gap_ms = 1.0; // 1 / 20.11 = 5% < 10%
+    let r = run(&mut s);
+    assert!(r.trusted, "{:?}", r.problems);
+}
+
+#[test]
+fn nonlinear_replay_is_untrusted() {
+    let mut s = fake();
+    s.faults.replay_power = 2.0; // k replays cost k^2
+    let r = run(&mut s);
+    assert!(!r.trusted);
+    assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
+    let lin = &r.validations.linearity;
+    assert!(!lin.pass);
+    // increments 6.12, 24.48, 97.92: slope 6.12 * 36/7, intercept -5 * 6.12, r2 48/49.
+    let fit = lin.fit.as_ref().unwrap();
+    assert!(close(fit.slope_ms, 6.12 * 36.0 / 7.0));
+    assert!(close(fit.intercept_ms, -5.0 * 6.12));
+    assert!(close(fit.r2, 48.0 / 49.0));
+    assert!(
+        r.problems[0]
+            .to_string()
+            .starts_with("(c) replays of dense_proj do not grow linearly")
+    );
+}
+
+#[test]
+fn replay_that_changes_outputs_is_untrusted_for_that_category() {
+    let mut s = fake();
+    s.faults.replay_changes_digest = Some(Category::Norm);
+    let r = run(&mut s);
+    assert!(!r.trusted);
+    assert!(!r.validations.digest.pass);
+    assert_eq!(
+        r.validations.digest.changed_by,
+        vec!["replay(all) x1", "replay(norm) x1"]
+    );
+    let norm = r.category(Category::Norm).unwrap();
+    assert!(!norm.digest_ok && !norm.trusted);
+    assert!(r.category(Category::DenseProj).unwrap().trusted);
+    let text: Vec<String> = r.problems.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        vec![
+            "(d) replay(all) x1 changed the output digest",
+            "(d) replay(norm) x1 changed the output digest"
+        ]
+    );
+}
+
+#[test]
+fn replay_that_speeds_up_is_untrusted() {
+    let mut s = fake();
+    s.faults.replay_speeds_up = Some(Category::Elementwise);
+    let r = run(&mut s);
+    let ew = r.category(Category::Elementwise).unwrap();
+    assert!(!ew.trusted);
+    assert!(close(ew.increment.median_ms, -0.18));
+    assert!(r.problems.iter().any(|p| matches!(
+        p,
+        ReplayProblem::NegativeIncrement {
+            category: Category::Elementwise,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn busy_window_is_discarded_recorded_and_remeasured() {
+    let mut s = fake();
+    s.faults.busy_checks = 1; // the first check, before the first gated window
+    let r = run(&mut s);
+    assert!(r.trusted, "{:?}", r.problems);
+    assert_eq!(r.discards, 1);
+    let w = &r.all_group.windows;
+    // 1 warm-up, 1 discarded, 5 kept.
+    assert_eq!(w.len(), 7);
+    assert_eq!(w[1].status, crate::gate::WindowStatus::Discarded);
+    assert_eq!(
+        w[1].reasons,
+        vec![DiscardReason::SubjectBusy {
+            engine: "toy".into(),
+            reason: "fake: another job".into()
+        }]
+    );
+    assert_eq!(r.all_group.kept().count(), 5);
+    assert_eq!(
+        r.all_group.discard_reasons(),
+        vec!["toy busy: fake: another job"]
+    );
+}
+
+#[test]
+fn outlier_window_is_discarded_and_remeasured() {
+    let mut s = fake();
+    // Prefill #4: window seq 1 runs mirrored (replay-all, observe-all, plain): observe-all spikes.
+    s.faults.spike_prefills = vec![4];
+    let r = run(&mut s);
+    assert!(r.trusted, "{:?}", r.problems);
+    assert_eq!(r.discards, 1);
+    let discarded: Vec<_> = r
+        .all_group
+        .windows
+        .iter()
+        .filter(|w| !w.reasons.is_empty())
+        .collect();
+    assert_eq!(discarded.len(), 1);
+    assert_eq!(discarded[0].seq, 1);
+    match &discarded[0].reasons[..] {
+        [
+            DiscardReason::Outlier {
+                series, value_ms, ..
+            },
+        ] => {
+            assert_eq!(series, "toy observe(all)");
+            assert!(close(*value_ms, 191.1));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(close(r.observe_all.median_ms, 19.11));
+}
+
+#[test]
+fn pair_interleaves_and_reports_each_side() {
+    let mut a = fake();
+    let mut b = FakeSubject::new(
+        toy_graph(&ToyGraph {
+            engine: "peer".into(),
+            ..ToyGraph::default()
+        }),
+        costs(),
+    );
+    b.costs.node_ms.insert(Category::DenseProj, 0.25);
+    let (ga, gb) = (a.graph.clone(), b.graph.clone());
+    let (ra, rb) = replay_pair(&mut a, &ga, &mut b, &gb, &cfg()).unwrap();
+    assert!(ra.trusted && rb.trusted);
+    assert_eq!(ra.engine, "toy");
+    assert_eq!(rb.engine, "peer");
+    assert!(close(
+        rb.category(Category::DenseProj)
+            .unwrap()
+            .increment
+            .median_ms,
+        3.12
+    ));
+    assert!(close(
+        ra.category(Category::DenseProj)
+            .unwrap()
+            .increment
+            .median_ms,
+        6.12
+    ));
+    // Each side's record holds only its own series.
+    assert!(ra.all_group.series.iter().all(|s| s.engine == "toy"));
+    // Warm-up window: A plain, A observe, A replay, B plain...; next window mirrored: B first.
+    let first_a = &a.calls[..3];
+    assert_eq!(first_a[0], FakeCall::Prefill(RunMode::Plain));
+    assert_eq!(b.calls[0], FakeCall::Prefill(RunMode::Plain));
+    assert!(matches!(
+        a.calls[3],
+        FakeCall::Prefill(RunMode::Replay { .. })
+    ));
+}
+
+#[test]
+fn bad_configs_are_errors() {
+    let mut s = fake();
+    let g = s.graph.clone();
+    let c = ReplayConfig {
+        replays: vec![1, 1],
+        ..cfg()
+    };
+    assert_eq!(
+        replay(&mut s, &g, &c).unwrap_err().to_string(),
+        "invalid configuration: replay: replays needs at least two distinct counts, all >= 1 (e.g. 1,2,4)"
+    );
+    let c = ReplayConfig {
+        tolerance_ratio: 0.0,
+        ..cfg()
+    };
+    assert_eq!(
+        replay(&mut s, &g, &c).unwrap_err().to_string(),
+        "invalid configuration: replay: tolerance_ratio must be within (0, 1)"
+    );
+    let c = ReplayConfig {
+        categories: Some(vec![Category::Rope]),
+        ..cfg()
+    };
+    assert_eq!(
+        replay(&mut s, &g, &c).unwrap_err().to_string(),
+        "graph of toy has no work nodes (all 39 nodes are views)"
+    );
+}
+
+#[test]
+fn tolerance_and_linearity_rules_by_hand() {
+    let t = tolerance_check(605.4, 605.3, 0.1);
+    assert!(t.pass);
+    assert!(close(t.deviation_ratio.unwrap(), 0.1 / 605.3));
+    let t = tolerance_check(111.0, 100.0, 0.1);
+    assert!(!t.pass);
+    assert!(!tolerance_check(1.0, 0.0, 0.1).pass);
+    // 162 ms per replay, as in the write-up: exact line passes.
+    let l = linearity_check(
+        Category::DenseProj,
+        &[1, 2, 4],
+        &[162.0, 324.0, 648.0],
+        0.98,
+        0.1,
+    );
+    assert!(l.pass);
+    // A constant overhead of 30 ms per run: intercept 30 > 10% of 162.
+    let l = linearity_check(
+        Category::DenseProj,
+        &[1, 2, 4],
+        &[192.0, 354.0, 678.0],
+        0.98,
+        0.1,
+    );
+    assert!(!l.pass);
+    assert!(close(l.fit.unwrap().intercept_ms, 30.0));
+    // Noisy but linear: passes.
+    let l = linearity_check(
+        Category::DenseProj,
+        &[1, 2, 4],
+        &[160.0, 326.0, 647.0],
+        0.98,
+        0.1,
+    );
+    assert!(l.pass);
+}

@@ -1,0 +1,169 @@
+//! The ledger as an SVG bar chart, written as XML text: per category two horizontal bars (A and
+//! B) on a shared ms axis, with a legend. Rows keep the ledger's order (largest gap first).
+
+use std::fmt::Write;
+
+use crate::ledger::{FigureSource, Ledger, RowMethod};
+
+const WIDTH_PX: f64 = 960.0;
+const LABEL_PX: f64 = 250.0;
+const RIGHT_PX: f64 = 110.0;
+const TOP_PX: f64 = 76.0;
+const GROUP_PX: f64 = 40.0;
+const BAR_PX: f64 = 13.0;
+const COLOR_A: &str = "#1f77b4";
+const COLOR_B: &str = "#ff7f0e";
+
+/// Escapes text for XML content and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A tick step of 1, 2 or 5 x 10^k giving about five ticks up to `max`.
+fn tick_step(max: f64) -> f64 {
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * mag)
+}
+
+/// The chart. Bars of figures that are not in-graph are drawn hatched-light (half opacity)
+/// and the row label says which method it uses.
+pub fn render_svg(l: &Ledger) -> String {
+    let chart_px = WIDTH_PX - LABEL_PX - RIGHT_PX;
+    let max_ms = l
+        .rows
+        .iter()
+        .flat_map(|r| [r.a.ms, r.b.ms])
+        .fold(0.0f64, f64::max);
+    let step = tick_step(if max_ms > 0.0 { max_ms } else { 1.0 });
+    let axis_max = (max_ms / step).ceil().max(1.0) * step;
+    let x = |ms: f64| LABEL_PX + ms.max(0.0) / axis_max * chart_px;
+    let axis_y = TOP_PX + l.rows.len() as f64 * GROUP_PX;
+    let height = axis_y + 50.0;
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{height}" viewBox="0 0 {WIDTH_PX} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect x="0" y="0" width="{WIDTH_PX}" height="{height}" fill="white"/>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" font-size="15" font-weight="bold">{}</text>"#,
+        10,
+        esc(&format!("Ledger pp{}: time per category (ms)", l.n_tokens))
+    );
+    for (i, (name, label, color)) in [("A", &l.a.label, COLOR_A), ("B", &l.b.label, COLOR_B)]
+        .into_iter()
+        .enumerate()
+    {
+        let lx = 10.0 + i as f64 * 460.0;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="36" width="14" height="12" fill="{color}"/><text x="{}" y="46">{}</text>"#,
+            lx + 20.0,
+            esc(&format!("{name} = {label}"))
+        );
+    }
+    let _ = writeln!(
+        s,
+        r##"<text x="10" y="64" fill="#555">{}</text>"##,
+        esc(
+            "faded bars: standalone figures (in-graph replay missing or untrusted); in-graph figures are upper bounds"
+        )
+    );
+    let mut t = 0.0;
+    while t <= axis_max + step * 1e-9 {
+        let tx = x(t);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{tx:.1}" y1="{TOP_PX}" x2="{tx:.1}" y2="{axis_y}" stroke="#ddd"/><text x="{tx:.1}" y="{}" text-anchor="middle">{}</text>"##,
+            axis_y + 16.0,
+            esc(&format!("{}", (t * 1000.0).round() / 1000.0))
+        );
+        t += step;
+    }
+    let _ = writeln!(
+        s,
+        r##"<line x1="{LABEL_PX}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">ms</text>"##,
+        LABEL_PX + chart_px,
+        LABEL_PX + chart_px / 2.0,
+        axis_y + 34.0
+    );
+    for (i, r) in l.rows.iter().enumerate() {
+        let gy = TOP_PX + i as f64 * GROUP_PX + 6.0;
+        let method = match r.method {
+            RowMethod::InGraph => String::new(),
+            m => format!(" [{m}]"),
+        };
+        let _ = writeln!(
+            s,
+            r##"<text x="{x:.1}" y="{:.1}" text-anchor="end">{}</text><text x="{x:.1}" y="{:.1}" text-anchor="end" font-size="10" fill="#555">{}</text>"##,
+            gy + BAR_PX - 1.0,
+            esc(&format!("{}{method}", r.category.label())),
+            gy + 2.0 * BAR_PX + 1.0,
+            esc(&format!("gap {:+.3} ms: {}", r.gap_ms, r.verdict.word())),
+            x = LABEL_PX - 8.0,
+        );
+        for (j, side, color) in [(0.0, &r.a, COLOR_A), (1.0, &r.b, COLOR_B)] {
+            let y = gy + j * (BAR_PX + 2.0);
+            let w = x(side.ms) - LABEL_PX;
+            let opacity = if side.source == FigureSource::InGraph {
+                "1"
+            } else {
+                "0.45"
+            };
+            let value = match side.source {
+                FigureSource::Missing => "n/a".to_string(),
+                _ => format!("{:.3} ms", side.ms),
+            };
+            let _ = writeln!(
+                s,
+                r#"<rect x="{LABEL_PX}" y="{y:.1}" width="{w:.1}" height="{BAR_PX}" fill="{color}" fill-opacity="{opacity}"><title>{}</title></rect><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
+                esc(&format!(
+                    "{} {}: {value} ({})",
+                    r.category.name(),
+                    if j == 0.0 { "A" } else { "B" },
+                    side.source
+                )),
+                LABEL_PX + w + 4.0,
+                y + BAR_PX - 2.0,
+                esc(&value)
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_and_escaping() {
+        assert_eq!(tick_step(10.0), 2.0);
+        assert_eq!(tick_step(7.0), 2.0);
+        assert_eq!(tick_step(600.0), 200.0);
+        assert_eq!(tick_step(0.3), 0.1);
+        assert_eq!(esc("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+    }
+}
