@@ -54,6 +54,11 @@ pub trait Backend {
     /// Overwrites an f32 view (used by standalone timing to fill inputs).
     fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError>;
 
+    /// Device memory in use, where the backend can tell (GPU backends).
+    fn memory_in_use(&self) -> Option<u64> {
+        None
+    }
+
     /// Launches the captured graph of `plan` if the backend holds one; `false` if it does not.
     fn graph_launch(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
         Ok(false)
@@ -110,6 +115,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
         (**self).graph_launch(plan)
+    }
+    fn memory_in_use(&self) -> Option<u64> {
+        (**self).memory_in_use()
     }
     fn capture_begin(&mut self, plan: &Plan) -> Result<bool, EngineError> {
         (**self).capture_begin(plan)

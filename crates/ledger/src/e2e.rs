@@ -93,6 +93,8 @@ pub fn e2e_many(
             "e2e: n_tokens must be at least 1".into(),
         ));
     }
+    let n_gen = u32::try_from(cfg.n_gen)
+        .map_err(|_| LedgerError::Config("e2e: n_gen does not fit in 32 bits".into()))?;
     let engines: Vec<String> = subjects.iter().map(|s| s.info().engine).collect();
     let vocab = subjects
         .iter()
@@ -125,9 +127,7 @@ pub fn e2e_many(
         &entries(&prefill_action, "prefill"),
         "e2e: prefill",
     )?;
-    let decode = if cfg.n_gen > 0 {
-        let n_gen = u32::try_from(cfg.n_gen)
-            .map_err(|_| LedgerError::Config("e2e: n_gen does not fit in 32 bits".into()))?;
+    let decode = if n_gen > 0 {
         let action = Action::Decode { n_gen };
         Some(gate.run_group(
             subjects,
@@ -232,6 +232,18 @@ mod tests {
         assert_eq!(
             e2e(&mut a, &c).unwrap_err().to_string(),
             "invalid configuration: e2e: n_tokens must be at least 1"
+        );
+        let c = E2eConfig {
+            n_gen: u32::MAX as usize + 1,
+            ..cfg(0)
+        };
+        assert_eq!(
+            e2e(&mut a, &c).unwrap_err().to_string(),
+            "invalid configuration: e2e: n_gen does not fit in 32 bits"
+        );
+        assert!(
+            a.calls.is_empty(),
+            "nothing runs before the config is checked"
         );
     }
 }

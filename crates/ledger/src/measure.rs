@@ -262,8 +262,9 @@ mod tests {
     use crate::category::Category;
     use crate::fake::{FakeCosts, FakeSubject, ToyGraph, toy_graph};
     use crate::noise::ProbeChoice;
+    use crate::subject::{OpTimingRequest, RunOutcome, SubjectError};
 
-    pub(crate) fn quiet_config() -> MeasureConfig {
+    fn quiet_config() -> MeasureConfig {
         let mut cfg = MeasureConfig::new(8, MachineInfo::default());
         cfg.noise.probe = ProbeChoice::Off;
         cfg
@@ -310,6 +311,38 @@ mod tests {
                 series: "e2e: prefill: prefill".into(),
                 dispatches: 35
             }]
+        );
+    }
+
+    /// Answers every graph request with the graph it has, whatever the prompt length.
+    struct WrongLength(FakeSubject);
+
+    impl Subject for WrongLength {
+        fn info(&self) -> EngineInfo {
+            self.0.info()
+        }
+        fn graph(&mut self, _: usize) -> Result<GraphExport, SubjectError> {
+            Ok(self.0.graph.clone())
+        }
+        fn prefill(&mut self, t: &[u32], m: &RunMode) -> Result<RunOutcome, SubjectError> {
+            self.0.prefill(t, m)
+        }
+        fn decode(&mut self, p: &[u32], n: usize) -> Result<RunOutcome, SubjectError> {
+            self.0.decode(p, n)
+        }
+        fn time_op(&mut self, r: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
+            self.0.time_op(r)
+        }
+    }
+
+    #[test]
+    fn a_graph_for_another_prompt_length_is_an_error() {
+        let mut s = WrongLength(fake());
+        let mut cfg = quiet_config();
+        cfg.n_tokens = 16;
+        assert_eq!(
+            measure(&mut s, &cfg).unwrap_err().to_string(),
+            "invalid configuration: toy: asked for a graph of 16 tokens, got one of 8"
         );
     }
 

@@ -123,6 +123,20 @@ pub struct LoadSample {
     pub cpu: Option<CpuTimes>,
     /// CPUs counted in `/proc/stat` (`cpuN` lines).
     pub n_cpus: usize,
+    /// CPU ticks this process has used (`/proc/self/stat` utime + stime), when readable: the
+    /// subject runs in this process, so the rest of the machine's busy time is someone else's.
+    pub self_ticks: Option<u64>,
+}
+
+/// utime + stime (clock ticks) from `/proc/self/stat` text.
+pub fn parse_self_stat(text: &str) -> Option<u64> {
+    // The command name (field 2) may contain spaces: fields are counted after its ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ')', field 3 (state) is f[0]; utime is field 14, stime field 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// Parses the 1-minute load average from `/proc/loadavg` text.
@@ -182,6 +196,10 @@ impl MachineProbe for ProcProbe {
             loadavg_1m,
             cpu: parsed.map(|p| p.0),
             n_cpus: parsed.map_or(0, |p| p.1),
+            self_ticks: std::fs::read_to_string("/proc/self/stat")
+                .ok()
+                .as_deref()
+                .and_then(parse_self_stat),
         })
     }
 }
@@ -222,11 +240,20 @@ pub fn window_load(before: &LoadSample, after: &LoadSample, subject_threads: usi
         }
         _ => None,
     };
+    // This process's own busy cores over the window, where readable.
+    let self_cores = match (before.cpu, after.cpu, before.self_ticks, after.self_ticks) {
+        (Some(b), Some(a), Some(sb), Some(sa)) if a.total_ticks > b.total_ticks => {
+            let total = (a.total_ticks - b.total_ticks) as f64;
+            Some(sa.saturating_sub(sb) as f64 / total * after.n_cpus as f64)
+        }
+        _ => None,
+    };
     WindowLoad {
         loadavg_1m_before: before.loadavg_1m,
         loadavg_1m_after: after.loadavg_1m,
         machine_busy_cores,
-        other_busy_cores: machine_busy_cores.map(|c| (c - subject_threads as f64).max(0.0)),
+        other_busy_cores: machine_busy_cores
+            .map(|c| (c - self_cores.unwrap_or(subject_threads as f64)).max(0.0)),
         subject_threads,
     }
 }
@@ -333,8 +360,12 @@ pub fn load_reasons(load: &WindowLoad, cfg: &NoiseConfig) -> Vec<DiscardReason> 
             limit_cores: cfg.max_other_busy_cores,
         });
     }
+    // The load average trails real load by a minute (a build that just finished still shows):
+    // it decides only when the per-window CPU accounting is unreadable.
     let loadavg = load.loadavg_1m_before.max(load.loadavg_1m_after);
-    if loadavg - load.subject_threads as f64 > cfg.max_load_excess {
+    if load.other_busy_cores.is_none()
+        && loadavg - load.subject_threads as f64 > cfg.max_load_excess
+    {
         reasons.push(DiscardReason::LoadAverage {
             loadavg_1m: loadavg,
             subject_threads: load.subject_threads,
@@ -521,6 +552,7 @@ mod tests {
                 total_ticks: 4000,
             }),
             n_cpus: 4,
+            self_ticks: None,
         };
         // 300 of 400 ticks busy on 4 cpus = 3 busy cores; subject uses 1 thread -> 2 others.
         let after = LoadSample {
@@ -530,19 +562,41 @@ mod tests {
                 total_ticks: 4400,
             }),
             n_cpus: 4,
+            self_ticks: None,
         };
         let load = window_load(&before, &after, 1);
         assert_eq!(load.machine_busy_cores, Some(3.0));
         assert_eq!(load.other_busy_cores, Some(2.0));
         let reasons = load_reasons(&load, &cfg);
-        assert_eq!(reasons.len(), 2);
+        // With CPU accounting readable, the lagging load average does not decide.
+        assert_eq!(reasons.len(), 1);
         assert_eq!(
             reasons[0].to_string(),
             "CPU busy: 2.00 cores used by other processes (limit 0.50)"
         );
+        // Without it, the load average does.
+        let blind = WindowLoad {
+            other_busy_cores: None,
+            machine_busy_cores: None,
+            ..load.clone()
+        };
+        let reasons = load_reasons(&blind, &cfg);
         assert_eq!(
-            reasons[1].to_string(),
+            reasons[0].to_string(),
             "load average 3.00 with 1 subject threads (limit +1.50)"
+        );
+        // This process's own ticks: 200 of 400 on 4 cpus = 2 cores; 3 busy - 2 own = 1 other.
+        let own_before = LoadSample {
+            self_ticks: Some(100),
+            ..before
+        };
+        let own_after = LoadSample {
+            self_ticks: Some(300),
+            ..after
+        };
+        assert_eq!(
+            window_load(&own_before, &own_after, 1).other_busy_cores,
+            Some(1.0)
         );
         // A 4-thread subject explains the same load: no reason.
         assert!(load_reasons(&window_load(&before, &after, 4), &cfg).is_empty());
@@ -567,5 +621,19 @@ mod tests {
             "invalid configuration: noise gate: max_outlier_ratio must be within [0, 1]"
         );
         assert!(NoiseConfig::default().validate().is_ok());
+    }
+}
+
+#[cfg(test)]
+mod self_stat_tests {
+    use super::*;
+
+    #[test]
+    fn self_stat_parsing_counts_fields_after_the_name() {
+        // pid (comm with spaces) state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        // cmajflt utime stime ...
+        let t = "42 (my prog) R 1 42 42 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 4 0";
+        assert_eq!(parse_self_stat(t), Some(300));
+        assert_eq!(parse_self_stat("garbage"), None);
     }
 }

@@ -111,7 +111,15 @@ impl<'a> Builder<'a> {
             cols,
             dtype,
             kind,
+            rows_per_token: 1,
         });
+        id
+    }
+    /// An activation buffer with one row per (token, expert) pair.
+    fn pairs(&mut self, name: &str, tokens: usize, cols: usize) -> BufId {
+        let k = self.cfg.n_experts_used;
+        let id = self.act(name, tokens * k, cols);
+        self.buffers[id.0 as usize].rows_per_token = k;
         id
     }
     fn act(&mut self, name: &str, rows: usize, cols: usize) -> BufId {
@@ -174,17 +182,13 @@ impl<'a> Builder<'a> {
             ids: self.buf("expert_ids", t, k, DType::I32, BufKind::Activation),
             wts: self.act("expert_weights", t, k),
             // A fused gate/up file writes both halves into one buffer: [gate (F) | up (F)].
-            eg: self.act(
+            eg: self.pairs(
                 "exp_gate",
-                t * k,
+                t,
                 if c.gate_up_fused { 2 } else { 1 } * c.expert_ffn,
             ),
-            eu: self.act(
-                "exp_up",
-                if c.gate_up_fused { 0 } else { t * k },
-                c.expert_ffn,
-            ),
-            ed: self.act("exp_down", t * k, c.hidden),
+            eu: self.pairs("exp_up", if c.gate_up_fused { 0 } else { t }, c.expert_ffn),
+            ed: self.pairs("exp_down", t, c.hidden),
             moe: self.act("moe_out", t, c.hidden),
             sg: self.act("shexp_gate", t, c.shared_ffn),
             su: self.act("shexp_up", t, c.shared_ffn),

@@ -303,10 +303,7 @@ pub fn export_graph(plan: &Plan, cfg: &Config, file: &GgufFile, engine: EngineIn
         }
         let out = node.outputs[0];
         let cost = node_cost(node, cfg, file);
-        let k_pairs = match node.op {
-            Op::MoeMatMul { k, .. } => k,
-            _ => 1,
-        };
+        let per_token = plan.buf(out.buf).rows_per_token.max(1);
         let persistent = node
             .outputs
             .iter()
@@ -323,7 +320,7 @@ pub fn export_graph(plan: &Plan, cfg: &Config, file: &GgufFile, engine: EngineIn
             layer: node.layer.map(|l| l as u32),
             inputs,
             output: tensor_desc_view(plan, &out),
-            rows: Some((out.rows / k_pairs) as u64),
+            rows: Some((out.rows / per_token) as u64),
             is_view: false,
             persistent,
             is_output,

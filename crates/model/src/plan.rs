@@ -53,6 +53,9 @@ pub struct BufDesc {
     pub cols: usize,
     pub dtype: DType,
     pub kind: BufKind,
+    /// Rows per token: 1, or k for the routed-expert buffers that hold one row per
+    /// (token, expert) pair. Token counts in exports divide by it.
+    pub rows_per_token: usize,
 }
 
 impl BufDesc {

@@ -24,6 +24,12 @@ enum Command {
     Synth(cmd::synth::Args),
     Run(cmd::run::Args),
     Check(cmd::check::Args),
+    Graph(cmd::graph::Args),
+    Opbench(cmd::measure::Args),
+    Replay(cmd::measure::Args),
+    Measure(cmd::measure::Args),
+    Ledger(cmd::ledger::Args),
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
@@ -32,6 +38,12 @@ fn main() {
         Command::Synth(a) => cmd::synth::main(a),
         Command::Run(a) => cmd::run::main(a),
         Command::Check(a) => cmd::check::main(a),
+        Command::Graph(a) => cmd::graph::main(a),
+        Command::Opbench(a) => cmd::measure::main(a, cmd::measure::Protocols::Opbench),
+        Command::Replay(a) => cmd::measure::main(a, cmd::measure::Protocols::Replay),
+        Command::Measure(a) => cmd::measure::main(a, cmd::measure::Protocols::All),
+        Command::Ledger(a) => cmd::ledger::main(a),
+        Command::Bench(a) => cmd::bench::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

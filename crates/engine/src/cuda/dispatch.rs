@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use cudarc::driver::result;
-use tally_model::{Node, Op, OutLayout, Plan};
+use tally_model::{Node, Op, Plan};
 
 use super::args::*;
 use super::launch::{Kernel, blocks, launch};
@@ -272,13 +272,5 @@ pub fn dispatch(
         | Op::MoeMatMul { .. }
         | Op::DeltaGates
         | Op::Attention { .. } => ops_big::dispatch(b, plan, node, &io),
-    }
-}
-
-/// Whether a projection writes its columns in weight-row order.
-pub fn layout_code(l: OutLayout) -> (i32, i32, i32) {
-    match l {
-        OutLayout::Plain => (0, 0, 0),
-        OutLayout::QGateSplit { n_head, head_dim } => (1, head_dim as i32, n_head as i32),
     }
 }

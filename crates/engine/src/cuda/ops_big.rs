@@ -85,11 +85,7 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, node: &Node, io: &Io) -> Resul
                 c: x.cols as i32,
                 k: w.dims[0] as i32,
             };
-            let grid = (
-                blocks(x.cols as i64, 512),
-                blocks(x.rows as i64, 32),
-                1,
-            );
+            let grid = (blocks(x.cols as i64, 512), blocks(x.rows as i64, 32), 1);
             launch(b.kernel("conv_silu")?, grid, (128, 1, 1), 0, s, &a)
         }
         Op::DeltaGates => {
@@ -202,7 +198,12 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, node: &Node, io: &Io) -> Resul
             head_dim,
             scale,
             q_pos0,
-        } => attention(b, node, io, (*n_head, *n_head_kv, *head_dim, *scale, *q_pos0)),
+        } => attention(
+            b,
+            node,
+            io,
+            (*n_head, *n_head_kv, *head_dim, *scale, *q_pos0),
+        ),
         _ => {
             let _ = plan;
             Err(EngineError::Unsupported(format!(
@@ -277,7 +278,14 @@ fn attention(
             "d128" => "flash_decode_d128",
             _ => "flash_decode_d256",
         };
-        launch(b.kernel(name)?, (n_split as u32, hkv as u32, 1), (256, 1, 1), 0, s, &a)?;
+        launch(
+            b.kernel(name)?,
+            (n_split as u32, hkv as u32, 1),
+            (256, 1, 1),
+            0,
+            s,
+            &a,
+        )?;
         if n_split > 1 {
             let n = r as i64 * h as i64 * d as i64 / 4;
             launch(

@@ -16,6 +16,7 @@ impl MachineProbe for Scripted {
             loadavg_1m: 0.0,
             cpu: None,
             n_cpus: 4,
+            self_ticks: None,
         }))
     }
 }
@@ -28,6 +29,7 @@ fn load(loadavg_1m: f64, busy: u64, total: u64) -> LoadSample {
             total_ticks: total,
         }),
         n_cpus: 4,
+        self_ticks: None,
     }
 }
 

@@ -351,3 +351,26 @@ fn tolerance_and_linearity_rules_by_hand() {
     );
     assert!(l.pass);
 }
+
+#[test]
+fn mismatched_graphs_are_errors() {
+    let mut a = fake();
+    let mut b = fake();
+    let ga = a.graph.clone();
+    let gb = toy_graph(&ToyGraph {
+        n_tokens: 16,
+        ..ToyGraph::default()
+    });
+    assert_eq!(
+        replay_pair(&mut a, &ga, &mut b, &gb, &cfg())
+            .unwrap_err()
+            .to_string(),
+        "invalid configuration: replay: the graphs are for different prompt lengths"
+    );
+    assert_eq!(
+        replay_many(&mut [&mut a], &[&ga, &gb], &cfg())
+            .unwrap_err()
+            .to_string(),
+        "invalid configuration: replay: one graph per subject, at least one subject"
+    );
+}

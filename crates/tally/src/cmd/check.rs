@@ -150,14 +150,17 @@ fn compare(
 }
 
 pub fn main(a: Args) -> Result<()> {
-    let model = Arc::new(
-        Model::open(&a.model).with_context(|| format!("loading {}", a.model.display()))?,
-    );
+    let model =
+        Arc::new(Model::open(&a.model).with_context(|| format!("loading {}", a.model.display()))?);
     let layers = model.config.n_layers;
     let max_t = a.tokens.iter().copied().max().unwrap_or(1);
     let ctx = max_t + a.decode;
     let mut cpu = Session::new(model.clone(), backend::open("cpu", model.clone(), 0)?, ctx)?;
-    let mut dut = Session::new(model.clone(), backend::open(&a.backend, model.clone(), 0)?, ctx)?;
+    let mut dut = Session::new(
+        model.clone(),
+        backend::open(&a.backend, model.clone(), 0)?,
+        ctx,
+    )?;
     let mut rng = Rng::new(a.seed);
     let vocab = model.config.vocab as u64;
     let mut cases = Vec::new();
@@ -234,7 +237,14 @@ pub fn main(a: Args) -> Result<()> {
                 let first = c
                     .first_over_bound
                     .as_ref()
-                    .map(|n| format!("{} ({:.2e}{})", n.name, n.rel_err, if n.nan { ", NaN" } else { "" }))
+                    .map(|n| {
+                        format!(
+                            "{} ({:.2e}{})",
+                            n.name,
+                            n.rel_err,
+                            if n.nan { ", NaN" } else { "" }
+                        )
+                    })
                     .unwrap_or_else(|| "-".into());
                 println!(
                     "| {} | {:.2e} | {} | {:.2e} | {} | {}/10 | {} |",
@@ -248,13 +258,21 @@ pub fn main(a: Args) -> Result<()> {
                 );
             }
             if let Some(c) = cases.first() {
-                let per: Vec<String> = c.per_layer_worst.iter().map(|e| format!("{e:.1e}")).collect();
+                let per: Vec<String> = c
+                    .per_layer_worst
+                    .iter()
+                    .map(|e| format!("{e:.1e}"))
+                    .collect();
                 println!("per-layer worst node error ({}): {}", c.what, per.join(" "));
             }
         }
     }
     if !pass {
-        anyhow::bail!("{} does not match the CPU reference within {:.0e}", a.backend, a.tol);
+        anyhow::bail!(
+            "{} does not match the CPU reference within {:.0e}",
+            a.backend,
+            a.tol
+        );
     }
     Ok(())
 }

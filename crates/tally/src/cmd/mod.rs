@@ -1,4 +1,10 @@
+pub mod bench;
 pub mod check;
+pub mod common;
+pub mod graph;
+pub mod ledger;
+pub mod measure;
+pub mod peer;
 pub mod run;
 pub mod synth;
 

@@ -128,7 +128,10 @@ pub fn main(a: Args) -> Result<()> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
         Format::Text | Format::Md => {
             println!("model    {}", r.model);
-            println!("backend  {} on {} (loaded in {:.0} ms)", r.backend, r.device, r.load_ms);
+            println!(
+                "backend  {} on {} (loaded in {:.0} ms)",
+                r.backend, r.device, r.load_ms
+            );
             println!(
                 "prefill  {} tokens in {:.2} ms ({:.1} tokens/s)",
                 r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s

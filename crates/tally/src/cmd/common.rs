@@ -1,0 +1,52 @@
+//! Pieces the commands share: opening a model and a subject, machine facts, writing reports.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tally_engine::subject::TallySubject;
+use tally_engine::{Session, backend};
+use tally_ledger::schema::MachineInfo;
+use tally_model::Model;
+
+/// The build this binary came from.
+pub const VERSION: &str = env!("TALLY_GIT_COMMIT");
+
+pub fn open_model(path: &Path) -> Result<Arc<Model>> {
+    Ok(Arc::new(
+        Model::open(path).with_context(|| format!("loading {}", path.display()))?,
+    ))
+}
+
+/// tally on `backend` as a ledger subject, with state for `max_ctx` positions.
+pub fn tally_subject(
+    model: &Arc<Model>,
+    backend_name: &str,
+    threads: usize,
+    max_ctx: usize,
+    prune: bool,
+) -> Result<TallySubject<Box<dyn tally_engine::Backend>>> {
+    let b = backend::open(backend_name, model.clone(), threads)?;
+    let mut s = Session::new(model.clone(), b, max_ctx)?;
+    s.opts.prune_last_layer = prune;
+    Ok(TallySubject::new(s, VERSION.to_string()))
+}
+
+/// This machine's facts, with the peaks measured on `backend`.
+pub fn machine(backend_name: &str) -> MachineInfo {
+    let mut m = tally_ledger::machine::local_machine();
+    let peaks = tally_engine::peaks::measure(backend_name);
+    m.peak_gbps = peaks.gbps;
+    m.peak_tflops = peaks.tflops;
+    m.peak_method = Some(peaks.method);
+    m.gpu = peaks.gpu;
+    m
+}
+
+/// Writes `text` to `dir/name`, creating `dir`.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let p = dir.join(name);
+    std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    Ok(p)
+}

@@ -1,0 +1,107 @@
+//! `tally ledger`: two engines, category by category, the same method on both sides.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use tally_ledger::measure::Measurement;
+use tally_ledger::report::{render_json, render_markdown, render_svg, render_terminal};
+use tally_ledger::{build_ledger, measure_pair};
+
+use super::common::{open_model, tally_subject, write_file};
+use super::measure::Common;
+use super::{Format, InputError};
+
+/// Compare two engines category by category: where the gap lives, what to attack, what to leave.
+///
+/// Either from two measurement files (`tally measure` output; e.g. one engine at two commits):
+///   tally ledger A.measurement.json B.measurement.json
+/// or measured now, both engines on the same model file, interleaved and noise-gated:
+///   tally ledger --model tiny.gguf --peer llama.cpp
+///   tally ledger --model tiny.gguf --peer self          (tally against itself: a null check)
+/// Writes ledger-ppN.{md,json,svg} to --out-dir and prints the table.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Two measurement JSON files: ours, then the peer's.
+    #[arg(num_args = 0..=2)]
+    files: Vec<PathBuf>,
+    /// Measure tally against this peer now: llama.cpp or self.
+    #[arg(long)]
+    peer: Option<String>,
+    /// Measuring options (with --peer).
+    #[command(flatten)]
+    common: Option<Common>,
+}
+
+fn read_measurement(p: &Path) -> Result<Measurement> {
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| InputError(format!("{} is not a tally measurement: {e}", p.display())).into())
+}
+
+pub fn main(a: Args) -> Result<()> {
+    let (ma, mb, out_dir, format) = match (a.files.len(), &a.peer, &a.common) {
+        (2, None, _) => {
+            let out = a
+                .common
+                .as_ref()
+                .map(|c| c.out_dir.clone())
+                .unwrap_or_else(|| PathBuf::from("tally-out"));
+            let f = a.common.as_ref().map(|c| c.output).unwrap_or(Format::Text);
+            (
+                read_measurement(&a.files[0])?,
+                read_measurement(&a.files[1])?,
+                out,
+                f,
+            )
+        }
+        (0, Some(peer), Some(c)) => {
+            let (ma, mb) = measure_against(peer, c)?;
+            (ma, mb, c.out_dir.clone(), c.output)
+        }
+        _ => {
+            return Err(InputError(
+                "give two measurement files, or --model FILE --peer llama.cpp|self".into(),
+            )
+            .into());
+        }
+    };
+    let l = build_ledger(&ma, &mb);
+    let n = l.n_tokens;
+    write_file(&out_dir, &format!("ledger-pp{n}.md"), &render_markdown(&l))?;
+    write_file(&out_dir, &format!("ledger-pp{n}.json"), &render_json(&l)?)?;
+    write_file(&out_dir, &format!("ledger-pp{n}.svg"), &render_svg(&l))?;
+    match format {
+        Format::Json => println!("{}", render_json(&l)?),
+        Format::Md => println!("{}", render_markdown(&l)),
+        Format::Text => {
+            println!("{}", render_terminal(&l));
+            println!(
+                "written: {}/ledger-pp{n}.{{md,json,svg}}",
+                out_dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn measure_against(peer: &str, c: &Common) -> Result<(Measurement, Measurement)> {
+    let model = open_model(&c.model)?;
+    let cfg = c.config(true, true)?;
+    let ctx = c.tokens + c.decode;
+    let mut ours = tally_subject(&model, &c.backend, c.threads, ctx, true)?;
+    let (ma, mb) = match peer {
+        "self" => {
+            let mut twin = tally_subject(&model, &c.backend, c.threads, ctx, true)?;
+            measure_pair(&mut ours, &mut twin, &cfg)?
+        }
+        "llama.cpp" | "llama" => super::peer::measure_with_llama(&mut ours, c, &cfg)?,
+        other => {
+            return Err(InputError(format!("unknown peer `{other}` (llama.cpp, self)")).into());
+        }
+    };
+    for (m, who) in [(&ma, "tally"), (&mb, peer)] {
+        let name = format!("{who}-{}-pp{}.measurement.json", m.engine.backend, c.tokens);
+        write_file(&c.out_dir, &name, &serde_json::to_string_pretty(m)?)?;
+    }
+    Ok((ma, mb))
+}

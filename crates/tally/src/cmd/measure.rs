@@ -1,0 +1,122 @@
+//! `tally measure`, `tally opbench`, `tally replay`: one engine measured by the ledger's method.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use tally_ledger::report::render_measurement;
+use tally_ledger::schema::Routing;
+use tally_ledger::{MeasureConfig, measure};
+
+use super::Format;
+use super::common::{machine, open_model, tally_subject, write_file};
+
+/// Options shared by the measuring commands.
+#[derive(clap::Args, Clone)]
+pub struct Common {
+    /// The qwen35moe GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt length.
+    #[arg(short = 'p', long, default_value_t = 512)]
+    pub tokens: usize,
+    /// Decode tokens measured after the prompt (0: none).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    pub decode: usize,
+    /// tally's backend: cpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// CPU threads (0: one per core).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Clean windows per timing group (the noise gate's repeats).
+    #[arg(short = 'r', long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Timed calls per op in standalone timing.
+    #[arg(long, default_value_t = 10)]
+    pub op_reps: usize,
+    /// Routing of MoE ops in standalone timing: realistic, first-k, model.
+    #[arg(long, default_value = "realistic")]
+    pub routing: String,
+    /// Cores other processes may keep busy during a timing window before the noise gate
+    /// discards and re-measures it.
+    #[arg(long, default_value_t = 0.5)]
+    pub busy_limit: f64,
+    /// Directory for the JSON (and Markdown/SVG) outputs.
+    #[arg(long, default_value = "tally-out")]
+    pub out_dir: PathBuf,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Format,
+}
+
+impl Common {
+    pub fn routing(&self) -> Result<Routing> {
+        match self.routing.as_str() {
+            "realistic" => Ok(Routing::Realistic),
+            "first-k" => Ok(Routing::FirstK),
+            "model" => Ok(Routing::Model),
+            other => Err(super::InputError(format!(
+                "unknown routing `{other}` (realistic, first-k, model)"
+            ))
+            .into()),
+        }
+    }
+
+    /// The measuring configuration for these options.
+    pub fn config(&self, opbench: bool, replay: bool) -> Result<MeasureConfig> {
+        let mut cfg = MeasureConfig::new(self.tokens, machine(&self.backend));
+        cfg.n_gen = self.decode;
+        cfg.noise.windows = self.repeats.max(3);
+        cfg.noise.max_other_busy_cores = self.busy_limit;
+        let routing = self.routing()?;
+        if let Some(o) = cfg.opbench.as_mut() {
+            o.routing = routing;
+            // Show how much a naive (first-k) MoE benchmark undercounts, every time.
+            o.first_k = routing != Routing::FirstK;
+            o.reps = self.op_reps;
+        }
+        if !opbench {
+            cfg.opbench = None;
+        }
+        if !replay {
+            cfg.replay = None;
+        }
+        Ok(cfg)
+    }
+}
+
+/// Which protocols a measuring command runs.
+#[derive(Clone, Copy)]
+pub enum Protocols {
+    All,
+    Opbench,
+    Replay,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: Common,
+}
+
+pub fn main(a: Args, which: Protocols) -> Result<()> {
+    let c = &a.common;
+    let model = open_model(&c.model)?;
+    let (ob, rp) = match which {
+        Protocols::All => (true, true),
+        Protocols::Opbench => (true, false),
+        Protocols::Replay => (false, true),
+    };
+    let cfg = c.config(ob, rp)?;
+    let mut subject = tally_subject(&model, &c.backend, c.threads, c.tokens + c.decode, true)?;
+    let m = measure(&mut subject, &cfg)?;
+    let name = format!("tally-{}-pp{}.measurement.json", c.backend, c.tokens);
+    let path = write_file(&c.out_dir, &name, &serde_json::to_string_pretty(&m)?)?;
+    match c.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&m)?),
+        Format::Text | Format::Md => {
+            println!("{}", render_measurement(&m));
+            println!("measurement written to {}", path.display());
+        }
+    }
+    Ok(())
+}

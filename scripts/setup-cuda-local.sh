@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs CUDA 13.0's compiler pieces from PyPI wheels into /opt/cu13 (idempotent), pinned to the
+# GPU host's version, so kernels can be compile-checked (nvcc -Xptxas -v) and NVRTC-compiled on a
+# machine without a GPU. Usage: scripts/setup-cuda-local.sh [--nvrtc-only]
+set -euo pipefail
+DIR=${TALLY_CU13:-/opt/cu13}
+pkgs=(nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88)
+if [ "${1:-}" != "--nvrtc-only" ]; then
+  pkgs+=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 "nvidia-cuda-cccl==13.0.*")
+fi
+if [ -f "$DIR/nvidia/cu13/lib/libnvrtc.so.13" ] && { [ "${1:-}" = "--nvrtc-only" ] || [ -x "$DIR/nvidia/cu13/bin/nvcc" ]; }; then
+  echo "CUDA 13.0 wheels already in $DIR"
+else
+  python3 -m pip install -q --target "$DIR" "${pkgs[@]}"
+fi
+echo "export LD_LIBRARY_PATH=$DIR/nvidia/cu13/lib:\${LD_LIBRARY_PATH:-}"
+echo "export TALLY_CUDA_INCLUDE=$DIR/nvidia/cu13/include"
+[ -x "$DIR/nvidia/cu13/bin/nvcc" ] && echo "export PATH=$DIR/nvidia/cu13/bin:\$PATH"
+exit 0
