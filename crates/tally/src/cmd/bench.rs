@@ -214,7 +214,7 @@ pub fn main(a: Args) -> Result<()> {
 
 fn peer_common(a: &Args) -> Common {
     Common {
-        model: a.model.clone(),
+        model: Some(a.model.clone()),
         tokens: a.prompts.first().copied().unwrap_or(512),
         decode: a.n_gen,
         backend: a.backend.clone(),

@@ -27,37 +27,25 @@ pub struct Args {
     /// Measure tally against this peer now: llama.cpp or self.
     #[arg(long)]
     peer: Option<String>,
-    /// Measuring options (with --peer).
+    /// Measuring options (with --peer), output directory and format (always).
     #[command(flatten)]
-    common: Option<Common>,
+    common: Common,
 }
 
 fn read_measurement(p: &Path) -> Result<Measurement> {
-    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-    serde_json::from_str(&text)
+    let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_slice(&bytes)
         .map_err(|e| InputError(format!("{} is not a tally measurement: {e}", p.display())).into())
 }
 
 pub fn main(a: Args) -> Result<()> {
-    let (ma, mb, out_dir, format) = match (a.files.len(), &a.peer, &a.common) {
-        (2, None, _) => {
-            let out = a
-                .common
-                .as_ref()
-                .map(|c| c.out_dir.clone())
-                .unwrap_or_else(|| PathBuf::from("tally-out"));
-            let f = a.common.as_ref().map(|c| c.output).unwrap_or(Format::Text);
-            (
-                read_measurement(&a.files[0])?,
-                read_measurement(&a.files[1])?,
-                out,
-                f,
-            )
-        }
-        (0, Some(peer), Some(c)) => {
-            let (ma, mb) = measure_against(peer, c)?;
-            (ma, mb, c.out_dir.clone(), c.output)
-        }
+    let c = &a.common;
+    let (ma, mb) = match (a.files.len(), &a.peer, &c.model) {
+        (2, None, None) => (
+            read_measurement(&a.files[0])?,
+            read_measurement(&a.files[1])?,
+        ),
+        (0, Some(peer), Some(_)) => measure_against(peer, c)?,
         _ => {
             return Err(InputError(
                 "give two measurement files, or --model FILE --peer llama.cpp|self".into(),
@@ -65,6 +53,7 @@ pub fn main(a: Args) -> Result<()> {
             .into());
         }
     };
+    let (out_dir, format) = (c.out_dir.clone(), c.output);
     let l = build_ledger(&ma, &mb);
     let n = l.n_tokens;
     write_file(&out_dir, &format!("ledger-pp{n}.md"), &render_markdown(&l))?;
@@ -85,7 +74,7 @@ pub fn main(a: Args) -> Result<()> {
 }
 
 fn measure_against(peer: &str, c: &Common) -> Result<(Measurement, Measurement)> {
-    let model = open_model(&c.model)?;
+    let model = open_model(c.model()?)?;
     let cfg = c.config(true, true)?;
     let ctx = c.tokens + c.decode;
     let mut ours = tally_subject(&model, &c.backend, c.threads, ctx, true)?;

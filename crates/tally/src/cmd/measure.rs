@@ -15,7 +15,7 @@ use super::common::{machine, open_model, tally_subject, write_file};
 pub struct Common {
     /// The qwen35moe GGUF file.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Prompt length.
     #[arg(short = 'p', long, default_value_t = 512)]
     pub tokens: usize,
@@ -49,6 +49,13 @@ pub struct Common {
 }
 
 impl Common {
+    /// The model path (required by every measuring command).
+    pub fn model(&self) -> Result<&PathBuf> {
+        self.model
+            .as_ref()
+            .ok_or_else(|| super::InputError("--model FILE is required".into()).into())
+    }
+
     pub fn routing(&self) -> Result<Routing> {
         match self.routing.as_str() {
             "realistic" => Ok(Routing::Realistic),
@@ -100,7 +107,7 @@ pub struct Args {
 
 pub fn main(a: Args, which: Protocols) -> Result<()> {
     let c = &a.common;
-    let model = open_model(&c.model)?;
+    let model = open_model(c.model()?)?;
     let (ob, rp) = match which {
         Protocols::All => (true, true),
         Protocols::Opbench => (true, false),

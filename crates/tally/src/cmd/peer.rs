@@ -11,7 +11,9 @@ use super::measure::Common;
 #[cfg(feature = "llama")]
 pub fn open_llama(c: &Common) -> Result<Box<dyn tally_ledger::subject::Subject>> {
     Ok(Box::new(tally_peer_llama::LlamaPeer::open(
-        &c.model, &c.backend, c.threads,
+        c.model()?,
+        &c.backend,
+        c.threads,
     )?))
 }
 
@@ -29,7 +31,7 @@ pub fn measure_with_llama(
     c: &Common,
     cfg: &MeasureConfig,
 ) -> Result<(Measurement, Measurement)> {
-    let mut peer = tally_peer_llama::LlamaPeer::open(&c.model, &c.backend, c.threads)?;
+    let mut peer = tally_peer_llama::LlamaPeer::open(c.model()?, &c.backend, c.threads)?;
     Ok(measure_pair(ours, &mut peer, cfg)?)
 }
 

@@ -1,0 +1,281 @@
+//! The CLI end to end: bad input gives a clear error and exit code 2; the ledger runs on the tiny
+//! model and writes its reports.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tally_gguf::{GgmlType, GgufWriter, MetaValue, TensorSpec};
+
+fn tally(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args(args)
+        .output()
+        .expect("run tally")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn synth(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let p = dir.join(name);
+    let mut args = vec!["synth", "--preset", "tiny", "--quant", "q8_0", "--out"];
+    let ps = p.to_string_lossy().into_owned();
+    args.push(&ps);
+    args.extend_from_slice(extra);
+    let o = tally(&args);
+    assert!(o.status.success(), "synth failed: {}", stderr(&o));
+    p
+}
+
+/// A small GGUF with the given metadata and one tensor.
+fn write_gguf(path: &Path, meta: &[(String, MetaValue)], ty: GgmlType) {
+    let f = std::fs::File::create(path).expect("create");
+    let spec = TensorSpec {
+        name: "token_embd.weight".into(),
+        dims: vec![256, 4],
+        ty,
+    };
+    let mut w = GgufWriter::new(f, meta, std::slice::from_ref(&spec)).expect("writer");
+    let bytes = vec![0u8; spec.ty.row_bytes(256).expect("row bytes") as usize * 4];
+    w.write_data(&bytes).expect("data");
+    w.finish().expect("finish");
+}
+
+fn assert_bad_input(o: &Output, text: &str) {
+    assert_eq!(o.status.code(), Some(2), "exit code; stderr: {}", stderr(o));
+    assert!(
+        stderr(o).contains(text),
+        "stderr lacks `{text}`: {}",
+        stderr(o)
+    );
+}
+
+#[test]
+fn not_a_gguf_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("x.gguf");
+    std::fs::write(&p, b"this is not a model file at all").expect("write");
+    let o = tally(&["run", "--model", &p.to_string_lossy(), "--tokens", "4"]);
+    assert_bad_input(&o, "magic");
+}
+
+#[test]
+fn truncated_model_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "t.gguf", &[]);
+    let bytes = std::fs::read(&p).expect("read");
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let o = tally(&["run", "--model", &cut.to_string_lossy(), "--tokens", "4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cut.gguf"), "{}", stderr(&o));
+}
+
+#[test]
+fn wrong_architecture_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("llama.gguf");
+    write_gguf(
+        &p,
+        &[(
+            "general.architecture".into(),
+            MetaValue::String("llama".into()),
+        )],
+        GgmlType::F32,
+    );
+    let o = tally(&["run", "--model", &p.to_string_lossy(), "--tokens", "4"]);
+    assert_bad_input(&o, "unsupported architecture `llama`");
+}
+
+#[test]
+fn missing_key_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("nokeys.gguf");
+    write_gguf(
+        &p,
+        &[(
+            "general.architecture".into(),
+            MetaValue::String("qwen35moe".into()),
+        )],
+        GgmlType::F32,
+    );
+    let o = tally(&["run", "--model", &p.to_string_lossy(), "--tokens", "4"]);
+    assert_bad_input(&o, "missing metadata key `qwen35moe.block_count`");
+}
+
+#[test]
+fn unsupported_tensor_type_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = synth(dir.path(), "good.gguf", &[]);
+    let file = tally_gguf::GgufFile::open(&good).expect("open");
+    // The same model with token_embd re-typed as IQ2_XXS (unsupported).
+    let meta: Vec<(String, MetaValue)> = file
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k != "general.alignment")
+        .cloned()
+        .collect();
+    let specs: Vec<TensorSpec> = file
+        .tensors()
+        .iter()
+        .map(|t| TensorSpec {
+            name: t.name.clone(),
+            dims: t.dims.clone(),
+            ty: if t.name == "token_embd.weight" {
+                GgmlType::IQ2_XXS
+            } else {
+                t.ty
+            },
+        })
+        .collect();
+    let bad = dir.path().join("iq.gguf");
+    let mut w = GgufWriter::new(std::fs::File::create(&bad).expect("create"), &meta, &specs)
+        .expect("writer");
+    for (t, s) in file.tensors().iter().zip(&specs) {
+        if s.ty == t.ty {
+            w.write_data(file.tensor_data(t)).expect("data");
+        } else {
+            let n = s.ty.row_bytes(s.dims[0]).expect("rb") * s.dims[1];
+            w.write_data(&vec![0u8; n as usize]).expect("data");
+        }
+    }
+    w.finish().expect("finish");
+    let o = tally(&["run", "--model", &bad.to_string_lossy(), "--tokens", "4"]);
+    assert_bad_input(&o, "IQ2_XXS");
+    assert!(stderr(&o).contains("token_embd.weight"), "{}", stderr(&o));
+}
+
+#[test]
+fn token_outside_vocabulary_and_too_long_prompt_are_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "v.gguf", &["--set", "context_length=32"]);
+    let ps = p.to_string_lossy().into_owned();
+    let o = tally(&["run", "--model", &ps, "--token-ids", "1,2,99999"]);
+    assert_bad_input(&o, "token id 99999 is outside the vocabulary of 512");
+    let o = tally(&["run", "--model", &ps, "--tokens", "40"]);
+    assert_bad_input(&o, "longer than supported");
+}
+
+#[test]
+fn bad_arguments_are_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("m.gguf");
+    let os = out.to_string_lossy().into_owned();
+    let o = tally(&["synth", "--preset", "huge", "--out", &os]);
+    assert_bad_input(&o, "unknown preset `huge`");
+    let o = tally(&["synth", "--quant", "iq2", "--out", &os]);
+    assert_bad_input(&o, "unknown quant mix `iq2`");
+    let o = tally(&["synth", "--set", "n_layers=zero", "--out", &os]);
+    assert_bad_input(&o, "`zero` is not a count");
+    let o = tally(&["synth", "--set", "n_experts_used=99", "--out", &os]);
+    assert_bad_input(&o, "expert_used_count 99 exceeds expert_count 8");
+    assert!(!out.exists(), "a failed synth must not leave a file");
+}
+
+#[test]
+fn run_prints_logits_as_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "r.gguf", &[]);
+    let o = tally(&[
+        "run",
+        "--model",
+        &p.to_string_lossy(),
+        "--tokens",
+        "9",
+        "-n",
+        "2",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["prompt_tokens"], 9);
+    assert_eq!(v["decoded"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["top_logits"].as_array().map(Vec::len), Some(10));
+}
+
+#[test]
+fn graph_passes_and_unpruned_plan_shows_dead_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "g.gguf", &[]);
+    let ps = p.to_string_lossy().into_owned();
+    let o = tally(&["graph", "--model", &ps, "-p", "16", "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["graph"]["issues"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["dead_work"]["partial"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["dead_work"]["dead"].as_array().map(Vec::len), Some(0));
+    let o = tally(&[
+        "graph",
+        "--model",
+        &ps,
+        "-p",
+        "16",
+        "--no-prune",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let partial = v["dead_work"]["partial"].as_array().expect("partial");
+    assert!(
+        partial.iter().any(|n| n["name"] == "blk.3.attn_output"),
+        "the unpruned last layer's output projection is dead work"
+    );
+}
+
+#[test]
+fn ledger_of_tally_against_itself_writes_every_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "l.gguf", &[]);
+    let out = dir.path().join("out");
+    let o = tally(&[
+        "ledger",
+        "--model",
+        &p.to_string_lossy(),
+        "--peer",
+        "self",
+        "-p",
+        "8",
+        "-r",
+        "3",
+        "--op-reps",
+        "3",
+        "--busy-limit",
+        "64",
+        "--out-dir",
+        &out.to_string_lossy(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in ["ledger-pp8.md", "ledger-pp8.json", "ledger-pp8.svg"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let svg = std::fs::read_to_string(out.join("ledger-pp8.svg")).expect("svg");
+    let doc = roxmltree::Document::parse(&svg).expect("the SVG is valid XML");
+    let text: String = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for label in [
+        "Dense projections",
+        "MoE experts gate/up",
+        "Linear-attention recurrence",
+    ] {
+        assert!(text.contains(label), "SVG lacks `{label}`");
+    }
+    // The same ledger from the two measurement files.
+    let a = out.join("tally-cpu-pp8.measurement.json");
+    let b = out.join("self-cpu-pp8.measurement.json");
+    let o = tally(&[
+        "ledger",
+        &a.to_string_lossy(),
+        &b.to_string_lossy(),
+        "--out-dir",
+        &out.to_string_lossy(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tally(&["ledger", &a.to_string_lossy(), &p.to_string_lossy()]);
+    assert_bad_input(&o, "is not a tally measurement");
+}

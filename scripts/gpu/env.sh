@@ -1,0 +1,10 @@
+# Sourced by the GPU scripts: CUDA libraries and headers on the GPU host, the carried binary.
+export PATH="/usr/local/cuda/bin:$PATH"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export TALLY_CUDA_INCLUDE="${TALLY_CUDA_INCLUDE:-/usr/local/cuda/include}"
+export TALLY_CACHE="${TALLY_CACHE:-/tmp/tally-cache}"
+export OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+TALLY="${TALLY:-$PWD/.carry/bin/tally}"
+[ -x "$TALLY" ] || TALLY="$PWD/target/release/tally"
+export TALLY

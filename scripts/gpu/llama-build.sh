@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the packed llama.cpp sources (scripts/gpu/llama-pack.sh) on a GPU host: CUDA, shared
+# libraries, release. A tally binary built elsewhere with the peer's `dynamic-link` feature then
+# runs against these libraries:
+#
+#   scripts/gpu/llama-build.sh                # sources .carry/llama.cpp, build dir target/llama-cuda
+#   export LD_LIBRARY_PATH="$PWD/target/llama-cuda/bin:$LD_LIBRARY_PATH"
+#
+# Environment: LLAMA_SRC (sources), LLAMA_BUILD_DIR (build dir), JOBS (default 16),
+# CUDA_ARCH (default 90, the H100/H200). Needs cmake, a C++ compiler and nvcc; no network.
+set -euo pipefail
+
+src="${LLAMA_SRC:-.carry/llama.cpp}"
+build="${LLAMA_BUILD_DIR:-target/llama-cuda}"
+jobs="${JOBS:-16}"
+arch="${CUDA_ARCH:-90}"
+
+if [ ! -f "$src/CMakeLists.txt" ]; then
+    echo "llama-build: no llama.cpp sources in $src (run scripts/gpu/llama-pack.sh where cargo is, and carry the folder)" >&2
+    exit 1
+fi
+command -v cmake >/dev/null || { echo "llama-build: cmake not found" >&2; exit 1; }
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "llama-build: nvcc not found (is CUDA on PATH?)" >&2; exit 1; }
+command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+
+targets=(llama ggml)
+bench=OFF
+if [ -f "$src/tools/llama-bench/llama-bench.cpp" ]; then
+    bench=ON
+    targets+=(llama-bench)
+else
+    echo "llama-build: the packed sources have no tools/llama-bench (llama-cpp-sys-2 does not ship it): building llama and ggml only"
+fi
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+cat "$src/PACK-INFO" 2>/dev/null || true
+t0=$(date +%s)
+cmake -S "$src" -B "$build" "${generator[@]}" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_SHARED_LIBS=ON \
+    -DGGML_CUDA=ON \
+    -DGGML_CUDA_NCCL=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    -DGGML_NATIVE=OFF \
+    -DLLAMA_BUILD_COMMON="$bench" \
+    -DLLAMA_BUILD_TOOLS="$bench" \
+    -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF
+t1=$(date +%s)
+cmake --build "$build" --config Release -j "$jobs" --target "${targets[@]}"
+t2=$(date +%s)
+
+echo
+echo "llama-build: configure $((t1 - t0)) s, build $((t2 - t1)) s (targets: ${targets[*]}, -j $jobs, sm_$arch)"
+ls -l "$build"/bin/lib*.so* 2>/dev/null || true
+[ "$bench" = ON ] && ls -l "$build/bin/llama-bench"
+echo "run tally with: export LD_LIBRARY_PATH=\"$(cd "$build/bin" && pwd):\${LD_LIBRARY_PATH:-}\""
