@@ -37,4 +37,11 @@ for spec in "tiny q8_0 1" "tiny-odd bf16 2" "tiny q4_k_m 3" "mid q4_k_m 4"; do
   row "check $1 $2" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")"
 done
 
+# 3. the device's ceilings, and a first timing of the mid model.
+"$TALLY" machine --backend cuda | tee "$OUT/machine.txt"
+if [ -f /tmp/mid-q4_k_m.gguf ]; then
+  timeout 120 "$TALLY" bench --model /tmp/mid-q4_k_m.gguf --backend cuda -p 512,2048 -n 32 -r 3 --out-dir "$OUT" > "$OUT/bench_mid.md" 2>&1
+  cat "$OUT/bench_mid.md"
+fi
+
 printf '\n== summary ==\n'; printf '%s\n' "${summary[@]}"

@@ -30,6 +30,7 @@ enum Command {
     Measure(cmd::measure::Args),
     Ledger(cmd::ledger::Args),
     Bench(cmd::bench::Args),
+    Machine(cmd::machine::Args),
 }
 
 fn main() {
@@ -44,6 +45,7 @@ fn main() {
         Command::Measure(a) => cmd::measure::main(a, cmd::measure::Protocols::All),
         Command::Ledger(a) => cmd::ledger::main(a),
         Command::Bench(a) => cmd::bench::main(a),
+        Command::Machine(a) => cmd::machine::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

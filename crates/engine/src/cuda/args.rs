@@ -264,3 +264,98 @@ mod attn_tests {
         assert_eq!(attn_smem_bytes(256, 8, true), 135168);
     }
 }
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GemmArgs {
+    pub w: DPtr,
+    pub w_row_bytes: i64,
+    pub w_expert_bytes: i64,
+    pub x: DPtr,
+    pub ldx: i64,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub sorted_rows: DPtr,
+    pub x_div: i32,
+    pub tile_expert: DPtr,
+    pub tile_start: DPtr,
+    pub tile_rows: DPtr,
+    pub layout: i32,
+    pub head_dim: i32,
+    pub n_head: i32,
+}
+
+/// Output columns per tensor-core GEMM block (`GEMM_BN`).
+pub const GEMM_BN: i64 = 128;
+/// Output columns per GEMV block (`GEMV_ROWS`).
+pub const GEMV_ROWS: i64 = 16;
+
+/// Mirror of `GEMM_SMEM_BYTES(t, bm)` in gemm.cu: two f16 stages of A and B tiles, two row
+/// tables, three stages of raw weight bytes per thread.
+pub fn gemm_smem_bytes(ty: tally_gguf::GgmlType, bm: i64) -> u32 {
+    use tally_gguf::GgmlType as T;
+    let slot = match ty {
+        T::Q4_K => 32,
+        T::Q5_K | T::Q8_0 => 48,
+        T::Q6_K => 80,
+        T::F32 => 128,
+        _ => 64,
+    };
+    (2 * (bm + GEMM_BN) * 72 * 2 + 8 * bm + 3 * 256 * slot) as u32
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MoeRouteArgs {
+    pub ids: DPtr,
+    pub n_tokens: i32,
+    pub k: i32,
+    pub n_expert: i32,
+    pub bm: i32,
+    pub max_tiles: i32,
+    pub counts: DPtr,
+    pub sorted_rows: DPtr,
+    pub tile_expert: DPtr,
+    pub tile_start: DPtr,
+    pub tile_rows: DPtr,
+    pub err: DPtr,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DequantRowsArgs {
+    pub w: DPtr,
+    pub row_bytes: i64,
+    pub ty: i32,
+    pub k: i32,
+    pub n_rows_w: i32,
+    pub row_ids: DPtr,
+    pub row0: i32,
+    pub n_rows: i32,
+    pub out: DPtr,
+    pub ldo: i64,
+    pub err: DPtr,
+}
+
+#[cfg(test)]
+mod gemm_tests {
+    use super::*;
+    use tally_gguf::GgmlType as T;
+
+    #[test]
+    fn gemm_smem_matches_the_kernel_table() {
+        // gemm.cu: BM=128: q4_k 99328, q5_k 111616, q6_k 136192, q8_0 111616, f16 123904, f32 173056;
+        // BM=32: q4_k 70912.
+        assert_eq!(gemm_smem_bytes(T::Q4_K, 128), 99_328);
+        assert_eq!(gemm_smem_bytes(T::Q5_K, 128), 111_616);
+        assert_eq!(gemm_smem_bytes(T::Q6_K, 128), 136_192);
+        assert_eq!(gemm_smem_bytes(T::Q8_0, 128), 111_616);
+        assert_eq!(gemm_smem_bytes(T::F16, 128), 123_904);
+        assert_eq!(gemm_smem_bytes(T::F32, 128), 173_056);
+        assert_eq!(gemm_smem_bytes(T::Q4_K, 32), 70_912);
+        assert_eq!(gemm_smem_bytes(T::BF16, 64), 104_960);
+    }
+}

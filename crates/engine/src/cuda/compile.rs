@@ -16,13 +16,24 @@ pub struct Source {
 
 /// Headers `#include "..."`d by the sources, inlined before compilation (NVRTC is given no
 /// file system access to our sources).
-const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("kernels/common.cuh"))];
+const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("kernels/common.cuh")),
+    ("quant.cuh", include_str!("kernels/quant.cuh")),
+];
 
 /// Every kernel source of the backend.
 pub const SOURCES: &[Source] = &[
     Source {
         name: "ops",
         text: include_str!("kernels/ops.cu"),
+    },
+    Source {
+        name: "gemm",
+        text: include_str!("kernels/gemm.cu"),
+    },
+    Source {
+        name: "moe_route",
+        text: include_str!("kernels/moe_route.cu"),
     },
     Source {
         name: "delta",

@@ -250,6 +250,9 @@ impl CudaBackend {
     /// A workspace of at least `bytes`.
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
         if self.work.as_ref().is_none_or(|w| w.bytes < bytes) {
+            // prepare() sizes the workspace for the whole plan; growing it here (standalone
+            // timing of another shape) moves it, so a captured graph pointing at it must go.
+            self.graph = None;
             self.work = Some(DevBuf::alloc(bytes, "kernel workspace")?);
         }
         Ok(self.work.as_ref().map(|w| w.ptr).unwrap_or(0))
@@ -309,6 +312,13 @@ impl Backend for CudaBackend {
         }
         self.bufs = bufs;
         self.shapes = shapes;
+        let work = plan
+            .nodes
+            .iter()
+            .map(|n| ops_big::node_work_bytes(self, n))
+            .max()
+            .unwrap_or(0);
+        self.workspace(work.max(256))?;
         self.sync()
     }
 

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use cudarc::driver::{result, sys};
-use tally_model::{Node, Op, Plan};
+use tally_gguf::GgmlType;
+use tally_model::{Node, Op, OutLayout, Plan};
 
 use super::CudaBackend;
 use super::args::*;
@@ -15,8 +16,69 @@ use crate::EngineError;
 /// At most this many tokens go token by token through `delta_step`; longer runs are chunked.
 const DELTA_STEP_MAX_T: usize = 16;
 
+/// The four kernels of one weight type: BM 128, 64, 32 tensor-core tiles and the GEMV.
+fn gemm_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
+    Some(match ty {
+        GgmlType::Q4_K => ["gemm_q4_k", "gemm_q4_k_m64", "gemm_q4_k_m32", "gemv_q4_k"],
+        GgmlType::Q5_K => ["gemm_q5_k", "gemm_q5_k_m64", "gemm_q5_k_m32", "gemv_q5_k"],
+        GgmlType::Q6_K => ["gemm_q6_k", "gemm_q6_k_m64", "gemm_q6_k_m32", "gemv_q6_k"],
+        GgmlType::Q8_0 => ["gemm_q8_0", "gemm_q8_0_m64", "gemm_q8_0_m32", "gemv_q8_0"],
+        GgmlType::BF16 => ["gemm_bf16", "gemm_bf16_m64", "gemm_bf16_m32", "gemv_bf16"],
+        GgmlType::F16 => ["gemm_f16", "gemm_f16_m64", "gemm_f16_m32", "gemv_f16"],
+        GgmlType::F32 => ["gemm_f32", "gemm_f32_m64", "gemm_f32_m32", "gemv_f32"],
+        _ => return None,
+    })
+}
+
+const GEMM_TYPES: [GgmlType; 7] = [
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_0,
+    GgmlType::BF16,
+    GgmlType::F16,
+    GgmlType::F32,
+];
+
+/// ggml's numeric type id (what quant.cuh's QT_* constants are).
+fn qt(ty: GgmlType) -> i32 {
+    ty.id() as i32
+}
+
 pub fn kernel_names(source: &str) -> &'static [&'static str] {
     match source {
+        "gemm" => &[
+            "gemm_q4_k",
+            "gemm_q4_k_m64",
+            "gemm_q4_k_m32",
+            "gemv_q4_k",
+            "gemm_q5_k",
+            "gemm_q5_k_m64",
+            "gemm_q5_k_m32",
+            "gemv_q5_k",
+            "gemm_q6_k",
+            "gemm_q6_k_m64",
+            "gemm_q6_k_m32",
+            "gemv_q6_k",
+            "gemm_q8_0",
+            "gemm_q8_0_m64",
+            "gemm_q8_0_m32",
+            "gemv_q8_0",
+            "gemm_bf16",
+            "gemm_bf16_m64",
+            "gemm_bf16_m32",
+            "gemv_bf16",
+            "gemm_f16",
+            "gemm_f16_m64",
+            "gemm_f16_m32",
+            "gemv_f16",
+            "gemm_f32",
+            "gemm_f32_m64",
+            "gemm_f32_m32",
+            "gemv_f32",
+            "dequant_rows",
+        ],
+        "moe_route" => &["moe_route"],
         "delta" => &["delta_chunk_prep", "delta_chunk_scan", "delta_step"],
         "conv" => &["conv_silu", "conv_silu_l2norm", "delta_gates"],
         "attention" => &[
@@ -47,6 +109,15 @@ fn max_dynamic_smem(k: Kernel, bytes: u32) -> Result<(), EngineError> {
 }
 
 pub fn configure_kernels(k: &HashMap<&'static str, Kernel>) -> Result<(), EngineError> {
+    for ty in GEMM_TYPES {
+        if let Some(names) = gemm_kernels(ty) {
+            for (name, bm) in names.iter().zip([128, 64, 32]) {
+                if let Some(&f) = k.get(name) {
+                    max_dynamic_smem(f, gemm_smem_bytes(ty, bm))?;
+                }
+            }
+        }
+    }
     // dk = 128 covers every supported key dimension.
     if let Some(&f) = k.get("delta_chunk_prep") {
         max_dynamic_smem(f, delta_prep_smem_bytes(128))?;
@@ -204,13 +275,42 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, node: &Node, io: &Io) -> Resul
             io,
             (*n_head, *n_head_kv, *head_dim, *scale, *q_pos0),
         ),
-        _ => {
-            let _ = plan;
-            Err(EngineError::Unsupported(format!(
-                "the CUDA backend has no kernel for `{}` yet",
-                node.op.name()
-            )))
+        Op::MatMul { layout } => {
+            let x = node.inputs[0];
+            let (layout, head_dim, n_head) = layout_code(*layout);
+            dense_gemm(
+                b,
+                &node.weights[0],
+                x.rows,
+                io.ins[0],
+                io.outs[0],
+                (layout, head_dim, n_head),
+            )
         }
+        Op::MoeMatMul { k, pair_input } => moe_gemm(b, plan, node, io, *k, *pair_input),
+        Op::Embed => {
+            let w = b.weight(&node.weights[0])?;
+            let ids = node.inputs[0];
+            let a = DequantRowsArgs {
+                w: w.buf.ptr,
+                row_bytes: w.row_bytes as i64,
+                ty: qt(w.ty),
+                k: w.dims[0] as i32,
+                n_rows_w: w.dims[1] as i32,
+                row_ids: io.ins[0].0,
+                row0: 0,
+                n_rows: ids.rows as i32,
+                out: io.outs[0].0,
+                ldo: io.outs[0].1,
+                err: 0,
+            };
+            let grid = (blocks(w.dims[0] as i64, 2048), ids.rows as u32, 1);
+            launch(b.kernel("dequant_rows")?, grid, (256, 1, 1), 0, s, &a)
+        }
+        _ => Err(EngineError::Unsupported(format!(
+            "the CUDA backend has no kernel for `{}`",
+            node.op.name()
+        ))),
     }
 }
 
@@ -314,4 +414,259 @@ fn attention(
         s,
         &a,
     )
+}
+
+/// (layout code, head_dim, n_head) of a projection's output layout, as gemm.cu takes them.
+fn layout_code(l: OutLayout) -> (i32, i32, i32) {
+    match l {
+        OutLayout::Plain => (0, 0, 0),
+        OutLayout::QGateSplit { n_head, head_dim } => (1, head_dim as i32, n_head as i32),
+    }
+}
+
+/// Which kernel of a type runs a product: 0 = BM 128, 1 = BM 64, 2 = BM 32, 3 = GEMV.
+/// `TALLY_GEMM_VARIANT=0..3` forces one (for experiments).
+fn dense_variant(m: usize, n: usize, k: usize, sms: u32) -> usize {
+    if let Some(v) = std::env::var("TALLY_GEMM_VARIANT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|v| *v < 4)
+    {
+        return v;
+    }
+    if m <= 8 || k % 64 != 0 {
+        return 3;
+    }
+    let n_blocks = (n as u64).div_ceil(GEMM_BN as u64);
+    // The largest tile that still gives every SM a block.
+    for (v, bm) in [(0usize, 128u64), (1, 64), (2, 32)] {
+        if n_blocks * (m as u64).div_ceil(bm) >= u64::from(sms) {
+            return v;
+        }
+    }
+    2
+}
+
+fn dense_gemm(
+    b: &mut CudaBackend,
+    weight: &str,
+    m: usize,
+    x: (u64, i64),
+    y: (u64, i64),
+    (layout, head_dim, n_head): (i32, i32, i32),
+) -> Result<(), EngineError> {
+    let s = b.cu_stream();
+    let w = b.weight(weight)?;
+    let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
+    let names = gemm_kernels(w.ty).ok_or_else(|| {
+        EngineError::Unsupported(format!("no GEMM for {} weights ({weight})", w.ty.name()))
+    })?;
+    let v = dense_variant(m, n, k, b.props.sm_count);
+    let a = GemmArgs {
+        w: w.buf.ptr,
+        w_row_bytes: w.row_bytes as i64,
+        w_expert_bytes: 0,
+        x: x.0,
+        ldx: x.1,
+        y: y.0,
+        ldy: y.1,
+        m: m as i32,
+        n: n as i32,
+        k: k as i32,
+        sorted_rows: 0,
+        x_div: 1,
+        tile_expert: 0,
+        tile_start: 0,
+        tile_rows: 0,
+        layout,
+        head_dim,
+        n_head,
+    };
+    let ty = w.ty;
+    let kern = b.kernel(names[v])?;
+    if v == 3 {
+        let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
+        launch(kern, grid, (256, 1, 1), 0, s, &a)
+    } else {
+        let bm = [128i64, 64, 32][v];
+        let grid = (
+            blocks(n as i64, GEMM_BN as u32),
+            blocks(m as i64, bm as u32),
+            1,
+        );
+        launch(kern, grid, (256, 1, 1), gemm_smem_bytes(ty, bm), s, &a)
+    }
+}
+
+/// Rows per MoE tile for `pairs` (token, expert) pairs over `experts`: 1 (GEMV) when experts
+/// get about one row each (decode), else the tensor-core tile nearest the mean rows per expert.
+fn moe_bm(pairs: usize, experts: usize) -> i64 {
+    let mean = pairs as f64 / experts.max(1) as f64;
+    if mean <= 2.0 {
+        1
+    } else if mean <= 40.0 {
+        32
+    } else if mean <= 100.0 {
+        64
+    } else {
+        128
+    }
+}
+
+/// Workspace bytes of the MoE routing tables for `pairs` pairs and `experts` experts.
+pub fn moe_work_bytes(pairs: usize, experts: usize) -> usize {
+    let bm = moe_bm(pairs, experts) as usize;
+    let max_tiles = pairs.div_ceil(bm) + experts;
+    4 * (experts + pairs + 3 * max_tiles + 2)
+}
+
+fn moe_gemm(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    node: &Node,
+    io: &Io,
+    k: usize,
+    pair_input: bool,
+) -> Result<(), EngineError> {
+    let _ = plan;
+    let s = b.cu_stream();
+    let w = b.weight(&node.weights[0])?;
+    let (kk, n, e) = (w.dims[0] as usize, w.dims[1] as usize, w.dims[2] as usize);
+    let ty = w.ty;
+    let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
+    let names = gemm_kernels(ty).ok_or_else(|| {
+        EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
+    })?;
+    if e > 256 {
+        return Err(EngineError::Unsupported(format!(
+            "MoE routing supports up to 256 experts; the model has {e}"
+        )));
+    }
+    let tokens = node.inputs[1].rows;
+    let pairs = tokens * k;
+    let mut bm = moe_bm(pairs, e);
+    if kk % 64 != 0 {
+        bm = 1;
+    }
+    let max_tiles = pairs.div_ceil(bm as usize) + e;
+    // Routing tables in the workspace: counts[E], sorted[P], tiles 3 x [max_tiles], err[2].
+    let base = b.workspace(moe_work_bytes(pairs, e).max(4 * (e + pairs + 3 * max_tiles + 2)))?;
+    let counts = base;
+    let sorted = counts + 4 * e as u64;
+    let t_exp = sorted + 4 * pairs as u64;
+    let t_start = t_exp + 4 * max_tiles as u64;
+    let t_rows = t_start + 4 * max_tiles as u64;
+    let err = t_rows + 4 * max_tiles as u64;
+    let ids = io.ins[1];
+    if ids.1 != k as i64 {
+        return Err(EngineError::Internal(
+            "expert ids must be a contiguous [T, k] view".into(),
+        ));
+    }
+    let r = MoeRouteArgs {
+        ids: ids.0,
+        n_tokens: tokens as i32,
+        k: k as i32,
+        n_expert: e as i32,
+        bm: bm as i32,
+        max_tiles: max_tiles as i32,
+        counts,
+        sorted_rows: sorted,
+        tile_expert: t_exp,
+        tile_start: t_start,
+        tile_rows: t_rows,
+        err,
+    };
+    launch(b.kernel("moe_route")?, (1, 1, 1), (1024, 1, 1), 0, s, &r)?;
+    let a = GemmArgs {
+        w: wptr,
+        w_row_bytes: row_bytes,
+        w_expert_bytes: row_bytes * n as i64,
+        x: io.ins[0].0,
+        ldx: io.ins[0].1,
+        y: io.outs[0].0,
+        ldy: io.outs[0].1,
+        m: pairs as i32,
+        n: n as i32,
+        k: kk as i32,
+        sorted_rows: sorted,
+        x_div: if pair_input { 1 } else { k as i32 },
+        tile_expert: t_exp,
+        tile_start: t_start,
+        tile_rows: t_rows,
+        layout: 0,
+        head_dim: 0,
+        n_head: 0,
+    };
+    if bm == 1 {
+        let grid = (blocks(n as i64, GEMV_ROWS as u32), max_tiles as u32, 1);
+        launch(b.kernel(names[3])?, grid, (256, 1, 1), 0, s, &a)
+    } else {
+        let v = match bm {
+            128 => 0,
+            64 => 1,
+            _ => 2,
+        };
+        let grid = (blocks(n as i64, GEMM_BN as u32), max_tiles as u32, 1);
+        launch(
+            b.kernel(names[v])?,
+            grid,
+            (256, 1, 1),
+            gemm_smem_bytes(ty, bm),
+            s,
+            &a,
+        )
+    }
+}
+
+/// Workspace one node needs (bytes), so the backend can size it once per plan: a captured
+/// graph must never see it move.
+pub fn node_work_bytes(b: &CudaBackend, node: &Node) -> usize {
+    let sms = b.props.sm_count;
+    match &node.op {
+        Op::DeltaRule {
+            k_heads,
+            v_heads,
+            k_dim,
+            v_dim,
+        } => {
+            let t = node.inputs[1].rows;
+            if t > DELTA_STEP_MAX_T {
+                4 * delta_work_floats(
+                    t as i64,
+                    *k_heads as i64,
+                    *v_heads as i64,
+                    *k_dim as i64,
+                    *v_dim as i64,
+                ) as usize
+            } else {
+                0
+            }
+        }
+        Op::MoeMatMul { k, .. } => {
+            let tokens = node.inputs[1].rows;
+            let e = b
+                .weight(&node.weights[0])
+                .map(|w| w.dims.get(2).copied().unwrap_or(1) as usize)
+                .unwrap_or(1);
+            let pairs = tokens * k;
+            let max_tiles = pairs + e; // bm >= 1 bound
+            4 * (e + pairs + 3 * max_tiles + 2)
+        }
+        Op::Attention {
+            n_head,
+            n_head_kv,
+            head_dim,
+            q_pos0,
+            ..
+        } => {
+            let r = node.inputs[0].rows;
+            let p_vis = (q_pos0 + r) as i64;
+            let target = (i64::from(sms) / *n_head_kv as i64).max(1);
+            let chunk = ((p_vis + target - 1) / target + 63) / 64 * 64;
+            let n_split = ((p_vis + chunk - 1) / chunk).max(1);
+            4 * (n_split * r as i64 * *n_head as i64 * (*head_dim as i64 + 2)) as usize
+        }
+        _ => 0,
+    }
 }

@@ -3,6 +3,7 @@ pub mod check;
 pub mod common;
 pub mod graph;
 pub mod ledger;
+pub mod machine;
 pub mod measure;
 pub mod peer;
 pub mod run;

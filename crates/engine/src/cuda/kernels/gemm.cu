@@ -1,0 +1,416 @@
+// Quantised-weight GEMM: y[m, n] = sum_k x[m, k] * W[n, k], x and y f32, W in a GGUF format
+// (quant.cuh), dense or over the routed (token, expert) pairs of a MoE layer.
+//
+// Kernels (one per weight type <t> in q4_k q5_k q6_k q8_0 bf16 f16 f32), all taking GemmArgs by
+// value:
+//   gemm_<t>      tensor cores, block tile BM x BN = 128 x 128, 256 threads, dynamic smem
+//                 GEMM_SMEM_BYTES(type, 128) (> 48 KB: raise the function's max dynamic smem first)
+//   gemm_<t>_m64  the same with BM = 64,  smem GEMM_SMEM_BYTES(type, 64)
+//   gemm_<t>_m32  the same with BM = 32,  smem GEMM_SMEM_BYTES(type, 32)
+//   gemv_<t>      f32 CUDA cores, one x row at a time, GEMV_ROWS = 16 output columns per block,
+//                 256 threads, no smem: for M = 1 (and as an always-correct fallback for any M)
+// Dynamic smem in bytes, GEMM_SMEM_BYTES(t, BM) = 2*(BM+128)*72*2 + 8*BM + 3*256*slot(t), slot =
+// 32 (q4_k), 48 (q5_k, q8_0), 80 (q6_k), 64 (f16, bf16), 128 (f32):
+//            q4_k    q5_k    q6_k    q8_0    f16/bf16  f32
+//   BM=128   99328   111616  136192  111616  123904    173056
+//   BM=64    80384   92672   117248  92672   104960    154112
+//   BM=32    70912   83200   107776  83200   95488     144640
+// Grids (x, y, 1):
+//   tensor-core dense: (ceil(N / GEMM_BN), ceil(M / BM));  MoE: (ceil(N / GEMM_BN), max_tiles)
+//   gemv dense:        (ceil(N / GEMV_ROWS), M);           MoE: (ceil(N / GEMV_ROWS), max_tiles)
+// where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe_route.cu) makes for that BM
+// (any tile size works for gemv). Blocks of unused tiles (tile_expert -1) exit.
+//
+// Preconditions (checked where cheap; a violated one writes nothing, so the caller's poison
+// shows): K % 64 == 0 for the tensor-core kernels, K % 32 == 0 for gemv, and K a multiple of the
+// type's block (256 for K-quants); w 16-byte aligned, w_row_bytes = the GGUF row size,
+// w_expert_bytes = N * w_row_bytes (MoE) or 0; layout 1 needs N == 2 * n_head * head_dim.
+// x is read with 16-byte loads when x is 16-byte aligned and ldx % 4 == 0, else element-wise;
+// y is written in pairs when 8-byte aligned with ldy even.
+//
+// Precision: the tensor-core kernels round x and the dequantised W to f16 (f32 accumulation):
+// relative Frobenius error ~1e-3 against f64. gemv dequantises in f32 (error ~1e-6).
+//
+// Tensor-core kernel design: 8 warps as 2 (M) x 4 (N), warp tile (BM/2) x 32, mma.sync
+// m16n8k16 f16 -> f32, operands from shared memory by ldmatrix. K steps of GEMM_BK = 64 through
+// two f16 shared-memory stages: while the tensor cores work on stage k, the thread's loads for
+// stage k+1 are in flight: x (f32) into registers, and its raw GGUF weight bytes by cp.async into
+// a private slot of a GEMM_WSTAGES-deep ring (so the weight stream, the DRAM-bound part, has
+// two stages in flight); after the MMAs the thread converts them (x -> f16, W dequantised ->
+// f16) into the other f16 stage. Rows are padded to GEMM_LDS = 72 halves (144 bytes) so
+// ldmatrix's 8 row addresses hit distinct bank groups.
+#include "common.cuh"
+#include "quant.cuh"
+
+struct GemmArgs {
+    const u8* w;
+    i64 w_row_bytes;
+    i64 w_expert_bytes;  // expert e's rows start at w + e * w_expert_bytes (0 for dense)
+    const float* x;
+    i64 ldx;             // input rows of K
+    float* y;
+    i64 ldy;             // output rows
+    i32 M, N, K;         // dense: M rows; MoE: M = number of (token, expert) pairs
+    // MoE (all null for dense):
+    const i32* sorted_rows;  // [M] output row ids (pair index t*k+j) grouped by expert
+    i32 x_div;               // input row = sorted_rows[i] / x_div
+    const i32* tile_expert;  // per MoE tile: expert id, or -1 for an unused tile
+    const i32* tile_start;   // first index into sorted_rows
+    const i32* tile_rows;    // rows in this tile (<= BM)
+    // Output layout: 0 plain (column n = weight row n); 1 q/gate split: weight row
+    // n = h*2*hd + i goes to column h*hd + i if i < hd else n_head*hd + h*hd + (i - hd).
+    i32 layout;
+    i32 head_dim;
+    i32 n_head;
+};
+
+#define GEMM_BN 128
+#define GEMM_BK 64
+#define GEMM_THREADS 256
+#define GEMM_LDS 72
+#define GEMM_WSTAGES 3
+// Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
+#define GEMM_SLOT_BYTES(t)                                                                         \
+    ((t) == QT_Q4_K ? 32 : (t) == QT_Q5_K ? 48 : (t) == QT_Q6_K ? 80 : (t) == QT_Q8_0 ? 48 : (t) == QT_F32 ? 128 : 64)
+// Dynamic shared memory: two stages of A [BM][72] and B [128][72] f16, two i32 row tables of BM,
+// then GEMM_WSTAGES stages of raw weight bytes (GEMM_THREADS slots each).
+#define GEMM_SMEM_BYTES(t, bm) \
+    (2 * ((bm) + GEMM_BN) * GEMM_LDS * 2 + 8 * (bm) + GEMM_WSTAGES * GEMM_THREADS * GEMM_SLOT_BYTES(t))
+#define GEMV_ROWS 16
+#define GEMV_THREADS 256
+
+#ifndef TALLY_EMU
+__device__ __forceinline__ void ldsm_x4(const u16* p, u32 r[4]) {
+    const u32 addr = static_cast<u32>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+// c += a (16x16, row) * b (16x8, col), f16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
+
+// Output column of weight row n.
+__device__ __forceinline__ int gemm_out_col(int n, bool split, int hd, int n_head) {
+    if (!split) return n;
+    const int h = n / (2 * hd), i = n - h * 2 * hd;
+    return i < hd ? h * hd + i : n_head * hd + h * hd + (i - hd);
+}
+
+// Four consecutive floats of x (16-byte load when allowed).
+__device__ __forceinline__ float4 ld_x4(const float* p, bool vec) {
+    if (vec) return __ldg(reinterpret_cast<const float4*>(p));
+    return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+}
+
+// Checks shared by both kernel families; false: write nothing.
+__device__ __forceinline__ bool gemm_args_ok(const GemmArgs& a, int k_mult) {
+    if (a.M <= 0 || a.N <= 0 || a.K <= 0 || a.K % k_mult != 0) return false;
+    if (a.layout == 1 && (a.head_dim <= 0 || a.n_head <= 0 || a.N != 2 * a.n_head * a.head_dim)) return false;
+    return a.layout == 0 || a.layout == 1;
+}
+
+// The block's rows: dense rows [start, start + rows), or MoE tile blockIdx.y (expert weights
+// selected into w). False when the block has nothing to do.
+__device__ __forceinline__ bool gemm_block_rows(const GemmArgs& a, int max_rows, const u8*& w, int& start,
+                                                int& rows) {
+    w = a.w;
+    if (a.tile_expert) {
+        const int t = blockIdx.y;
+        const int e = a.tile_expert[t];
+        if (e < 0) return false;
+        start = a.tile_start[t];
+        rows = a.tile_rows[t];
+        if (start < 0 || start >= a.M || rows <= 0) return false;
+        rows = min(rows, min(max_rows, a.M - start));
+        w += static_cast<i64>(e) * a.w_expert_bytes;
+    } else {
+        start = blockIdx.y * max_rows;
+        if (start >= a.M) return false;
+        rows = min(max_rows, a.M - start);
+    }
+    return true;
+}
+
+// Input and output row of row i of the block's rows; false for an invalid MoE entry.
+__device__ __forceinline__ bool gemm_row(const GemmArgs& a, int start, int i, int& xr, int& yr) {
+    if (!a.tile_expert) {
+        xr = yr = start + i;
+        return true;
+    }
+    const int s = a.sorted_rows[start + i];
+    if (s < 0 || s >= a.M) return false;
+    yr = s;
+    xr = s / max(a.x_div, 1);
+    return true;
+}
+
+template <int T, int BM>
+__device__ __forceinline__ void gemm_body(const GemmArgs& a) {
+    constexpr int BN = GEMM_BN, BK = GEMM_BK, LDS = GEMM_LDS;
+    constexpr int MT = BM / 32;  // m16 tiles per warp (warp tile BM/2 x 32)
+    constexpr int NT = 4;        // n8 tiles per warp
+    constexpr int XV = BM / 16;  // float4 of x per thread per stage
+    static_assert(BM == 32 || BM == 64 || BM == 128, "BM");
+    static_assert(BN * (BK / 32) == GEMM_THREADS, "one W piece per thread per stage");
+
+    constexpr int S = GEMM_WSTAGES, SW = Piece<T>::SLOT_WORDS;
+    static_assert(SW * 4 == GEMM_SLOT_BYTES(T), "GEMM_SLOT_BYTES");
+
+    TALLY_DYNAMIC_SMEM(smem);
+    u16* As = reinterpret_cast<u16*>(smem);                   // [2][BM][LDS]
+    u16* Bs = As + 2 * BM * LDS;                               // [2][BN][LDS]
+    i32* s_xrow = reinterpret_cast<i32*>(Bs + 2 * BN * LDS);  // [BM] input row (valid)
+    i32* s_yrow = s_xrow + BM;                                 // [BM] output row or -1
+    u32* ring = reinterpret_cast<u32*>(s_yrow + BM);           // [S][SW/4][threads] x 16 bytes
+
+    if (!gemm_args_ok(a, qt_block_elems(T) > BK ? qt_block_elems(T) : BK)) return;
+    const int n0 = blockIdx.x * BN;
+    if (n0 >= a.N) return;
+    const u8* w;
+    int start, rows;
+    if (!gemm_block_rows(a, BM, w, start, rows)) return;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+    if (tid < BM) {
+        int xr = 0, yr = -1;
+        if (tid >= rows || !gemm_row(a, start, tid, xr, yr)) {
+            xr = 0;
+            yr = -1;
+        }
+        s_xrow[tid] = xr;
+        s_yrow[tid] = yr;
+    }
+    __syncthreads();
+
+    // Loader assignments. x: float4 column c4 of rows (tid/16) + 16 i. W: row tid/2 of the
+    // tile, piece (tid%2) of the stage's two.
+    const int c4 = tid & 15;
+    const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+    const float* xp[XV];
+#pragma unroll
+    for (int i = 0; i < XV; i++) xp[i] = a.x + static_cast<i64>(s_xrow[(tid >> 4) + 16 * i]) * a.ldx + 4 * c4;
+    const int wr = tid >> 1, wj = tid & 1;
+    const u8* wrow = w + static_cast<i64>(min(n0 + wr, a.N - 1)) * a.w_row_bytes;
+
+    float4 xr[XV];
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+
+    // This thread's ring slot for stage kt (slot kt % S).
+    auto slot = [&](int kt) { return Slot{ring + (kt % S) * (SW * GEMM_THREADS) + 4 * tid, 4 * GEMM_THREADS}; };
+    auto issue_w = [&](int kt, int slot_of) {
+        Piece<T> pc;
+        pc.issue_async(slot(slot_of), wrow, kt * (BK / 32) + wj);
+    };
+    auto issue_x = [&](int kt) {
+#pragma unroll
+        for (int i = 0; i < XV; i++) xr[i] = ld_x4(xp[i] + kt * BK, xvec);
+    };
+    auto stash = [&](int kt, int buf) {
+        u16* A = As + buf * BM * LDS;
+#pragma unroll
+        for (int i = 0; i < XV; i++) {
+            const int r = (tid >> 4) + 16 * i;
+            *reinterpret_cast<uint2*>(A + r * LDS + 4 * c4) =
+                make_uint2(pack_f16x2(xr[i].x, xr[i].y), pack_f16x2(xr[i].z, xr[i].w));
+        }
+        u16* B = Bs + buf * BN * LDS + wr * LDS;
+        const int p = kt * (BK / 32) + wj;
+        Piece<T> pc;
+        pc.from_slot(slot(kt), wrow, p);
+        uint4 o[4];
+        pc.to_f16(p, o);
+        const int s0 = piece_seg0<T>(p) - kt * BK, s1 = piece_seg1<T>(p) - kt * BK;
+        *reinterpret_cast<uint4*>(B + s0) = o[0];
+        *reinterpret_cast<uint4*>(B + s0 + 8) = o[1];
+        *reinterpret_cast<uint4*>(B + s1) = o[2];
+        *reinterpret_cast<uint4*>(B + s1 + 8) = o[3];
+    };
+    auto compute = [&](int buf) {
+        const u16* A = As + buf * BM * LDS + (wm * (BM / 2) + (lane & 15)) * LDS + (lane >> 4) * 8;
+        const u16* B = Bs + buf * BN * LDS + (wn * 32 + ((lane >> 4) << 3) + (lane & 7)) * LDS + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            u32 af[MT][4], bf[NT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) ldsm_x4(A + mt * 16 * LDS + kk * 16, af[mt]);
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                u32 r[4];
+                ldsm_x4(B + np * 16 * LDS + kk * 16, r);
+                bf[2 * np][0] = r[0];
+                bf[2 * np][1] = r[1];
+                bf[2 * np + 1][0] = r[2];
+                bf[2 * np + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) mma_16816(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+        }
+    };
+
+    // Pipeline: weight stage kt+S-1 goes into the ring while stage kt is multiplied; x stage
+    // kt+1 into registers. One cp.async group per stage, so waiting until S-2 groups remain
+    // pending means stage kt+1 has landed. Past the end, stage indices are clamped to KT-1: the
+    // extra copies carry the last stage again into slots nobody reads any more, and the last
+    // iteration re-stashes it into the idle f16 buffer. That keeps the loop body branch-free
+    // from the MMAs to the barrier, so ptxas can schedule the conversion work between the MMAs.
+    // Each thread reads back only the slot bytes it copied itself: its own wait suffices.
+    const int KT = a.K / BK;
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) {
+        issue_w(min(i, KT - 1), i);
+        cp_async_commit();
+    }
+    issue_x(0);
+    cp_async_wait<S - 2>();
+    stash(0, 0);
+    __syncthreads();
+    for (int kt = 0; kt < KT; kt++) {
+        const int buf = kt & 1, kn = min(kt + 1, KT - 1);
+        issue_w(min(kt + S - 1, KT - 1), kt + S - 1);
+        cp_async_commit();
+        issue_x(kn);
+        compute(buf);
+        cp_async_wait<S - 2>();
+        stash(kn, buf ^ 1);
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: accumulator (mt, nt, q) is row g (+8 for q >= 2), columns 2*t4 + (q & 1).
+    const int g = lane >> 2, t4 = lane & 3;
+    const bool split = a.layout == 1;
+    const bool vec2 = (reinterpret_cast<u64>(a.y) & 7u) == 0 && (a.ldy & 1) == 0 && (!split || (a.head_dim & 1) == 0);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int yr = s_yrow[wm * (BM / 2) + mt * 16 + g + 8 * hh];
+            if (yr < 0) continue;
+            float* yrow = a.y + static_cast<i64>(yr) * a.ldy;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int n = n0 + wn * 32 + nt * 8 + 2 * t4;
+                const float v0 = acc[mt][nt][2 * hh], v1 = acc[mt][nt][2 * hh + 1];
+                if (vec2 && n + 1 < a.N) {
+                    *reinterpret_cast<float2*>(yrow + gemm_out_col(n, split, a.head_dim, a.n_head)) = make_float2(v0, v1);
+                } else {
+                    if (n < a.N) yrow[gemm_out_col(n, split, a.head_dim, a.n_head)] = v0;
+                    if (n + 1 < a.N) yrow[gemm_out_col(n + 1, split, a.head_dim, a.n_head)] = v1;
+                }
+            }
+        }
+    }
+}
+
+// f32 GEMV: warp w of the block owns weight rows blockIdx.x*16 + 2w, +1; its lanes take pieces
+// p = lane, lane + 32, ... of both rows, each x element loaded once for the two rows.
+// Per piece and segment s: sum_i x_i * (sc_s * v_i + off_s) = sc_s * (x . v) + off_s * sum(x).
+template <int T>
+__device__ __forceinline__ void gemv_body(const GemmArgs& a) {
+    constexpr int RW = 2;
+    if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nb = blockIdx.x * GEMV_ROWS + warp * RW;
+    if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
+    const u8* w;
+    int start, rows;
+    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;
+    const u8* wrow[RW];
+#pragma unroll
+    for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nb + r, a.N - 1)) * a.w_row_bytes;
+    const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+    const bool split = a.layout == 1;
+    const int P = a.K / 32;
+
+    for (int i = 0; i < rows; i++) {
+        int xrow, yrow;
+        if (!gemm_row(a, start, i, xrow, yrow)) continue;
+        const float* xr = a.x + static_cast<i64>(xrow) * a.ldx;
+        float acc[RW];
+#pragma unroll
+        for (int r = 0; r < RW; r++) acc[r] = 0.0f;
+        for (int p = lane; p < P; p += 32) {
+            Piece<T> pc[RW];
+#pragma unroll
+            for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
+            float xv[32];
+            const int s0 = piece_seg0<T>(p), s1 = piece_seg1<T>(p);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float4 u = ld_x4(xr + s0 + 4 * j, xvec), v = ld_x4(xr + s1 + 4 * j, xvec);
+                xv[4 * j] = u.x;
+                xv[4 * j + 1] = u.y;
+                xv[4 * j + 2] = u.z;
+                xv[4 * j + 3] = u.w;
+                xv[16 + 4 * j] = v.x;
+                xv[16 + 4 * j + 1] = v.y;
+                xv[16 + 4 * j + 2] = v.z;
+                xv[16 + 4 * j + 3] = v.w;
+            }
+            float xs0 = 0.0f, xs1 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                xs0 += xv[j];
+                xs1 += xv[16 + j];
+            }
+#pragma unroll
+            for (int r = 0; r < RW; r++) {
+                float v[32], sc[2], off[2];
+                pc[r].to_parts(p, v, sc, off);
+                float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    d0 = fmaf(xv[j], v[j], d0);
+                    d1 = fmaf(xv[16 + j], v[16 + j], d1);
+                }
+                acc[r] += sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RW; r++) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0 && nb + r < a.N)
+                a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(nb + r, split, a.head_dim, a.n_head)] = s;
+        }
+    }
+}
+
+// Blocks per SM the BM = 32 kernels are compiled for: 3 (<= 80 registers) where that fits
+// without spilling; the Q6_K decode needs more registers.
+#define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K ? 2 : 3)
+
+#define TALLY_GEMM_KERNELS(name, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(GemmArgs a) {          \
+        gemm_body<T, 128>(a);                                                                        \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_m64(GemmArgs a) {    \
+        gemm_body<T, 64>(a);                                                                         \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_M32_MIN_BLOCKS(T)) gemm_##name##_m32(GemmArgs a) { \
+        gemm_body<T, 32>(a);                                                                         \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { gemv_body<T>(a); }
+
+TALLY_GEMM_KERNELS(q4_k, QT_Q4_K)
+TALLY_GEMM_KERNELS(q5_k, QT_Q5_K)
+TALLY_GEMM_KERNELS(q6_k, QT_Q6_K)
+TALLY_GEMM_KERNELS(q8_0, QT_Q8_0)
+TALLY_GEMM_KERNELS(bf16, QT_BF16)
+TALLY_GEMM_KERNELS(f16, QT_F16)
+TALLY_GEMM_KERNELS(f32, QT_F32)

@@ -1,0 +1,842 @@
+// GGUF weight formats on the device: exact f32 dequantisation (`dequant8`, `dequant_rows`) and
+// the 32-element "pieces" the GEMM / GEMV kernels in gemm.cu decode (to f16 for the tensor cores,
+// or to small integers plus per-segment scales for the f32 GEMV).
+//
+// Formats (type ids as ggml numbers them; layouts read from ggml's block structs and the Rust
+// reference in crates/gguf/src/quants):
+//   F32 = 0   4 bytes / element
+//   F16 = 1   2 bytes / element
+//   Q8_0 = 8  34-byte blocks of 32: f16 d, 32 x i8 q;                x = q * d
+//   Q4_K = 12 144-byte superblocks of 256: f16 d, f16 dmin, 12 bytes of packed 6-bit
+//             (scale, min) for 8 sub-blocks of 32, 128 bytes of nibbles. Chunk c (0..3) covers
+//             elements 64c..64c+63: the low nibbles of qs[32c..32c+32] are its first 32 elements
+//             (sub-block 2c), the high nibbles the next 32 (sub-block 2c+1).
+//             x = (d*sc) * q - (dmin*m), each product rounded to f32 first (no FMA).
+//   Q5_K = 13 176-byte superblocks: as Q4_K plus qh[32] (at byte 16, before qs at 48) holding
+//             the fifth bit: element 64c + l (+32) takes bit 2c (2c+1) of qh[l].
+//   Q6_K = 14 210-byte superblocks: ql[128], qh[64], i8 scales[16], f16 d (last). Half h (0..1)
+//             covers elements 128h..128h+127 from ql[64h..], qh[32h..], scales[8h..]; quarter s
+//             (0..3), l in 0..31: element 128h + 32s + l = ((ql[l + 32(s&1)] >> 4(s>>1)) & 15 |
+//             ((qh[l] >> 2s) & 3) << 4) - 32, times d * scales[8h + 2s + l/16].
+//   BF16 = 30 2 bytes / element.
+// Alignment: superblock/row starts of Q6_K and Q8_0 are only 2-byte aligned (210, 34 bytes), so
+// their loads go through 4-byte words and funnel shifts; Q4_K/Q5_K/F16/BF16/F32 rows are
+// 16-byte aligned whenever the weight base is and K is a multiple of the block (K % 8 for floats).
+//
+// The CPU emulator in lab/gemm/emu supplies its own versions of the few hardware primitives
+// below (it defines TALLY_EMU); everything else is plain CUDA C++.
+#pragma once
+#include "common.cuh"
+
+constexpr int QT_F32 = 0;
+constexpr int QT_F16 = 1;
+constexpr int QT_Q8_0 = 8;
+constexpr int QT_Q4_K = 12;
+constexpr int QT_Q5_K = 13;
+constexpr int QT_Q6_K = 14;
+constexpr int QT_BF16 = 30;
+
+// Elements per block (1 for the float types).
+__host__ __device__ constexpr int qt_block_elems(int t) {
+    return (t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K) ? 256 : t == QT_Q8_0 ? 32 : 1;
+}
+// Bytes per block; 0 for an unsupported type.
+__host__ __device__ constexpr int qt_block_bytes(int t) {
+    return t == QT_F32    ? 4
+           : t == QT_F16  ? 2
+           : t == QT_BF16 ? 2
+           : t == QT_Q8_0 ? 34
+           : t == QT_Q4_K ? 144
+           : t == QT_Q5_K ? 176
+           : t == QT_Q6_K ? 210
+                          : 0;
+}
+__host__ __device__ constexpr bool qt_is_kquant(int t) {
+    return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hardware primitives (replaced by the CPU emulator).
+#ifndef TALLY_EMU
+// Dynamic shared memory of a kernel.
+#define TALLY_DYNAMIC_SMEM(name) extern __shared__ __align__(16) u8 name[]
+
+__device__ __forceinline__ u32 ldg_u8(const u8* p) { return __ldg(p); }
+__device__ __forceinline__ u32 ldg_u16(const u8* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+__device__ __forceinline__ u32 ldg_u32(const u8* p) {
+    return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+__device__ __forceinline__ uint4 ldg_u128(const u8* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ float f16_to_f32(u32 bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+}
+__device__ __forceinline__ u32 f32_to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+// {lo, hi} -> f16x2 (lo in the low half), round to nearest even.
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_sub(u32 a, u32 b) {
+    u32 r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_mul(u32 a, u32 b) {
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_fma(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// Asynchronous global -> shared copies (sm_80+). 16 bytes: both addresses 16-byte aligned. 4
+// bytes: both 4-byte aligned; only the first src_bytes (0..4) are read, the rest zero-filled.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, u32 src_bytes) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+__device__ __forceinline__ float bf16_to_f32(u32 bits) { return __uint_as_float((bits & 0xffffu) << 16); }
+
+// An integer 0 <= v < 2^23 as an exact float, without the quarter-rate I2F: 2^23 + v has v in
+// its mantissa.
+__device__ __forceinline__ float small_u2f(u32 v) {
+    return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f);
+}
+
+// 16 bytes starting at a 2-byte-aligned address, as 4-byte words and one funnel shift each. The
+// loads are issued by `issue` and the shifts done by `get`, so that a caller can issue the loads
+// of the next tile, compute, and only then touch the data. When p is 2 mod 4, the last word read
+// holds 2 bytes past the 16 (every caller has bytes of the same superblock there).
+struct Ld16A2 {
+    u32 w0, w1, w2, w3, w4, sh;
+    __device__ __forceinline__ void issue(const u8* p) {
+        const u64 a = reinterpret_cast<u64>(p);
+        const u8* b = reinterpret_cast<const u8*>(a & ~3ull);
+        sh = static_cast<u32>(a & 2u) << 3;  // 0 or 16 bits
+        w0 = ldg_u32(b);
+        w1 = ldg_u32(b + 4);
+        w2 = ldg_u32(b + 8);
+        w3 = ldg_u32(b + 12);
+        w4 = sh ? ldg_u32(b + 16) : 0u;
+    }
+    __device__ __forceinline__ uint4 get() const {
+        return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh),
+                          __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
+    }
+};
+
+// 8 bytes from a 2-byte-aligned address, reading no byte outside them.
+__device__ __forceinline__ uint2 ld8_a2(const u8* p) {
+    if ((reinterpret_cast<u64>(p) & 2u) == 0) return make_uint2(ldg_u32(p), ldg_u32(p + 4));
+    const u32 a = ldg_u16(p), m = ldg_u32(p + 2), b = ldg_u16(p + 6);
+    return make_uint2(a | (m << 16), (m >> 16) | (b << 16));
+}
+
+// Scale and min (6 bits each) of Q4_K/Q5_K sub-block j (0..7) from the 12 packed bytes, given
+// as three little-endian words s0 = bytes 0..3, s1 = 4..7, s2 = 8..11. Sub-blocks 0..3 keep 6
+// bits in bytes j and j+4; 4..7 keep their low 4 bits in byte j+4 and their top 2 bits in the
+// spare top bits of bytes j-4 (scale) and j (min).
+__device__ __forceinline__ void kq_scale_min(u32 s0, u32 s1, u32 s2, int j, u32& sc, u32& m) {
+    const int sh = (j & 3) * 8;
+    const u32 a = (s0 >> sh) & 0xffu, b = (s1 >> sh) & 0xffu, c = (s2 >> sh) & 0xffu;
+    if (j < 4) {
+        sc = a & 63u;
+        m = b & 63u;
+    } else {
+        sc = (c & 15u) | ((a >> 6) << 4);
+        m = (c >> 4) | ((b >> 6) << 4);
+    }
+}
+
+// Byte i of a word.
+__device__ __forceinline__ u32 byte_of(u32 w, int i) { return (w >> (8 * i)) & 0xffu; }
+
+// A thread's private slot of raw bytes in a shared-memory ring (the GEMM's cp.async stages).
+// Word j lives at p + (j/4)*vstride + j%4: the i-th 16-byte vectors of all the threads of a
+// block are adjacent (vstride = 4 * threads words), so that 16-byte accesses are conflict-free.
+struct Slot {
+    u32* p;
+    int vstride;
+    __device__ __forceinline__ u32* w(int j) const { return p + (j >> 2) * vstride + (j & 3); }
+    __device__ __forceinline__ uint4 v(int i) const { return *reinterpret_cast<const uint4*>(p + i * vstride); }
+};
+
+// Async form of Ld16A2: five words into slot words j0..j0+4 (the fifth zero-filled, nothing read,
+// when p is 4-byte aligned).
+__device__ __forceinline__ void ld16a2_async(const Slot& s, int j0, const u8* p) {
+    const u64 a = reinterpret_cast<u64>(p);
+    const u8* b = reinterpret_cast<const u8*>(a & ~3ull);
+    const bool odd = (a & 2u) != 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) cp_async4(s.w(j0 + i), b + 4 * i, 4u);
+    cp_async4(s.w(j0 + 4), odd ? b + 16 : b, odd ? 4u : 0u);
+}
+__device__ __forceinline__ void ld16a2_from_slot(Ld16A2& r, const Slot& s, int j0, const u8* p) {
+    r.sh = static_cast<u32>(reinterpret_cast<u64>(p) & 2u) << 3;
+    r.w0 = *s.w(j0);
+    r.w1 = *s.w(j0 + 1);
+    r.w2 = *s.w(j0 + 2);
+    r.w3 = *s.w(j0 + 3);
+    r.w4 = *s.w(j0 + 4);
+}
+// The aligned word holding the byte at p (every caller's word lies inside the superblock).
+__device__ __forceinline__ void byte_word_async(const Slot& s, int j, const u8* p) {
+    cp_async4(s.w(j), reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~3ull), 4u);
+}
+__device__ __forceinline__ u32 byte_from_slot(const Slot& s, int j, const u8* p) {
+    return (*s.w(j) >> (8 * (reinterpret_cast<u64>(p) & 3u))) & 0xffu;
+}
+// The two bytes at a 2-byte-aligned p whose next two bytes may lie past the data: the word
+// starting 2 bytes earlier when p is 2 mod 4, else only the 2 bytes themselves.
+__device__ __forceinline__ void half_word_async(const Slot& s, int j, const u8* p) {
+    const bool odd = (reinterpret_cast<u64>(p) & 2u) != 0;
+    cp_async4(s.w(j), odd ? p - 2 : p, odd ? 4u : 2u);
+}
+__device__ __forceinline__ u32 half_from_slot(const Slot& s, int j, const u8* p) {
+    const u32 w = *s.w(j);
+    return (reinterpret_cast<u64>(p) & 2u) ? w >> 16 : w & 0xffffu;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact f32 dequantisation of 8 consecutive elements k..k+7 (k a multiple of 8) of one row,
+// bit-identical to the CPU reference (products rounded separately; no FMA contraction).
+
+template <int T>
+__device__ __forceinline__ void dequant8(const u8* row, int k, float out[8]);
+
+template <>
+__device__ __forceinline__ void dequant8<QT_Q4_K>(const u8* row, int k, float out[8]) {
+    const u8* b = row + (k >> 8) * 144;
+    const int e = k & 255, c = e >> 6, hi = (e >> 5) & 1, l0 = e & 31;
+    const u32 dd = ldg_u32(b);
+    const float d = f16_to_f32(dd), dmin = f16_to_f32(dd >> 16);
+    u32 sc, m;
+    kq_scale_min(ldg_u32(b + 4), ldg_u32(b + 8), ldg_u32(b + 12), 2 * c + hi, sc, m);
+    const float d1 = __fmul_rn(d, static_cast<float>(sc)), m1 = __fmul_rn(dmin, static_cast<float>(m));
+    const u32 q0 = ldg_u32(b + 16 + 32 * c + l0), q1 = ldg_u32(b + 20 + 32 * c + l0);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const u32 q = (byte_of(i < 4 ? q0 : q1, i & 3) >> (4 * hi)) & 15u;
+        out[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
+}
+
+template <>
+__device__ __forceinline__ void dequant8<QT_Q5_K>(const u8* row, int k, float out[8]) {
+    const u8* b = row + (k >> 8) * 176;
+    const int e = k & 255, c = e >> 6, hi = (e >> 5) & 1, l0 = e & 31;
+    const u32 dd = ldg_u32(b);
+    const float d = f16_to_f32(dd), dmin = f16_to_f32(dd >> 16);
+    u32 sc, m;
+    kq_scale_min(ldg_u32(b + 4), ldg_u32(b + 8), ldg_u32(b + 12), 2 * c + hi, sc, m);
+    const float d1 = __fmul_rn(d, static_cast<float>(sc)), m1 = __fmul_rn(dmin, static_cast<float>(m));
+    const u32 q0 = ldg_u32(b + 48 + 32 * c + l0), q1 = ldg_u32(b + 52 + 32 * c + l0);
+    const u32 h0 = ldg_u32(b + 16 + l0), h1 = ldg_u32(b + 20 + l0);
+    const int bit = 2 * c + hi;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const u32 q = ((byte_of(i < 4 ? q0 : q1, i & 3) >> (4 * hi)) & 15u) |
+                      (((byte_of(i < 4 ? h0 : h1, i & 3) >> bit) & 1u) << 4);
+        out[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(q)), m1);
+    }
+}
+
+template <>
+__device__ __forceinline__ void dequant8<QT_Q6_K>(const u8* row, int k, float out[8]) {
+    const u8* b = row + (k >> 8) * 210;
+    const int e = k & 255, h = e >> 7, s = (e >> 5) & 3, l0 = e & 31;
+    const uint2 ql = ld8_a2(b + 64 * h + 32 * (s & 1) + l0);
+    const uint2 qh = ld8_a2(b + 128 + 32 * h + l0);
+    const int sc = static_cast<int>(static_cast<i8>(ldg_u8(b + 192 + 8 * h + 2 * s + (l0 >> 4))));
+    const float ds = __fmul_rn(f16_to_f32(ldg_u16(b + 208)), static_cast<float>(sc));
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const u32 lo = (byte_of(i < 4 ? ql.x : ql.y, i & 3) >> (4 * (s >> 1))) & 15u;
+        const u32 up = (byte_of(i < 4 ? qh.x : qh.y, i & 3) >> (2 * s)) & 3u;
+        const int q = static_cast<int>(lo | (up << 4)) - 32;
+        out[i] = __fmul_rn(ds, static_cast<float>(q));
+    }
+}
+
+template <>
+__device__ __forceinline__ void dequant8<QT_Q8_0>(const u8* row, int k, float out[8]) {
+    const u8* b = row + (k >> 5) * 34;
+    const float d = f16_to_f32(ldg_u16(b));
+    const uint2 q = ld8_a2(b + 2 + (k & 31));
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int v = static_cast<int>(static_cast<i8>(byte_of(i < 4 ? q.x : q.y, i & 3)));
+        out[i] = __fmul_rn(static_cast<float>(v), d);
+    }
+}
+
+template <>
+__device__ __forceinline__ void dequant8<QT_F16>(const u8* row, int k, float out[8]) {
+    const u8* b = row + 2 * static_cast<i64>(k);
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = f16_to_f32(ldg_u16(b + 2 * i));
+}
+
+template <>
+__device__ __forceinline__ void dequant8<QT_BF16>(const u8* row, int k, float out[8]) {
+    const u8* b = row + 2 * static_cast<i64>(k);
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = bf16_to_f32(ldg_u16(b + 2 * i));
+}
+
+template <>
+__device__ __forceinline__ void dequant8<QT_F32>(const u8* row, int k, float out[8]) {
+    const u8* b = row + 4 * static_cast<i64>(k);
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = __uint_as_float(ldg_u32(b + 4 * i));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pieces: 32 elements of one row, the unit of work of the GEMM loaders and the GEMV lanes.
+// Piece p of a row has two segments of 16 consecutive elements each, starting at
+//   K-quants: seg0 = 64*(p/2) + 16*(p%2), seg1 = seg0 + 32 (same bytes: low / high nibbles)
+//   others:   seg0 = 32*p,                seg1 = seg0 + 16
+// `issue(row, p)` only issues the global loads into the struct's registers; alternatively
+// `issue_async(slot, row, p)` copies the same bytes into a shared-memory slot of SLOT_WORDS words
+// with cp.async and, once they have landed, `from_slot(slot, row, p)` fills the struct from it.
+// `to_f16(p, o)` decodes (o[0..1] = seg0 as f16, o[2..3] = seg1); `to_parts(p, v, sc, off)` gives
+// values v[i] (small integers as floats, or the float values themselves) with
+// element = sc[s] * v[i] + off[s] for segment s = i / 16.
+
+template <int T>
+__device__ __forceinline__ int piece_seg0(int p) {
+    return qt_is_kquant(T) ? 64 * (p >> 1) + 16 * (p & 1) : 32 * p;
+}
+template <int T>
+__device__ __forceinline__ int piece_seg1(int p) {
+    return piece_seg0<T>(p) + (qt_is_kquant(T) ? 32 : 16);
+}
+
+// f16x2 {1024 + b0, 1024 + b1} from bytes b0 = byte 2j, b1 = byte 2j+1 of w (j = 0 or 1): one
+// prmt puts each byte under an 0x64 byte (taken from the second operand), i.e. 0x64bb = 1024 + b.
+__device__ __forceinline__ u32 bytes_to_f16x2_biased(u32 w, int j) {
+    return __byte_perm(w, 0x64646464u, j ? 0x4342u : 0x4140u);
+}
+// Four bytes (values < 256) as floats via the 2^23 trick: one prmt each, one subtract.
+__device__ __forceinline__ void bytes_to_f32(u32 w, float* v) {
+    v[0] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u)), 8388608.0f);
+    v[1] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7651u)), 8388608.0f);
+    v[2] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7652u)), 8388608.0f);
+    v[3] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7653u)), 8388608.0f);
+}
+
+// Decodes 16 bytes of small unsigned values (each < 1024 - bias) to 16 f16 as
+// (v - bias16) * scale + offset, where bias16 = f16x2 of 1024 + bias, scale/offset are f16x2.
+__device__ __forceinline__ void bytes16_to_f16(uint4 q, u32 bias16, u32 scale, u32 offset, uint4& o0,
+                                               uint4& o1) {
+    u32 w[4] = {q.x, q.y, q.z, q.w};
+    u32 r[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            r[2 * i + j] = f16x2_fma(f16x2_sub(bytes_to_f16x2_biased(w[i], j), bias16), scale, offset);
+        }
+    }
+    o0 = make_uint4(r[0], r[1], r[2], r[3]);
+    o1 = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+__device__ __forceinline__ u32 f16_bcast(u32 h) { return (h & 0xffffu) * 0x10001u; }
+
+template <int T>
+struct Piece;
+
+template <>
+struct Piece<QT_Q4_K> {
+    uint4 hdr, q;
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + (p >> 3) * 144;
+        hdr = ldg_u128(b);
+        q = ldg_u128(b + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+    }
+    static constexpr int SLOT_WORDS = 8;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + (p >> 3) * 144;
+        cp_async16(s.w(0), b);
+        cp_async16(s.w(4), b + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
+        hdr = s.v(0);
+        q = s.v(1);
+    }
+    // f32 scale and min of the two sub-blocks (low nibbles: 2c, high: 2c+1).
+    __device__ __forceinline__ void scales(int p, float& d1, float& m1, float& d2, float& m2) const {
+        const float d = f16_to_f32(hdr.x), dmin = f16_to_f32(hdr.x >> 16);
+        const int c = (p >> 1) & 3;
+        u32 sc, m;
+        kq_scale_min(hdr.y, hdr.z, hdr.w, 2 * c, sc, m);
+        d1 = __fmul_rn(d, static_cast<float>(sc));
+        m1 = __fmul_rn(dmin, static_cast<float>(m));
+        kq_scale_min(hdr.y, hdr.z, hdr.w, 2 * c + 1, sc, m);
+        d2 = __fmul_rn(d, static_cast<float>(sc));
+        m2 = __fmul_rn(dmin, static_cast<float>(m));
+    }
+    __device__ __forceinline__ void to_f16(int p, uint4 o[4]) const {
+        float d1, m1, d2, m2;
+        scales(p, d1, m1, d2, m2);
+        const uint4 lo = make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
+        const uint4 hi = make_uint4((q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu,
+                                    (q.z >> 4) & 0x0F0F0F0Fu, (q.w >> 4) & 0x0F0F0F0Fu);
+        bytes16_to_f16(lo, 0x64006400u, f16_bcast(f32_to_f16(d1)), f16_bcast(f32_to_f16(m1) ^ 0x8000u), o[0], o[1]);
+        bytes16_to_f16(hi, 0x64006400u, f16_bcast(f32_to_f16(d2)), f16_bcast(f32_to_f16(m2) ^ 0x8000u), o[2], o[3]);
+    }
+    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+        float d1, m1, d2, m2;
+        scales(p, d1, m1, d2, m2);
+        sc[0] = d1;
+        off[0] = -m1;
+        sc[1] = d2;
+        off[1] = -m2;
+        const u32 w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            bytes_to_f32(w[i] & 0x0F0F0F0Fu, v + 4 * i);
+            bytes_to_f32((w[i] >> 4) & 0x0F0F0F0Fu, v + 16 + 4 * i);
+        }
+    }
+};
+
+template <>
+struct Piece<QT_Q5_K> {
+    uint4 hdr, qh, q;
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + (p >> 3) * 176;
+        hdr = ldg_u128(b);
+        qh = ldg_u128(b + 16 + 16 * (p & 1));
+        q = ldg_u128(b + 48 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+    }
+    static constexpr int SLOT_WORDS = 12;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + (p >> 3) * 176;
+        cp_async16(s.w(0), b);
+        cp_async16(s.w(4), b + 16 + 16 * (p & 1));
+        cp_async16(s.w(8), b + 48 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
+        hdr = s.v(0);
+        qh = s.v(1);
+        q = s.v(2);
+    }
+    __device__ __forceinline__ void scales(int p, float& d1, float& m1, float& d2, float& m2) const {
+        const float d = f16_to_f32(hdr.x), dmin = f16_to_f32(hdr.x >> 16);
+        const int c = (p >> 1) & 3;
+        u32 sc, m;
+        kq_scale_min(hdr.y, hdr.z, hdr.w, 2 * c, sc, m);
+        d1 = __fmul_rn(d, static_cast<float>(sc));
+        m1 = __fmul_rn(dmin, static_cast<float>(m));
+        kq_scale_min(hdr.y, hdr.z, hdr.w, 2 * c + 1, sc, m);
+        d2 = __fmul_rn(d, static_cast<float>(sc));
+        m2 = __fmul_rn(dmin, static_cast<float>(m));
+    }
+    // 5-bit values of the 16 low-nibble elements (lo) and 16 high-nibble elements (hi).
+    __device__ __forceinline__ void values(int p, uint4& lo, uint4& hi) const {
+        const int c = (p >> 1) & 3;
+        const u32 w[4] = {q.x, q.y, q.z, q.w};
+        const u32 h[4] = {qh.x, qh.y, qh.z, qh.w};
+        u32 l[4], u[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 hs = h[i] >> (2 * c);  // bit 0 of each byte: bit 2c; bit 1: bit 2c+1
+            l[i] = (w[i] & 0x0F0F0F0Fu) | ((hs & 0x01010101u) << 4);
+            u[i] = ((w[i] >> 4) & 0x0F0F0F0Fu) | ((hs & 0x02020202u) << 3);
+        }
+        lo = make_uint4(l[0], l[1], l[2], l[3]);
+        hi = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+    __device__ __forceinline__ void to_f16(int p, uint4 o[4]) const {
+        float d1, m1, d2, m2;
+        scales(p, d1, m1, d2, m2);
+        uint4 lo, hi;
+        values(p, lo, hi);
+        bytes16_to_f16(lo, 0x64006400u, f16_bcast(f32_to_f16(d1)), f16_bcast(f32_to_f16(m1) ^ 0x8000u), o[0], o[1]);
+        bytes16_to_f16(hi, 0x64006400u, f16_bcast(f32_to_f16(d2)), f16_bcast(f32_to_f16(m2) ^ 0x8000u), o[2], o[3]);
+    }
+    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+        float d1, m1, d2, m2;
+        scales(p, d1, m1, d2, m2);
+        sc[0] = d1;
+        off[0] = -m1;
+        sc[1] = d2;
+        off[1] = -m2;
+        uint4 lo, hi;
+        values(p, lo, hi);
+        const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            bytes_to_f32(l[i], v + 4 * i);
+            bytes_to_f32(u[i], v + 16 + 4 * i);
+        }
+    }
+};
+
+// Q6_K piece p: superblock p/8, chunk c = (p/2)%4 -> half h = c/2 and quarters s = 2(c%2) (seg0)
+// and 2(c%2)+1 (seg1); l in [16(p%2), 16(p%2)+16). Both segments share the qh bytes and read
+// ql at l and l + 32 with the nibble chosen by c%2.
+template <>
+struct Piece<QT_Q6_K> {
+    Ld16A2 ql0, ql1, qh;
+    u32 sc0, sc1, d;
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + (p >> 3) * 210;
+        const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
+        ql0.issue(b + 64 * h + 16 * ph);
+        ql1.issue(b + 64 * h + 32 + 16 * ph);
+        qh.issue(b + 128 + 32 * h + 16 * ph);
+        sc0 = ldg_u8(b + 192 + 8 * h + 4 * sp + ph);
+        sc1 = ldg_u8(b + 192 + 8 * h + 4 * sp + 2 + ph);
+        d = ldg_u16(b + 208);
+    }
+    // Words 0..14: the three 16-byte ranges; 15, 16: the words holding the two scales; 17: d.
+    static constexpr int SLOT_WORDS = 20;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + (p >> 3) * 210;
+        const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
+        ld16a2_async(s, 0, b + 64 * h + 16 * ph);
+        ld16a2_async(s, 5, b + 64 * h + 32 + 16 * ph);
+        ld16a2_async(s, 10, b + 128 + 32 * h + 16 * ph);
+        byte_word_async(s, 15, b + 192 + 8 * h + 4 * sp + ph);
+        byte_word_async(s, 16, b + 192 + 8 * h + 4 * sp + 2 + ph);
+        half_word_async(s, 17, b + 208);
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
+        const u8* b = row + (p >> 3) * 210;
+        const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
+        ld16a2_from_slot(ql0, s, 0, b + 64 * h + 16 * ph);
+        ld16a2_from_slot(ql1, s, 5, b + 64 * h + 32 + 16 * ph);
+        ld16a2_from_slot(qh, s, 10, b + 128 + 32 * h + 16 * ph);
+        sc0 = byte_from_slot(s, 15, b + 192 + 8 * h + 4 * sp + ph);
+        sc1 = byte_from_slot(s, 16, b + 192 + 8 * h + 4 * sp + 2 + ph);
+        d = half_from_slot(s, 17, b + 208);
+    }
+    // 6-bit unsigned values (0..63) of seg0 (a) and seg1 (b).
+    __device__ __forceinline__ void values(int p, uint4& a, uint4& b) const {
+        const int sp = (p >> 1) & 1;
+        const uint4 l0 = ql0.get(), l1 = ql1.get(), hh = qh.get();
+        const u32 x0[4] = {l0.x, l0.y, l0.z, l0.w}, x1[4] = {l1.x, l1.y, l1.z, l1.w};
+        const u32 h[4] = {hh.x, hh.y, hh.z, hh.w};
+        u32 ra[4], rb[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ra[i] = ((x0[i] >> (4 * sp)) & 0x0F0F0F0Fu) | (((h[i] >> (4 * sp)) & 0x03030303u) << 4);
+            rb[i] = ((x1[i] >> (4 * sp)) & 0x0F0F0F0Fu) | (((h[i] >> (4 * sp + 2)) & 0x03030303u) << 4);
+        }
+        a = make_uint4(ra[0], ra[1], ra[2], ra[3]);
+        b = make_uint4(rb[0], rb[1], rb[2], rb[3]);
+    }
+    __device__ __forceinline__ float scale(u32 s) const {
+        return __fmul_rn(f16_to_f32(d), static_cast<float>(static_cast<int>(static_cast<i8>(s))));
+    }
+    __device__ __forceinline__ void to_f16(int p, uint4 o[4]) const {
+        uint4 a, b;
+        values(p, a, b);
+        // (1024 + u) - 1056 = u - 32 exactly; times f16(d * sc).
+        const u32 bias = 0x64206420u;
+        bytes16_to_f16(a, bias, f16_bcast(f32_to_f16(scale(sc0))), 0u, o[0], o[1]);
+        bytes16_to_f16(b, bias, f16_bcast(f32_to_f16(scale(sc1))), 0u, o[2], o[3]);
+    }
+    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+        uint4 a, b;
+        values(p, a, b);
+        sc[0] = scale(sc0);
+        sc[1] = scale(sc1);
+        off[0] = -32.0f * sc[0];
+        off[1] = -32.0f * sc[1];
+        const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            bytes_to_f32(x[i], v + 4 * i);
+            bytes_to_f32(y[i], v + 16 + 4 * i);
+        }
+    }
+};
+
+// Q8_0 piece p = block p (34 bytes at 34p: 2-byte aligned). Words are loaded so that no byte
+// outside the block is read.
+template <>
+struct Piece<QT_Q8_0> {
+    u32 w[9];  // the block's words (see issue), first holds d when aligned
+    u32 dsep;  // d when the block starts at 2 mod 4
+    u32 odd;   // 1 when the block starts at 2 mod 4
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + static_cast<i64>(p) * 34;
+        odd = static_cast<u32>(reinterpret_cast<u64>(b) & 2u) >> 1;
+        if (odd) {
+            // d at b (2 bytes), q at b+2 .. b+34: eight aligned words.
+            dsep = ldg_u16(b);
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = ldg_u32(b + 2 + 4 * i);
+            w[8] = 0u;
+        } else {
+            // Words at b .. b+32, then the last two q bytes alone.
+            dsep = 0u;
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = ldg_u32(b + 4 * i);
+            w[8] = ldg_u16(b + 32);
+        }
+    }
+    // Words 0..8 as in `w`, word 9: dsep (the word holding d when the block starts at 2 mod 4).
+    static constexpr int SLOT_WORDS = 12;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + static_cast<i64>(p) * 34;
+        if (reinterpret_cast<u64>(b) & 2u) {
+            half_word_async(s, 9, b);
+#pragma unroll
+            for (int i = 0; i < 8; i++) cp_async4(s.w(i), b + 2 + 4 * i, 4u);
+            cp_async4(s.w(8), b + 2, 0u);  // zero-fill; the (unread) address must be aligned
+        } else {
+            cp_async4(s.w(9), b, 0u);
+#pragma unroll
+            for (int i = 0; i < 8; i++) cp_async4(s.w(i), b + 4 * i, 4u);
+            cp_async4(s.w(8), b + 32, 2u);
+        }
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
+        const u8* b = row + static_cast<i64>(p) * 34;
+        odd = static_cast<u32>(reinterpret_cast<u64>(b) & 2u) >> 1;
+#pragma unroll
+        for (int i = 0; i < 9; i++) w[i] = *s.w(i);
+        dsep = odd ? half_from_slot(s, 9, b) : 0u;
+    }
+    // The 32 quants as 8 words (byte i = q[i] as stored, two's complement) and d's f16 bits.
+    __device__ __forceinline__ void raw(uint4& q0, uint4& q1, u32& dbits) const {
+        u32 r[8];
+        if (odd) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) r[i] = w[i];
+            dbits = dsep;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) r[i] = __funnelshift_r(w[i], w[i + 1], 16);
+            dbits = w[0] & 0xffffu;
+        }
+        q0 = make_uint4(r[0], r[1], r[2], r[3]);
+        q1 = make_uint4(r[4], r[5], r[6], r[7]);
+    }
+    __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
+        uint4 q0, q1;
+        u32 dbits;
+        raw(q0, q1, dbits);
+        // q ^ 0x80 = q + 128 as an unsigned byte; (1024 + u) - 1152 = q exactly; times d
+        // (exact f16 product rounding, the same value as f16(f32(q * d))).
+        const u32 f = 0x80808080u;
+        const uint4 u0 = make_uint4(q0.x ^ f, q0.y ^ f, q0.z ^ f, q0.w ^ f);
+        const uint4 u1 = make_uint4(q1.x ^ f, q1.y ^ f, q1.z ^ f, q1.w ^ f);
+        const u32 bias = 0x64806480u, ds = f16_bcast(dbits);
+        bytes16_to_f16(u0, bias, ds, 0x80008000u, o[0], o[1]);
+        bytes16_to_f16(u1, bias, ds, 0x80008000u, o[2], o[3]);
+    }
+    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
+        uint4 q0, q1;
+        u32 dbits;
+        raw(q0, q1, dbits);
+        const float d = f16_to_f32(dbits);
+        sc[0] = sc[1] = d;
+        off[0] = off[1] = -128.0f * d;
+        const u32 f = 0x80808080u;
+        const u32 x[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) bytes_to_f32(x[i] ^ f, v + 4 * i);
+    }
+};
+
+template <>
+struct Piece<QT_F16> {
+    uint4 r[4];
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + static_cast<i64>(p) * 64;
+#pragma unroll
+        for (int i = 0; i < 4; i++) r[i] = ldg_u128(b + 16 * i);
+    }
+    static constexpr int SLOT_WORDS = 16;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + static_cast<i64>(p) * 64;
+#pragma unroll
+        for (int i = 0; i < 4; i++) cp_async16(s.w(4 * i), b + 16 * i);
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) r[i] = s.v(i);
+    }
+    __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[i] = r[i];
+    }
+    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
+        sc[0] = sc[1] = 1.0f;
+        off[0] = off[1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[8 * i + 2 * j] = f16_to_f32(w[j]);
+                v[8 * i + 2 * j + 1] = f16_to_f32(w[j] >> 16);
+            }
+        }
+    }
+};
+
+template <>
+struct Piece<QT_BF16> {
+    uint4 r[4];
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + static_cast<i64>(p) * 64;
+#pragma unroll
+        for (int i = 0; i < 4; i++) r[i] = ldg_u128(b + 16 * i);
+    }
+    static constexpr int SLOT_WORDS = 16;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + static_cast<i64>(p) * 64;
+#pragma unroll
+        for (int i = 0; i < 4; i++) cp_async16(s.w(4 * i), b + 16 * i);
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) r[i] = s.v(i);
+    }
+    __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+            u32 h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) h[j] = pack_f16x2(bf16_to_f32(w[j]), bf16_to_f32(w[j] >> 16));
+            o[i] = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+    }
+    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
+        sc[0] = sc[1] = 1.0f;
+        off[0] = off[1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[8 * i + 2 * j] = bf16_to_f32(w[j]);
+                v[8 * i + 2 * j + 1] = bf16_to_f32(w[j] >> 16);
+            }
+        }
+    }
+};
+
+template <>
+struct Piece<QT_F32> {
+    uint4 r[8];
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        const u8* b = row + static_cast<i64>(p) * 128;
+#pragma unroll
+        for (int i = 0; i < 8; i++) r[i] = ldg_u128(b + 16 * i);
+    }
+    static constexpr int SLOT_WORDS = 32;
+    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
+        const u8* b = row + static_cast<i64>(p) * 128;
+#pragma unroll
+        for (int i = 0; i < 8; i++) cp_async16(s.w(4 * i), b + 16 * i);
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) r[i] = s.v(i);
+    }
+    __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint4 a = r[2 * i], b = r[2 * i + 1];
+            o[i] = make_uint4(pack_f16x2(__uint_as_float(a.x), __uint_as_float(a.y)),
+                              pack_f16x2(__uint_as_float(a.z), __uint_as_float(a.w)),
+                              pack_f16x2(__uint_as_float(b.x), __uint_as_float(b.y)),
+                              pack_f16x2(__uint_as_float(b.z), __uint_as_float(b.w)));
+        }
+    }
+    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
+        sc[0] = sc[1] = 1.0f;
+        off[0] = off[1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            v[4 * i] = __uint_as_float(r[i].x);
+            v[4 * i + 1] = __uint_as_float(r[i].y);
+            v[4 * i + 2] = __uint_as_float(r[i].z);
+            v[4 * i + 3] = __uint_as_float(r[i].w);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Row dequantisation: out[i, :] = dequant(W row ids[i] (or row0 + i)), all K elements.
+
+struct DequantRowsArgs {
+    const u8* w;          // first row of the tensor
+    i64 row_bytes;        // bytes per row
+    i32 type;             // QT_* id
+    i32 K;                // elements per row; a multiple of the block size and of 8
+    i32 n_rows_w;         // rows in the tensor (row ids are checked against it)
+    const i32* row_ids;   // [n_rows] row ids, or null for the contiguous rows row0 ..
+    i32 row0;
+    i32 n_rows;           // output rows
+    float* out;           // [n_rows, ldo]
+    i64 ldo;
+    i32* err;             // optional: number of out-of-range row ids (those rows are set to NaN)
+};
+
+template <int T>
+__device__ __forceinline__ void dequant_rows_body(const DequantRowsArgs& a, const u8* row, float* o, int k) {
+    float v[8];
+    dequant8<T>(row, k, v);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[k + i] = v[i];
+}
+
+// Grid (ceil(K / 2048), n_rows), 256 threads: each thread writes 8 elements. The launch may be
+// larger than that; surplus threads return. Types other than QT_* write nothing.
+extern "C" __global__ void __launch_bounds__(256) dequant_rows(DequantRowsArgs a) {
+    const int r = blockIdx.y;
+    const int k = (blockIdx.x * 256 + threadIdx.x) * 8;
+    const int be = qt_block_elems(a.type);
+    if (r >= a.n_rows || k >= a.K || a.K % 8 != 0 || a.K % be != 0 || qt_block_bytes(a.type) == 0) return;
+    float* o = a.out + static_cast<i64>(r) * a.ldo;
+    const i64 id = a.row_ids ? static_cast<i64>(a.row_ids[r]) : static_cast<i64>(a.row0) + r;
+    if (id < 0 || id >= a.n_rows_w) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[k + i] = __uint_as_float(0x7fc00000u);
+        if (a.err && k == 0) atomicAdd(a.err, 1);
+        return;
+    }
+    const u8* row = a.w + id * a.row_bytes;
+    switch (a.type) {
+        case QT_F32: dequant_rows_body<QT_F32>(a, row, o, k); break;
+        case QT_F16: dequant_rows_body<QT_F16>(a, row, o, k); break;
+        case QT_BF16: dequant_rows_body<QT_BF16>(a, row, o, k); break;
+        case QT_Q8_0: dequant_rows_body<QT_Q8_0>(a, row, o, k); break;
+        case QT_Q4_K: dequant_rows_body<QT_Q4_K>(a, row, o, k); break;
+        case QT_Q5_K: dequant_rows_body<QT_Q5_K>(a, row, o, k); break;
+        case QT_Q6_K: dequant_rows_body<QT_Q6_K>(a, row, o, k); break;
+        default: break;
+    }
+}

@@ -1,0 +1,473 @@
+// GEMM lab: checks every kernel of gemm.cu, moe_route.cu and quant.cuh against float64 / bit-exact
+// host references, then times the model's shapes. See README.md.
+// Build (repository root):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I crates/engine/src/cuda/kernels \
+//        lab/gemm/bench.cu -o /tmp/gemm_bench
+// Run: /tmp/gemm_bench [--no-time] [--only-time]   (exit code 1 if any check fails)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "gemm.cu"
+#include "moe_route.cu"
+#include "cases.h"
+
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__,       \
+                        cudaGetErrorString(e_));                                                        \
+            std::fflush(stdout);                                                                        \
+            std::exit(2);                                                                               \
+        }                                                                                               \
+    } while (0)
+
+struct CudaBackend {
+    std::vector<void*> owned;
+    template <class T>
+    T* alloc(size_t n) {
+        void* p = nullptr;
+        CK(cudaMalloc(&p, std::max<size_t>(n * sizeof(T), 16)));
+        CK(cudaMemset(p, 0xA5, std::max<size_t>(n * sizeof(T), 16)));  // garbage, not zeros
+        owned.push_back(p);
+        return static_cast<T*>(p);
+    }
+    template <class T>
+    T* upload(const std::vector<T>& v) {
+        T* p = alloc<T>(v.size());
+        CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+        return p;
+    }
+    void poison(float* p, size_t n) { CK(cudaMemset(p, 0xFF, n * sizeof(float))); }  // 0xFFFFFFFF: NaN
+    template <class T>
+    std::vector<T> download(const T* p, size_t n) {
+        std::vector<T> v(n);
+        CK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return v;
+    }
+    // Every kernel's dynamic-smem limit is raised once at start-up (see main).
+    void launch_gemm(GemmFn f, unsigned gx, unsigned gy, int threads, size_t smem, const GemmArgs& a) {
+        f<<<dim3(gx, gy, 1), dim3(unsigned(threads), 1, 1), smem>>>(a);
+        CK(cudaGetLastError());
+    }
+    void gemm(GemmFn f, unsigned gx, unsigned gy, int threads, size_t smem, const GemmArgs& a) {
+        launch_gemm(f, gx, gy, threads, smem, a);
+        CK(cudaDeviceSynchronize());
+    }
+    void route(const MoeRouteArgs& a) {
+        moe_route<<<1, MOE_ROUTE_THREADS>>>(a);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+    }
+    void dequant(const DequantRowsArgs& a, unsigned gx, unsigned gy) {
+        dequant_rows<<<dim3(gx, gy, 1), 256>>>(a);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+    }
+    void release() {
+        for (void* p : owned) CK(cudaFree(p));
+        owned.clear();
+    }
+};
+
+// ---- piece probe on the device ----------------------------------------------------------------
+template <int T>
+__global__ void piece_probe(const u8* w, i64 rb, int K, int rows, float* dq8, u16* h16, float* parts) {
+    const int P = K / 32;
+    const int id = blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= rows * P) return;
+    const int r = id / P, p = id % P;
+    const u8* row = w + r * rb;
+    const int s0 = piece_seg0<T>(p), s1 = piece_seg1<T>(p);
+    dequant8<T>(row, s0, dq8 + i64(r) * K + s0);
+    dequant8<T>(row, s0 + 8, dq8 + i64(r) * K + s0 + 8);
+    dequant8<T>(row, s1, dq8 + i64(r) * K + s1);
+    dequant8<T>(row, s1 + 8, dq8 + i64(r) * K + s1 + 8);
+    Piece<T> pc;
+    pc.issue(row, p);
+    uint4 o[4];
+    pc.to_f16(p, o);
+    u16* hr = h16 + i64(r) * K;
+    *reinterpret_cast<uint4*>(hr + s0) = o[0];
+    *reinterpret_cast<uint4*>(hr + s0 + 8) = o[1];
+    *reinterpret_cast<uint4*>(hr + s1) = o[2];
+    *reinterpret_cast<uint4*>(hr + s1 + 8) = o[3];
+    float* q = parts + (i64(r) * P + p) * 36;
+    float v[32], sc[2], off[2];
+    pc.to_parts(p, v, sc, off);
+    for (int i = 0; i < 32; i++) q[i] = v[i];
+    q[32] = sc[0];
+    q[33] = sc[1];
+    q[34] = off[0];
+    q[35] = off[1];
+}
+
+template <int T>
+bool test_pieces(CudaBackend& b, ref::Rng& rng) {
+    const int K = 2048, rows = 5, P = K / 32;
+    const std::vector<uint8_t> w = ref::random_weights(T, rows, K, rng);
+    const u8* dw = b.upload(w);
+    float* dq8 = b.alloc<float>(size_t(rows) * K);
+    u16* h16 = b.alloc<u16>(size_t(rows) * K);
+    float* parts = b.alloc<float>(size_t(rows) * P * 36);
+    piece_probe<T><<<(rows * P + 127) / 128, 128>>>(dw, ref::row_bytes(T, K), K, rows, dq8, h16, parts);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    PieceProbe g;
+    g.dq8 = b.download(dq8, size_t(rows) * K);
+    g.h16 = b.download(h16, size_t(rows) * K);
+    g.parts = b.download(parts, size_t(rows) * P * 36);
+    const bool pass = check_pieces(T, w, K, rows, g);
+    b.release();
+    return pass;
+}
+
+// ---- timing ------------------------------------------------------------------------------------
+struct TimeRow {
+    std::string shape, type, best;
+    long long M = 0, N = 0, K = 0;
+    double ms = 0, tflops = 0, gbps = 0, rel = 0, bytes = 0;
+    bool pass = true;
+    std::string others;
+};
+static std::vector<TimeRow> g_rows;
+static std::vector<std::string> g_failures;
+
+static double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Median of 20 launches after 3 warm-ups; weight copies rotate so that together they exceed L2.
+static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const std::vector<const u8*>& wcopies) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    GemmArgs a = d.args;
+    for (int i = 0; i < 3; i++) {
+        a.w = wcopies[size_t(i) % wcopies.size()];
+        b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<float> ts;
+    for (int i = 0; i < 20; i++) {
+        a.w = wcopies[size_t(i + 3) % wcopies.size()];
+        CK(cudaEventRecord(e0));
+        b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ts.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return median(ts);
+}
+
+// Weights are generated once per (type, rows, K) and reused across M and variants.
+static std::map<std::string, std::vector<uint8_t>> g_wcache;
+static const std::vector<uint8_t>& cached_weights(int type, int64_t rows, int K, ref::Rng& rng) {
+    const std::string key = std::to_string(type) + "/" + std::to_string(rows) + "/" + std::to_string(K);
+    auto it = g_wcache.find(key);
+    if (it == g_wcache.end()) it = g_wcache.emplace(key, ref::random_weights(type, rows, K, rng)).first;
+    return it->second;
+}
+
+// Times one shape over the given variants; checks each variant's output on sampled rows.
+static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std::vector<int>& variants, ref::Rng& rng) {
+    c.check_rows = 24;
+    c.check_cols = 512;
+    const bool moe = c.E > 0;
+    const int64_t wrows = int64_t(moe ? c.E : 1) * c.N;
+    const std::vector<uint8_t>& w = cached_weights(c.type, wrows, c.K, rng);
+    TimeRow best;
+    best.ms = 1e30;
+    std::string others;
+    std::vector<float> x;  // generated by the first variant's setup, reused by the others
+    for (int v : variants) {
+        c.variant = v;
+        Setup s = make_setup(c, rng, &w, x.empty() ? nullptr : &x);
+        if (x.empty()) x = s.x;
+        // Weight copies (device-to-device) so that the rotation exceeds L2.
+        const double wbytes = double(w.size());
+        const int copies = int(std::min(8.0, std::max(1.0, std::ceil(160e6 / wbytes))));
+        std::vector<const u8*> wc;
+        const u8* w0 = b.upload(s.w);
+        wc.push_back(w0);
+        for (int i = 1; i < copies; i++) {
+            u8* p = b.alloc<u8>(w.size());
+            CK(cudaMemcpy(p, w0, w.size(), cudaMemcpyDeviceToDevice));
+            wc.push_back(p);
+        }
+        DevCase d = upload_case(b, s, w0);
+        b.poison(d.y, d.y_elems);
+        b.gemm(gemm_fn(c.type, v), d.gx, d.gy, d.threads, d.smem, d.args);
+        const std::vector<float> y = b.download(d.y, d.y_elems);
+        char name[96];
+        std::snprintf(name, sizeof(name), "%s", shape);
+        c.name = name;
+        s.c.name = name;
+        const CaseResult cr = check_case(s, y, true);
+        if (!cr.pass) {
+            char f[200];
+            std::snprintf(f, sizeof(f), "timing-shape check %s %s %s M=%d rel=%.3e nonfinite=%lld unwritten=%lld", shape,
+                          ref::type_name(c.type), variant_name(v), s.M, cr.rel, (long long)cr.nonfinite, (long long)cr.unwritten);
+            g_failures.push_back(f);
+        }
+        const double ms = time_launches(b, gemm_fn(c.type, v), d, wc);
+        // Bytes the op needs: weights of the experts it touches (all of W for dense), x, y.
+        double wneed = wbytes;
+        if (moe) {
+            int touched = 0;
+            for (int e = 0; e < c.E; e++) touched += s.routing.counts[size_t(e)] > 0;
+            wneed = double(touched) * double(s.rb) * c.N;
+        }
+        const double bytes = wneed + 4.0 * s.x_rows * c.K + 4.0 * double(s.M) * c.N;
+        const double flops = 2.0 * s.M * double(c.N) * c.K;
+        char o[48];
+        std::snprintf(o, sizeof(o), "%s %.4f%s ", variant_name(v), ms, cr.pass ? "" : "!");
+        others += o;
+        if (ms < best.ms) {
+            best.ms = ms;
+            best.best = variant_name(v);
+            best.tflops = flops / (ms * 1e-3) / 1e12;
+            best.gbps = bytes / (ms * 1e-3) / 1e9;
+            best.rel = cr.rel;
+            best.bytes = bytes;
+            best.pass = cr.pass;
+        }
+        std::printf("  time %-22s %-5s %-4s M=%-6d N=%-6d K=%-5d %9.4f ms %7.1f TFLOP/s %7.0f GB/s (needs %.1f MB) rel=%.2e%s\n", shape,
+                    ref::type_name(c.type), variant_name(v), s.M, c.N, c.K, ms, flops / (ms * 1e-3) / 1e12,
+                    bytes / (ms * 1e-3) / 1e9, bytes / 1e6, cr.rel, cr.pass ? "" : " CHECK FAILED");
+        std::fflush(stdout);
+        b.release();
+    }
+    best.shape = shape;
+    best.type = ref::type_name(c.type);
+    best.M = moe ? int64_t(c.M) * c.topk : c.M;
+    best.N = c.N;
+    best.K = c.K;
+    best.others = others;
+    g_rows.push_back(best);
+}
+
+static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& rng) {
+    const std::vector<int32_t> ids = ref::route_random(T, k, E, rng);
+    const int P = T * k, mt = (P + bm - 1) / bm + E;
+    MoeRouteArgs a{};
+    a.ids = b.upload(ids);
+    a.n_tokens = T;
+    a.k = k;
+    a.n_expert = E;
+    a.bm = bm;
+    a.max_tiles = mt;
+    a.counts = b.alloc<i32>(size_t(E));
+    a.sorted_rows = b.alloc<i32>(size_t(P));
+    a.tile_expert = b.alloc<i32>(size_t(mt));
+    a.tile_start = b.alloc<i32>(size_t(mt));
+    a.tile_rows = b.alloc<i32>(size_t(mt));
+    a.err = b.alloc<i32>(2);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(e0));
+        moe_route<<<1, MOE_ROUTE_THREADS>>>(a);
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 3) ts.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    b.release();
+    return median(ts);
+}
+
+int main(int argc, char** argv) {
+    bool do_check = true, do_time = true;
+    for (int i = 1; i < argc; i++) {
+        const std::string s = argv[i];
+        if (s == "--no-time") do_time = false;
+        if (s == "--only-time") do_check = false;
+    }
+    const auto t_start = std::chrono::steady_clock::now();
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, L2 %d MB, smem/block opt-in %zu KB, cc %d.%d\n", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize >> 20, prop.sharedMemPerBlockOptin >> 10, prop.major, prop.minor);
+    {
+        // Resource usage of the kernels (what the compiler gave them).
+        const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
+        for (int t : types) {
+            std::printf("  regs %-5s:", ref::type_name(t));
+            for (int v = 0; v < N_VARIANTS; v++) {
+                cudaFuncAttributes fa;
+                CK(cudaFuncGetAttributes(&fa, gemm_fn(t, v)));
+                int blocks = 0;
+                CK(cudaFuncSetAttribute(gemm_fn(t, v), cudaFuncAttributeMaxDynamicSharedMemorySize, int(variant_smem(t, v))));
+                CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fn(t, v), v == V_GEMV ? GEMV_THREADS : GEMM_THREADS,
+                                                                 variant_smem(t, v)));
+                std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
+            }
+            std::printf("\n");
+        }
+    }
+    CudaBackend b;
+    ref::Rng rng(7);
+    int fails = 0;
+    if (do_check) {
+        auto note = [&](bool ok, const std::string& what) {
+            if (!ok) {
+                fails++;
+                g_failures.push_back(what);
+            }
+        };
+        std::printf("== pieces and dequant8 (device kernel, K=2048)\n");
+        note(test_pieces<QT_Q4_K>(b, rng), "pieces q4_k");
+        note(test_pieces<QT_Q5_K>(b, rng), "pieces q5_k");
+        note(test_pieces<QT_Q6_K>(b, rng), "pieces q6_k");
+        note(test_pieces<QT_Q8_0>(b, rng), "pieces q8_0");
+        note(test_pieces<QT_BF16>(b, rng), "pieces bf16");
+        note(test_pieces<QT_F16>(b, rng), "pieces f16");
+        note(test_pieces<QT_F32>(b, rng), "pieces f32");
+        std::printf("== dequant_rows\n");
+        const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
+        for (int t : types) note(run_dequant_rows_case(b, t, rng), std::string("dequant_rows ") + ref::type_name(t));
+        std::printf("== moe_route\n");
+        const int route_fails = run_route_cases(b, rng, true);
+        note(route_fails == 0, "moe_route: " + std::to_string(route_fails) + " failing cases (see above)");
+        std::printf("== gemm / gemv correctness matrix (every type x variant; full check)\n");
+        int n = 0, nf = 0;
+        for (const GemmCase& c : correctness_cases(false)) {
+            const CaseResult r = run_case(b, c, rng, true);
+            n++;
+            if (!r.pass) {
+                nf++;
+                char f[200];
+                std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld padding_written=%lld",
+                              c.name.c_str(), ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
+                              (long long)r.unwritten, (long long)r.poison_bad);
+                g_failures.push_back(f);
+            }
+        }
+        fails += nf;  // each already listed in g_failures
+        std::printf("  %d cases, %d failed\n", n, nf);
+        std::fflush(stdout);
+    }
+    if (do_time) {
+        std::printf("== timings (median of 20 after 3 warm-ups; weights rotate over copies > L2)\n");
+        const std::vector<int> tc = {V_M128, V_M64, V_M32};
+        struct Dense {
+            const char* name;
+            int N, K, type;
+        };
+        const Dense dense[] = {{"qkv", 8192, 2048, ref::Q4_K},     {"qkv", 8192, 2048, ref::Q6_K},
+                               {"z-gate", 4096, 2048, ref::Q4_K},  {"attn/ssm out", 2048, 4096, ref::Q4_K},
+                               {"k/v", 512, 2048, ref::Q4_K},      {"k/v", 512, 2048, ref::Q6_K},
+                               {"beta/alpha", 32, 2048, ref::Q4_K}, {"shexp gate/up", 512, 2048, ref::Q4_K},
+                               {"shexp down", 2048, 512, ref::Q6_K}, {"router", 256, 2048, ref::F32}};
+        for (int M : {512, 2048, 8192}) {
+            for (const Dense& d : dense) {
+                GemmCase c;
+                c.type = d.type;
+                c.M = M;
+                c.N = d.N;
+                c.K = d.K;
+                std::vector<int> vs = tc;
+                if (d.N <= 32) vs.push_back(V_GEMV);  // tiny N: one x row per block may win
+                time_shape(b, d.name, c, vs, rng);
+            }
+        }
+        // MoE: 256 experts, top-8; gate/up (one x row per token), down (one per pair).
+        for (int T : {512, 2048, 8192}) {
+            GemmCase c;
+            c.E = 256;
+            c.topk = 8;
+            c.M = T;
+            c.type = ref::Q4_K;
+            c.N = 512;
+            c.K = 2048;
+            time_shape(b, "moe gate/up", c, tc, rng);
+            c.pair_input = true;
+            c.N = 2048;
+            c.K = 512;
+            time_shape(b, "moe down", c, tc, rng);
+            c.type = ref::Q6_K;
+            time_shape(b, "moe down", c, tc, rng);
+        }
+        {
+            GemmCase c;
+            c.E = 256;
+            c.topk = 8;
+            c.M = 512;
+            c.first_k = true;
+            c.type = ref::Q4_K;
+            c.N = 512;
+            c.K = 2048;
+            time_shape(b, "moe gate/up first-k", c, tc, rng);
+        }
+        // Decode / last-token shapes.
+        for (int M : {1, 2, 4, 8}) {
+            GemmCase c;
+            c.type = ref::Q4_K;
+            c.M = M;
+            c.N = 8192;
+            c.K = 2048;
+            time_shape(b, "decode qkv", c, {V_GEMV, V_M32}, rng);
+            c.N = 2048;
+            c.K = 4096;
+            time_shape(b, "decode out", c, {V_GEMV, V_M32}, rng);
+        }
+        for (int M : {1, 8}) {
+            GemmCase c;
+            c.type = ref::Q6_K;
+            c.M = M;
+            c.N = 248320;
+            c.K = 2048;
+            time_shape(b, "output head", c, {V_GEMV, V_M32}, rng);
+        }
+        {
+            GemmCase c;
+            c.E = 256;
+            c.topk = 8;
+            c.M = 1;
+            c.type = ref::Q4_K;
+            c.N = 512;
+            c.K = 2048;
+            time_shape(b, "decode moe gate/up", c, {V_GEMV, V_M32}, rng);
+            c.pair_input = true;
+            c.N = 2048;
+            c.K = 512;
+            c.type = ref::Q6_K;
+            time_shape(b, "decode moe down", c, {V_GEMV, V_M32}, rng);
+        }
+        const double r512 = time_route(b, 512, 8, 256, 32, rng), r8k = time_route(b, 8192, 8, 256, 128, rng);
+        std::printf("  moe_route: T=512 %.4f ms, T=8192 %.4f ms\n", r512, r8k);
+        g_wcache.clear();
+    }
+
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    std::printf("\n== SUMMARY (%.1f s)\n", secs);
+    if (do_check) std::printf("correctness: %s (%d failing checks)\n", fails ? "FAILED" : "all passed", fails);
+    // At most 30 lines here, so that the table below stays within a short output tail.
+    for (size_t i = 0; i < g_failures.size() && i < 30; i++) std::printf("  FAIL %s\n", g_failures[i].c_str());
+    if (g_failures.size() > 30) std::printf("  ... and %zu more failures (see the log above)\n", g_failures.size() - 30);
+    if (do_time) {
+        std::printf("%-20s %-5s %6s %6s %5s | %-4s %9s %7s %6s %8s | all variants (ms; ! = check failed)\n", "shape", "type", "M",
+                    "N", "K", "best", "ms", "TFLOP/s", "GB/s", "rel err");
+        for (const TimeRow& r : g_rows) {
+            std::printf("%-20s %-5s %6lld %6lld %5lld | %-4s %9.4f %7.1f %6.0f %8.1e | %s\n", r.shape.c_str(), r.type.c_str(), r.M, r.N,
+                        r.K, r.best.c_str(), r.ms, r.tflops, r.gbps, r.rel, r.others.c_str());
+        }
+    }
+    return g_failures.empty() ? 0 : 1;
+}

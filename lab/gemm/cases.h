@@ -1,0 +1,532 @@
+// Test cases of the GEMM lab, shared by bench.cu (on the GPU) and emu/emu_test.cpp (on the CPU
+// emulator). Include after gemm.cu / moe_route.cu (for GemmArgs, MoeRouteArgs, the kernels).
+//
+// A backend B provides: template<class T> T* upload(const std::vector<T>&); template<class T>
+// T* alloc(size_t n); void poison(float* p, size_t n) (NaN); template<class T> std::vector<T>
+// download(const T* p, size_t n); void gemm(GemmFn, unsigned gx, unsigned gy, int threads,
+// size_t smem, const GemmArgs&); void route(const MoeRouteArgs&); void dequant(const
+// DequantRowsArgs&, unsigned gx, unsigned gy); void release() (frees what was allocated since
+// the last release).
+#pragma once
+#include <string>
+#include <thread>
+
+#include "host_ref.h"
+
+typedef void (*GemmFn)(GemmArgs);
+
+// Kernel variants: the three tensor-core tile heights and the f32 GEMV.
+enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, N_VARIANTS = 4 };
+inline const char* variant_name(int v) {
+    static const char* n[] = {"m128", "m64", "m32", "gemv"};
+    return n[v];
+}
+// Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small).
+inline int variant_bm(int v) { return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 ? 32 : 8; }
+inline size_t variant_smem(int type, int v) {
+    return v == V_GEMV ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
+}
+#define LAB_KERNELS(name)                                                                      \
+    switch (v) {                                                                               \
+        case V_M128: return gemm_##name;                                                       \
+        case V_M64: return gemm_##name##_m64;                                                  \
+        case V_M32: return gemm_##name##_m32;                                                  \
+        default: return gemv_##name;                                                           \
+    }
+inline GemmFn gemm_fn(int type, int v) {
+    switch (type) {
+        case ref::Q4_K: LAB_KERNELS(q4_k)
+        case ref::Q5_K: LAB_KERNELS(q5_k)
+        case ref::Q6_K: LAB_KERNELS(q6_k)
+        case ref::Q8_0: LAB_KERNELS(q8_0)
+        case ref::BF16: LAB_KERNELS(bf16)
+        case ref::F16: LAB_KERNELS(f16)
+        default: LAB_KERNELS(f32)
+    }
+}
+#undef LAB_KERNELS
+
+struct GemmCase {
+    std::string name;
+    int type = ref::Q4_K, variant = V_M128;
+    int M = 1;               // dense rows, or tokens T for MoE
+    int N = 128, K = 256;
+    int E = 0, topk = 0;     // MoE when E > 0
+    bool first_k = false;    // MoE routing: every token picks experts 0..topk-1
+    bool pair_input = false; // MoE: one x row per pair (down projection), else per token
+    int layout = 0, head_dim = 0, n_head = 0;
+    int ldx_pad = 4, ldy_pad = 0, x_offset = 0;  // x_offset floats: misaligns x when odd
+    int check_rows = 0;      // 0: check every row and column; else this many sampled rows
+    int check_cols = 0;      //    and at most this many sampled columns
+};
+
+// Everything a case needs on the host.
+struct Setup {
+    GemmCase c;
+    int M = 0, x_rows = 0;   // output rows (pairs for MoE), input rows
+    int64_t ldx = 0, ldy = 0, rb = 0;
+    int max_tiles = 0, bm = 0;
+    std::vector<uint8_t> w;  // (E or 1) * N rows
+    std::vector<float> x;    // x_offset + x_rows * ldx
+    std::vector<int32_t> ids;
+    ref::Routing routing;
+};
+
+// Weights and x may be passed in (the bench reuses them across variants); x must then have
+// x_offset + x_rows * (K + ldx_pad) elements.
+inline Setup make_setup(const GemmCase& c, ref::Rng& rng, const std::vector<uint8_t>* shared_w = nullptr,
+                        const std::vector<float>* shared_x = nullptr) {
+    Setup s;
+    s.c = c;
+    const bool moe = c.E > 0;
+    s.M = moe ? c.M * c.topk : c.M;
+    s.x_rows = moe && !c.pair_input ? c.M : s.M;
+    s.ldx = c.K + c.ldx_pad;
+    s.ldy = c.N + c.ldy_pad;
+    s.rb = ref::row_bytes(c.type, c.K);
+    if (shared_w) s.w = *shared_w;
+    else s.w = ref::random_weights(c.type, int64_t(moe ? c.E : 1) * c.N, c.K, rng);
+    if (shared_x) {
+        s.x = *shared_x;
+    } else {
+        // Uniform in [-2, 2), never exactly zero.
+        s.x.resize(size_t(c.x_offset + int64_t(s.x_rows) * s.ldx));
+        for (auto& v : s.x) {
+            do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+        }
+    }
+    s.bm = variant_bm(c.variant);
+    if (moe) {
+        s.ids = c.first_k ? ref::route_first_k(c.M, c.topk) : ref::route_random(c.M, c.topk, c.E, rng);
+        s.max_tiles = (s.M + s.bm - 1) / s.bm + c.E;
+        s.routing = ref::route_host(s.ids, c.E, s.bm, s.max_tiles);
+    }
+    return s;
+}
+
+// float64 reference of the listed (row, weight row n) entries, threaded over columns.
+inline void reference(const Setup& s, const std::vector<int>& rows, const std::vector<int>& cols,
+                      std::vector<double>& out) {
+    const GemmCase& c = s.c;
+    out.assign(rows.size() * cols.size(), 0.0);
+    const int nth = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    auto work = [&](int t0) {
+        std::vector<float> wrow(size_t(c.K));
+        std::vector<std::vector<float>> by_e(size_t(std::max(c.E, 1)));
+        for (size_t ci = size_t(t0); ci < cols.size(); ci += size_t(nth)) {
+            const int n = cols[ci];
+            for (auto& v : by_e) v.clear();
+            for (size_t ri = 0; ri < rows.size(); ri++) {
+                const int r = rows[ri];
+                int e = 0, xr = r;
+                if (c.E > 0) {
+                    e = s.ids[size_t(r)];
+                    xr = c.pair_input ? r : r / c.topk;
+                }
+                auto& wv = by_e[size_t(e)];
+                if (wv.empty()) {
+                    wv.resize(size_t(c.K));
+                    ref::dequant_row(c.type, s.w.data() + (int64_t(e) * c.N + n) * s.rb, c.K, wv.data());
+                }
+                out[ri * cols.size() + ci] = ref::dot64(s.x.data() + c.x_offset + int64_t(xr) * s.ldx, wv.data(), c.K);
+            }
+        }
+    };
+    std::vector<std::thread> th;
+    for (int t = 0; t < nth; t++) th.emplace_back(work, t);
+    for (auto& t : th) t.join();
+}
+
+struct CaseResult {
+    double rel = 0;
+    int64_t nonfinite = 0, poison_bad = 0, unwritten = 0;
+    bool pass = false;
+};
+
+constexpr double kGemmBound = 5e-3;  // tensor-core kernels (f16 operands)
+constexpr double kGemvBound = 1e-5;  // f32 GEMV
+
+// Compares y (downloaded) with the reference; prints a verdict line (and the first mismatches).
+inline CaseResult check_case(const Setup& s, const std::vector<float>& y, bool quiet_pass) {
+    const GemmCase& c = s.c;
+    CaseResult res;
+    std::vector<int> rows, cols;
+    ref::Rng pick(0xC0FFEE ^ uint64_t(c.M * 131 + c.N));
+    if (c.check_rows > 0 && c.check_rows < s.M) {
+        for (int i = 0; i < c.check_rows; i++) rows.push_back(i == 0 ? 0 : i == 1 ? s.M - 1 : pick.below(s.M));
+    } else {
+        for (int r = 0; r < s.M; r++) rows.push_back(r);
+    }
+    if (c.check_cols > 0 && c.check_cols < c.N) {
+        const int step = c.N / c.check_cols;
+        for (int n = 0; n < c.N; n += step) cols.push_back(std::min(c.N - 1, n + pick.below(step)));
+        cols.push_back(c.N - 1);
+    } else {
+        for (int n = 0; n < c.N; n++) cols.push_back(n);
+    }
+    std::vector<double> want;
+    reference(s, rows, cols, want);
+    ref::ErrStat st;
+    double rms = 0;
+    for (double v : want) rms += v * v;
+    rms = std::sqrt(rms / double(std::max<size_t>(1, want.size())));
+    int shown = 0;
+    const double bound = c.variant == V_GEMV ? kGemvBound : kGemmBound;
+    char lines[8][160];
+    for (size_t ri = 0; ri < rows.size(); ri++) {
+        for (size_t ci = 0; ci < cols.size(); ci++) {
+            const int r = rows[ri], n = cols[ci];
+            const int col = ref::out_col(n, c.layout, c.head_dim, c.n_head);
+            const double got = y[size_t(r * s.ldy + col)], wv = want[ri * cols.size() + ci];
+            ref::err_add(st, got, wv);
+            const bool badv = !std::isfinite(got) || std::fabs(got - wv) > 20 * bound * std::max(std::fabs(wv), rms);
+            if (badv && shown < 8) {
+                std::snprintf(lines[shown++], sizeof(lines[0]), "      y[%d, col %d (n %d)] = %.6g, want %.6g", r, col, n, got, wv);
+            }
+        }
+    }
+    // Every output row must be fully written (cheap full scan); padding columns stay NaN.
+    for (int r = 0; r < s.M; r++) {
+        for (int64_t j = 0; j < s.ldy; j++) {
+            const float v = y[size_t(r * s.ldy + j)];
+            if (j < c.N) res.unwritten += std::isnan(v) ? 1 : 0;
+            else res.poison_bad += std::isnan(v) ? 0 : 1;
+        }
+    }
+    res.rel = st.rel();
+    res.nonfinite = st.nonfinite;
+    res.pass = res.rel < bound && st.nonfinite == 0 && res.poison_bad == 0 && res.unwritten == 0;
+    if (!res.pass || !quiet_pass) {
+        std::printf("  %s %-34s %-5s %-4s M=%-5d N=%-6d K=%-5d rel=%.3e nonfinite=%lld unwritten=%lld padding_written=%lld (checked %zux%zu)\n",
+                    res.pass ? "ok  " : "FAIL", c.name.c_str(), ref::type_name(c.type), variant_name(c.variant), s.M, c.N, c.K,
+                    res.rel, (long long)res.nonfinite, (long long)res.unwritten, (long long)res.poison_bad, rows.size(), cols.size());
+        for (int i = 0; i < shown; i++) std::printf("%s\n", lines[i]);
+    }
+    return res;
+}
+
+// Device-side buffers and arguments of a case.
+struct DevCase {
+    GemmArgs args{};
+    unsigned gx = 0, gy = 0;
+    int threads = 0;
+    size_t smem = 0, y_elems = 0;
+    float* y = nullptr;
+};
+
+template <class B>
+DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
+    const GemmCase& c = s.c;
+    DevCase d;
+    GemmArgs& a = d.args;
+    a.w = dev_w ? dev_w : b.upload(s.w);
+    a.w_row_bytes = s.rb;
+    a.w_expert_bytes = c.E > 0 ? s.rb * c.N : 0;
+    a.x = b.upload(s.x) + c.x_offset;
+    a.ldx = s.ldx;
+    d.y_elems = size_t(s.M) * size_t(s.ldy);
+    d.y = b.template alloc<float>(d.y_elems);
+    a.y = d.y;
+    a.ldy = s.ldy;
+    a.M = s.M;
+    a.N = c.N;
+    a.K = c.K;
+    a.layout = c.layout;
+    a.head_dim = c.head_dim;
+    a.n_head = c.n_head;
+    const bool gemv = c.variant == V_GEMV;
+    if (c.E > 0) {
+        a.sorted_rows = b.upload(s.routing.sorted);
+        a.x_div = c.pair_input ? 1 : c.topk;
+        a.tile_expert = b.upload(s.routing.tile_expert);
+        a.tile_start = b.upload(s.routing.tile_start);
+        a.tile_rows = b.upload(s.routing.tile_rows);
+        d.gy = unsigned(s.max_tiles);
+    } else {
+        d.gy = unsigned(gemv ? s.M : (s.M + s.bm - 1) / s.bm);
+    }
+    d.gx = unsigned(gemv ? (c.N + GEMV_ROWS - 1) / GEMV_ROWS : (c.N + GEMM_BN - 1) / GEMM_BN);
+    d.threads = gemv ? GEMV_THREADS : GEMM_THREADS;
+    d.smem = variant_smem(c.type, c.variant);
+    return d;
+}
+
+template <class B>
+CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
+    Setup s = make_setup(c, rng);
+    DevCase d = upload_case(b, s);
+    b.poison(d.y, d.y_elems);
+    b.gemm(gemm_fn(c.type, c.variant), d.gx, d.gy, d.threads, d.smem, d.args);
+    std::vector<float> y = b.download(d.y, d.y_elems);
+    CaseResult r = check_case(s, y, quiet_pass);
+    b.release();
+    return r;
+}
+
+// The correctness matrix: every type x variant over shapes that hit the edge paths.
+inline std::vector<GemmCase> correctness_cases(bool small) {
+    std::vector<GemmCase> cs;
+    const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
+    for (int t : types) {
+        for (int v = 0; v < N_VARIANTS; v++) {
+            GemmCase c;
+            c.type = t;
+            c.variant = v;
+            // Dense, M and N not multiples of the tile, vector stores.
+            c.name = "dense M%BM!=0 N%BN!=0";
+            c.M = 37;
+            c.N = 136;
+            c.K = 512;
+            cs.push_back(c);
+            // Tiny N, rows crossing a 128 tile, odd ldy (scalar stores), misaligned x (scalar loads).
+            c.name = "dense tinyN oddldy misaligned-x";
+            c.M = small ? 33 : 130;
+            c.N = 32;
+            c.K = 256;
+            c.ldy_pad = 3;
+            c.ldx_pad = 1;
+            c.x_offset = 1;
+            cs.push_back(c);
+            c.ldy_pad = 0;
+            c.ldx_pad = 4;
+            c.x_offset = 0;
+            // q/gate split layout.
+            c.name = "dense qgate-split";
+            c.M = 20;
+            c.N = 256;
+            c.K = 256;
+            c.layout = 1;
+            c.head_dim = 64;
+            c.n_head = 2;
+            cs.push_back(c);
+            c.layout = c.head_dim = c.n_head = 0;
+            // MoE gate/up: one x row per token, random routing.
+            c.name = "moe gate random";
+            c.M = 29;
+            c.topk = 4;
+            c.E = 16;
+            c.N = 136;
+            c.K = 256;
+            cs.push_back(c);
+            // MoE down: one x row per pair.
+            c.name = "moe down random";
+            c.pair_input = true;
+            c.N = 64;
+            c.K = 512;
+            cs.push_back(c);
+            c.pair_input = false;
+            // MoE first-k: 4 experts hold all pairs (several tiles per expert).
+            c.name = "moe gate first-k";
+            c.first_k = true;
+            c.M = small ? 40 : 150;
+            c.N = 128;
+            c.K = 256;
+            cs.push_back(c);
+            c.first_k = false;
+            c.E = c.topk = 0;
+        }
+    }
+    return cs;
+}
+
+// ---- pieces: dequant8 (bit-exact), Piece::to_f16 (f16 bound), Piece::to_parts ----------------
+// A probe of `rows` rows of K elements: dq8 [rows][K] from dequant8, h16 [rows][K] from to_f16,
+// parts [rows][K/32][36]: v[32], sc[2], off[2] of each piece. Filled by the backend (the GPU
+// through a kernel, the emulator by direct calls); checked here.
+struct PieceProbe {
+    std::vector<float> dq8, parts;
+    std::vector<uint16_t> h16;
+};
+inline int host_seg(int type, int p, int s) {
+    const bool kq = type == ref::Q4_K || type == ref::Q5_K || type == ref::Q6_K;
+    const int s0 = kq ? 64 * (p >> 1) + 16 * (p & 1) : 32 * p;
+    return s ? s0 + (kq ? 32 : 16) : s0;
+}
+// Per-element bound of the f16 decode against the exact f32 value: the K-quant paths round
+// d*sc (and dmin*m) to f16 before one f16 FMA; the others round once (bound 0: must equal
+// RN16(exact)).
+inline double f16_bound(int type, const uint8_t* row, int e, double want) {
+    const uint8_t* b;
+    switch (type) {
+        case ref::Q4_K:
+        case ref::Q5_K: {
+            b = row + (e / 256) * (type == ref::Q4_K ? 144 : 176);
+            const double d = ref::half_at(b), dmin = ref::half_at(b + 2);
+            int sc, m;
+            ref::scale_min((e % 256) / 32, b + 4, sc, m);
+            const double qmax = type == ref::Q4_K ? 15 : 31;
+            return std::ldexp(1.0, -10) * (std::fabs(d * sc) * qmax + std::fabs(dmin * m) + std::fabs(want)) + std::ldexp(1.0, -24);
+        }
+        case ref::Q6_K: {
+            b = row + (e / 256) * 210;
+            const int h = (e % 256) / 128, s = (e % 128) / 32, l = e % 32;
+            const double ds = ref::half_at(b + 208) * double(int8_t(b[192 + 8 * h + 2 * s + l / 16]));
+            return std::ldexp(1.0, -10) * (32 * std::fabs(ds) + std::fabs(want)) + std::ldexp(1.0, -24);
+        }
+        default: return 0.0;
+    }
+}
+inline bool check_pieces(int type, const std::vector<uint8_t>& w, int K, int rows, const PieceProbe& g) {
+    const int64_t rb = ref::row_bytes(type, K);
+    const int P = K / 32;
+    std::vector<float> want(static_cast<size_t>(K));
+    int bad8 = 0, bad16 = 0, badp = 0;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t* row = w.data() + r * rb;
+        ref::dequant_row(type, row, K, want.data());
+        for (int k = 0; k < K; k++) {
+            const float o = g.dq8[size_t(r) * K + k];
+            if (ref::f32_bits(o) != ref::f32_bits(want[size_t(k)])) {
+                if (bad8 < 4) std::printf("      dequant8 row %d k %d: %.9g want %.9g\n", r, k, o, want[size_t(k)]);
+                bad8++;
+            }
+            const uint16_t h = g.h16[size_t(r) * K + k];
+            const double got = ref::hf16_to_f64(h), wv = want[size_t(k)];
+            const double bound = f16_bound(type, row, k, wv);
+            const bool ok16 = bound == 0.0 ? h == ref::hf32_to_f16(want[size_t(k)]) : std::fabs(got - wv) <= bound;
+            if (!ok16) {
+                if (bad16 < 4) std::printf("      to_f16 row %d elem %d: %.9g want %.9g (bound %.3g)\n", r, k, got, wv, bound);
+                bad16++;
+            }
+        }
+        for (int p = 0; p < P; p++) {
+            const float* q = g.parts.data() + (size_t(r) * P + p) * 36;
+            for (int i = 0; i < 32; i++) {
+                const int e = host_seg(type, p, i / 16) + i % 16;
+                const double wv = want[size_t(e)], s = q[32 + i / 16], of = q[34 + i / 16];
+                const double rec = s * q[i] + of;
+                if (!(std::fabs(rec - wv) <= 1e-6 * (std::fabs(wv) + std::fabs(of) + std::fabs(s * q[i])) + 1e-30)) {
+                    if (badp < 4) std::printf("      to_parts row %d p %d elem %d: %.9g want %.9g\n", r, p, e, rec, wv);
+                    badp++;
+                }
+            }
+        }
+    }
+    const bool pass = bad8 == 0 && bad16 == 0 && badp == 0;
+    std::printf("  %s pieces %-5s K=%d: dequant8 %d bad (bit-exact), to_f16 %d bad, to_parts %d bad\n", pass ? "ok  " : "FAIL",
+                ref::type_name(type), K, bad8, bad16, badp);
+    return pass;
+}
+
+// dequant_rows: bit-exact against the reference, one bad row id (NaN row + error count).
+template <class B>
+bool run_dequant_rows_case(B& b, int type, ref::Rng& rng) {
+    const int K = 512, rows_w = 9;
+    const std::vector<uint8_t> w = ref::random_weights(type, rows_w, K, rng);
+    const std::vector<int32_t> ids = {3, 0, 8, 8, 42, 5};  // 42: out of range
+    const int n = int(ids.size());
+    DequantRowsArgs a{};
+    a.w = b.upload(w);
+    a.row_bytes = ref::row_bytes(type, K);
+    a.type = type;
+    a.K = K;
+    a.n_rows_w = rows_w;
+    a.row_ids = b.upload(ids);
+    a.row0 = 0;
+    a.n_rows = n;
+    const int64_t ldo = K + 8;
+    float* out = b.template alloc<float>(size_t(n * ldo));
+    b.poison(out, size_t(n * ldo));
+    a.out = out;
+    a.ldo = ldo;
+    int32_t* err = b.upload(std::vector<int32_t>{0});
+    a.err = err;
+    b.dequant(a, unsigned((K + 2047) / 2048), unsigned(n));
+    const std::vector<float> got = b.download(out, size_t(n * ldo));
+    const int32_t errs = b.download(err, 1)[0];
+    std::vector<float> want(static_cast<size_t>(K));
+    int64_t mism = 0;
+    int shown = 0;
+    for (int i = 0; i < n; i++) {
+        const bool valid = ids[size_t(i)] < rows_w;
+        if (valid) ref::dequant_row(type, w.data() + ids[size_t(i)] * a.row_bytes, K, want.data());
+        for (int k = 0; k < ldo; k++) {
+            const float g = got[size_t(i * ldo + k)];
+            bool ok;
+            if (k >= K) ok = std::isnan(g);
+            else if (!valid) ok = std::isnan(g);
+            else ok = ref::f32_bits(g) == ref::f32_bits(want[size_t(k)]);
+            if (!ok) {
+                mism++;
+                if (shown++ < 5)
+                    std::printf("      row %d (id %d) k %d: got %.9g want %.9g\n", i, ids[size_t(i)], k, g,
+                                valid && k < K ? want[size_t(k)] : NAN);
+            }
+        }
+    }
+    const bool pass = mism == 0 && errs == 1;
+    std::printf("  %s dequant_rows %-5s K=%d: %lld mismatches (bit-exact), bad-id count %d (want 1)\n", pass ? "ok  " : "FAIL",
+                ref::type_name(type), K, (long long)mism, errs);
+    b.release();
+    return pass;
+}
+
+// moe_route against the host routing.
+template <class B>
+bool run_route_case(B& b, const char* name, std::vector<int32_t> ids, int T, int k, int E, int bm, int max_tiles) {
+    MoeRouteArgs a{};
+    const int P = T * k;
+    a.ids = b.upload(ids);
+    a.n_tokens = T;
+    a.k = k;
+    a.n_expert = E;
+    a.bm = bm;
+    a.max_tiles = max_tiles;
+    a.counts = b.upload(std::vector<int32_t>(size_t(E), -7));
+    a.sorted_rows = b.upload(std::vector<int32_t>(size_t(std::max(P, 1)), -7));
+    a.tile_expert = b.upload(std::vector<int32_t>(size_t(std::max(max_tiles, 1)), -7));
+    a.tile_start = b.upload(std::vector<int32_t>(size_t(std::max(max_tiles, 1)), -7));
+    a.tile_rows = b.upload(std::vector<int32_t>(size_t(std::max(max_tiles, 1)), -7));
+    a.err = b.upload(std::vector<int32_t>{-7, -7});
+    b.route(a);
+    const ref::Routing want = ref::route_host(ids, E, bm, max_tiles);
+    auto cmp = [&](const char* what, const int32_t* dev, const std::vector<int32_t>& w) {
+        if (w.empty()) return 0;
+        const std::vector<int32_t> g = b.download(dev, w.size());
+        int bad = 0;
+        for (size_t i = 0; i < w.size(); i++) {
+            if (g[i] != w[i]) {
+                if (bad < 4) std::printf("      %s[%zu] = %d, want %d\n", what, i, g[i], w[i]);
+                bad++;
+            }
+        }
+        return bad;
+    };
+    int bad = cmp("counts", a.counts, want.counts) + cmp("sorted_rows", a.sorted_rows, want.sorted) +
+              cmp("tile_expert", a.tile_expert, want.tile_expert) + cmp("tile_start", a.tile_start, want.tile_start) +
+              cmp("tile_rows", a.tile_rows, want.tile_rows);
+    const std::vector<int32_t> err = b.download(a.err, 2);
+    if (err[0] != want.bad || err[1] != want.uncovered) {
+        std::printf("      err = {%d, %d}, want {%d, %d}\n", err[0], err[1], want.bad, want.uncovered);
+        bad++;
+    }
+    std::printf("  %s moe_route %-28s T=%-5d k=%d E=%d bm=%-3d max_tiles=%-5d: %d mismatches\n", bad ? "FAIL" : "ok  ", name, T,
+                k, E, bm, max_tiles, bad);
+    b.release();
+    return bad == 0;
+}
+
+template <class B>
+int run_route_cases(B& b, ref::Rng& rng, bool big) {
+    int fails = 0;
+    auto mt = [](int P, int bm, int E) { return (P + bm - 1) / bm + E; };
+    fails += !run_route_case(b, "random", ref::route_random(37, 8, 256, rng), 37, 8, 256, 32, mt(296, 32, 256));
+    fails += !run_route_case(b, "random", ref::route_random(512, 8, 256, rng), 512, 8, 256, 64, mt(4096, 64, 256));
+    fails += !run_route_case(b, "first-k", ref::route_first_k(100, 8), 100, 8, 256, 32, mt(800, 32, 256));
+    {
+        auto ids = ref::route_random(64, 8, 256, rng);
+        ids[3] = -1;
+        ids[100] = 256;
+        ids[200] = 1 << 30;
+        ids[201] = -(1 << 30);
+        fails += !run_route_case(b, "invalid ids", ids, 64, 8, 256, 32, mt(512, 32, 256));
+    }
+    fails += !run_route_case(b, "max_tiles too small", ref::route_random(64, 8, 256, rng), 64, 8, 256, 32, 40);
+    fails += !run_route_case(b, "small E", ref::route_random(50, 4, 16, rng), 50, 4, 16, 8, mt(200, 8, 16));
+    if (big) {
+        fails += !run_route_case(b, "random pp8192", ref::route_random(8192, 8, 256, rng), 8192, 8, 256, 128,
+                                 mt(65536, 128, 256));
+        fails += !run_route_case(b, "first-k pp8192", ref::route_first_k(8192, 8), 8192, 8, 256, 32, mt(65536, 32, 256));
+    }
+    return fails;
+}

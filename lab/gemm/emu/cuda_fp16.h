@@ -1,0 +1,364 @@
+// CPU emulation of the CUDA features the GEMM kernels use, so that gemm.cu / quant.cuh /
+// moe_route.cu run unchanged (with TALLY_EMU defined) on a machine without a GPU.
+//
+// Found by `#include <cuda_fp16.h>` in common.cuh when this directory comes first on the include
+// path and the CUDA headers are absent. Every CUDA thread of a block is a fiber (ucontext) on
+// one OS thread; __syncthreads and warp collectives are barriers the scheduler releases once
+// every live thread of the block / warp has arrived. Warp collectives (shuffles, match, ldmatrix,
+// mma) exchange values through per-warp slots, following the PTX ISA's fragment layouts:
+//   ldmatrix .x4: lane l supplies the row address for row l%8 of matrix l/8; lane l receives in
+//     register i the 32-bit word (2 halves) at row l/4, halves 2(l%4), 2(l%4)+1 of matrix i.
+//   mma m16n8k16 row.col f16: A a0..a3 (f16x2): (row g, k 2t..2t+1), (g+8, 2t..), (g, 2t+8..),
+//     (g+8, 2t+8..); B b0, b1: (k 2t..2t+1, col g), (k 2t+8.., col g); C/D c0..c3: (g, 2t),
+//     (g, 2t+1), (g+8, 2t), (g+8, 2t+1); g = lane/4, t = lane%4.
+// The scheduler visits the fibers in a random order on every pass and lets random warps sit out
+// passes, so that a missing barrier has a chance to show up as a wrong result.
+#pragma once
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "../host_ref.h"
+
+#define TALLY_EMU 1
+#define __device__
+#define __global__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct EmuDim3 { unsigned x = 1, y = 1, z = 1; };
+
+using std::max;
+using std::min;
+
+namespace emu {
+
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kDynSmemBytes = 232448;
+
+struct Barrier {
+    int expected = 0, arrived = 0;
+    unsigned long gen = 0;
+};
+// A cp.async not yet performed: the emulator copies only when the thread waits for its group
+// (as late as the hardware may), so reading a slot before waiting sees stale bytes.
+struct Pending {
+    void* dst;
+    const void* src;
+    unsigned n, src_n, group;
+};
+struct Fiber {
+    ucontext_t ctx;
+    char* stack = nullptr;
+    bool done = false;
+    Barrier* waiting = nullptr;
+    unsigned long wait_gen = 0;
+    unsigned ops = 0;  // warp collectives issued (selects the exchange slot parity)
+    std::vector<Pending> pending;
+    unsigned committed = 0;
+};
+
+struct State {
+    EmuDim3 grid, block, block_idx;
+    int nthreads = 0, cur = -1;
+    Fiber fibers[kMaxThreads];
+    Barrier block_bar, warp_bar[kMaxThreads / 32];
+    uint64_t slots[kMaxThreads / 32][2][32][12];
+    ucontext_t sched;
+    std::function<void()> body;
+    std::mt19937 order_rng{12345};
+    alignas(16) unsigned char dyn_smem[kDynSmemBytes];
+};
+inline State& st() {
+    static State* s = new State();
+    return *s;
+}
+
+inline void release_if_full(Barrier& b) {
+    if (b.expected > 0 && b.arrived >= b.expected) {
+        b.arrived = 0;
+        b.gen++;
+    }
+}
+inline void yield_to_scheduler() {
+    State& s = st();
+    swapcontext(&s.fibers[s.cur].ctx, &s.sched);
+}
+inline void wait(Barrier& b) {
+    State& s = st();
+    Fiber& f = s.fibers[s.cur];
+    f.waiting = &b;
+    f.wait_gen = b.gen;
+    b.arrived++;
+    release_if_full(b);
+    yield_to_scheduler();
+}
+inline int tid() { return st().cur; }
+inline void syncthreads() { wait(st().block_bar); }
+inline void syncwarp() { wait(st().warp_bar[tid() / 32]); }
+
+// Posts n bytes for this lane; after the warp barrier returns the warp's 32 slots.
+inline const uint64_t (*exchange(const void* data, size_t n))[12] {
+    State& s = st();
+    const int t = s.cur, w = t / 32, l = t % 32;
+    const unsigned par = s.fibers[t].ops++ & 1u;
+    std::memcpy(s.slots[w][par][l], data, n);
+    wait(s.warp_bar[w]);
+    return s.slots[w][par];
+}
+
+inline void fiber_main(int i) {
+    State& s = st();
+    s.body();
+    Fiber& f = s.fibers[i];
+    f.done = true;
+    // An exited thread no longer takes part in barriers.
+    s.block_bar.expected--;
+    release_if_full(s.block_bar);
+    Barrier& wb = s.warp_bar[i / 32];
+    wb.expected--;
+    release_if_full(wb);
+    swapcontext(&f.ctx, &s.sched);
+}
+
+// Runs body once per thread of every block of the grid (blocks one after the other).
+inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& body) {
+    State& s = st();
+    const int n = int(block.x * block.y * block.z);
+    if (n <= 0 || n > kMaxThreads || n % 32 != 0) {
+        std::fprintf(stderr, "emu: bad block size %d\n", n);
+        std::exit(2);
+    }
+    s.grid = grid;
+    s.block = block;
+    s.nthreads = n;
+    s.body = body;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                s.block_idx = {bx, by, bz};
+                // Fresh shared memory holds garbage: poison it (f16 NaN pattern, f32 NaN).
+                std::memset(s.dyn_smem, 0xff, sizeof(s.dyn_smem));
+                s.block_bar = Barrier{n, 0, 0};
+                for (int w = 0; w < n / 32; w++) s.warp_bar[w] = Barrier{32, 0, 0};
+                std::vector<int> order(n);
+                for (int i = 0; i < n; i++) {
+                    Fiber& f = s.fibers[i];
+                    if (!f.stack) f.stack = static_cast<char*>(std::malloc(kStackBytes));
+                    f.done = false;
+                    f.waiting = nullptr;
+                    f.ops = 0;
+                    f.pending.clear();
+                    f.committed = 0;
+                    getcontext(&f.ctx);
+                    f.ctx.uc_stack.ss_sp = f.stack;
+                    f.ctx.uc_stack.ss_size = kStackBytes;
+                    f.ctx.uc_link = nullptr;
+                    makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 1, i);
+                    order[i] = i;
+                }
+                int live = n;
+                std::vector<char> skip_warp(size_t(n / 32));
+                while (live > 0) {
+                    std::shuffle(order.begin(), order.end(), s.order_rng);
+                    // Whole warps sit out a pass at random, so that warps drift apart the way
+                    // they do on hardware and a missing barrier gets a chance to show.
+                    for (auto& k : skip_warp) k = (s.order_rng() % 3) == 0;
+                    bool progress = false, runnable = false;
+                    for (int i : order) {
+                        Fiber& f = s.fibers[i];
+                        if (f.done) continue;
+                        if (f.waiting && f.waiting->gen == f.wait_gen) continue;
+                        runnable = true;
+                        if (skip_warp[size_t(i / 32)]) continue;
+                        f.waiting = nullptr;
+                        s.cur = i;
+                        swapcontext(&s.sched, &f.ctx);
+                        progress = true;
+                        if (f.done) live--;
+                    }
+                    if (!progress && runnable) continue;
+                    if (!progress) {
+                        std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u): %d threads wait forever\n", bx, by, bz, live);
+                        std::exit(3);
+                    }
+                }
+                s.cur = -1;
+            }
+}
+
+}  // namespace emu
+
+struct EmuThreadIdx {
+    unsigned x;
+};
+#define threadIdx (EmuThreadIdx{unsigned(emu::tid())})
+#define blockIdx (emu::st().block_idx)
+#define blockDim (emu::st().block)
+#define gridDim (emu::st().grid)
+
+inline void __syncthreads() { emu::syncthreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
+inline float __shfl_xor_sync(unsigned, float v, int m) {
+    auto sl = emu::exchange(&v, 4);
+    float r;
+    std::memcpy(&r, sl[(emu::tid() % 32) ^ m], 4);
+    emu::syncwarp();  // nobody rewrites the slot before everyone has read it
+    return r;
+}
+inline int __shfl_up_sync(unsigned, int v, int d) {
+    auto sl = emu::exchange(&v, 4);
+    const int l = emu::tid() % 32;
+    int r = v;
+    if (l >= d) std::memcpy(&r, sl[l - d], 4);
+    emu::syncwarp();
+    return r;
+}
+inline unsigned __match_any_sync(unsigned, int key) {
+    auto sl = emu::exchange(&key, 4);
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) {
+        int k;
+        std::memcpy(&k, sl[l], 4);
+        if (k == key) m |= 1u << l;
+    }
+    emu::syncwarp();
+    return m;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int atomicAdd(int* p, int v) { int o = *p; *p = o + v; return o; }
+template <class T>
+inline T __ldg(const T* p) { return *p; }
+inline float __uint_as_float(unsigned u) { return ref::bits_f32(u); }
+inline unsigned __float_as_uint(float f) { return ref::f32_bits(f); }
+inline float __fmul_rn(float a, float b) { return ref::mul(a, b); }
+inline float __fsub_rn(float a, float b) { return ref::sub(a, b); }
+inline float __expf(float x) { return std::exp(x); }
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = (uint64_t(y) << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= unsigned((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+    return unsigned(((uint64_t(hi) << 32) | lo) >> (sh & 31));
+}
+
+// ---- the primitives quant.cuh / gemm.cu take from the hardware ----------------------------------
+#define TALLY_DYNAMIC_SMEM(name) unsigned char* name = emu::st().dyn_smem
+
+inline unsigned ldg_u8(const unsigned char* p) { return p[0]; }
+inline unsigned ldg_u16(const unsigned char* p) {
+    if (reinterpret_cast<uintptr_t>(p) & 1) { std::fprintf(stderr, "emu: misaligned u16 load\n"); std::exit(4); }
+    return p[0] | (p[1] << 8);
+}
+inline unsigned ldg_u32(const unsigned char* p) {
+    if (reinterpret_cast<uintptr_t>(p) & 3) { std::fprintf(stderr, "emu: misaligned u32 load\n"); std::exit(4); }
+    unsigned v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline uint4 ldg_u128(const unsigned char* p) {
+    if (reinterpret_cast<uintptr_t>(p) & 15) { std::fprintf(stderr, "emu: misaligned 16-byte load\n"); std::exit(4); }
+    uint4 v;
+    std::memcpy(&v, p, 16);
+    return v;
+}
+inline float f16_to_f32(unsigned bits) { return ref::hf16_to_f32(uint16_t(bits)); }
+inline unsigned f32_to_f16(float x) { return ref::hf32_to_f16(x); }
+inline unsigned pack_f16x2(float lo, float hi) { return ref::hf32_to_f16(lo) | (unsigned(ref::hf32_to_f16(hi)) << 16); }
+inline double emu_h(unsigned v, int i) { return ref::hf16_to_f64(uint16_t(v >> (16 * i))); }
+inline unsigned emu_h2(double lo, double hi) { return ref::hf64_to_f16(lo) | (unsigned(ref::hf64_to_f16(hi)) << 16); }
+inline unsigned f16x2_sub(unsigned a, unsigned b) { return emu_h2(emu_h(a, 0) - emu_h(b, 0), emu_h(a, 1) - emu_h(b, 1)); }
+inline unsigned f16x2_mul(unsigned a, unsigned b) { return emu_h2(emu_h(a, 0) * emu_h(b, 0), emu_h(a, 1) * emu_h(b, 1)); }
+inline unsigned f16x2_fma(unsigned a, unsigned b, unsigned c) {
+    return emu_h2(emu_h(a, 0) * emu_h(b, 0) + emu_h(c, 0), emu_h(a, 1) * emu_h(b, 1) + emu_h(c, 1));
+}
+
+inline void cp_async_push(void* dst, const void* src, unsigned n, unsigned src_n) {
+    const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+    if ((d % n) || (s % n) || src_n > n) { std::fprintf(stderr, "emu: bad cp.async (%u bytes)\n", n); std::exit(4); }
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(emu::st().dyn_smem);
+    if (d < lo || d + n > lo + emu::kDynSmemBytes) { std::fprintf(stderr, "emu: cp.async outside shared memory\n"); std::exit(4); }
+    emu::Fiber& f = emu::st().fibers[emu::tid()];
+    f.pending.push_back({dst, src, n, src_n, f.committed});
+}
+inline void cp_async16(void* dst, const void* src) { cp_async_push(dst, src, 16, 16); }
+inline void cp_async4(void* dst, const void* src, unsigned src_bytes) { cp_async_push(dst, src, 4, src_bytes); }
+inline void cp_async_commit() { emu::st().fibers[emu::tid()].committed++; }
+template <int N>
+inline void cp_async_wait() {
+    emu::Fiber& f = emu::st().fibers[emu::tid()];
+    std::vector<emu::Pending> keep;
+    for (const emu::Pending& q : f.pending) {
+        if (q.group + N < f.committed) {
+            std::memcpy(q.dst, q.src, q.src_n);
+            std::memset(static_cast<char*>(q.dst) + q.src_n, 0, q.n - q.src_n);
+        } else {
+            keep.push_back(q);
+        }
+    }
+    f.pending.swap(keep);
+}
+
+inline void ldsm_x4(const unsigned short* p, unsigned r[4]) {
+    if (reinterpret_cast<uintptr_t>(p) & 15) { std::fprintf(stderr, "emu: ldmatrix row not 16-byte aligned\n"); std::exit(4); }
+    const uint64_t addr = reinterpret_cast<uintptr_t>(p);
+    auto sl = emu::exchange(&addr, 8);
+    const int l = emu::tid() % 32;
+    for (int i = 0; i < 4; i++) {
+        const unsigned short* row = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + l / 4][0]));
+        r[i] = row[2 * (l % 4)] | (unsigned(row[2 * (l % 4) + 1]) << 16);
+    }
+    emu::syncwarp();
+}
+inline void mma_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    uint64_t mine[10];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    for (int i = 0; i < 4; i++) {
+        uint32_t u;
+        std::memcpy(&u, &c[i], 4);
+        mine[6 + i] = u;
+    }
+    auto sl = emu::exchange(mine, sizeof(mine));
+    auto A = [&](int r, int k) {  // element (r, k) of the 16x16 A
+        const int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+        return emu_h(unsigned(sl[lane][reg]), k % 2);
+    };
+    auto B = [&](int k, int n) {  // element (k, n) of the 16x8 B
+        const int lane = n * 4 + (k % 8) / 2, reg = 4 + (k >= 8 ? 1 : 0);
+        return emu_h(unsigned(sl[lane][reg]), k % 2);
+    };
+    const int l = emu::tid() % 32, g = l / 4, t = l % 4;
+    float d[4];
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
+        double s = c[i];
+        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, n);
+        d[i] = float(s);
+    }
+    emu::syncwarp();
+    for (int i = 0; i < 4; i++) c[i] = d[i];
+}

@@ -1,0 +1,110 @@
+// Runs the GEMM lab's correctness checks on the CPU emulator (no GPU needed): the device code of
+// quant.cuh, gemm.cu and moe_route.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
+// Build and run (from the repository root):
+//   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick]
+#include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
+
+#include <memory>
+
+#include "gemm.cu"
+#include "moe_route.cu"
+#include "../cases.h"
+
+struct EmuBackend {
+    std::vector<void*> owned;
+    template <class T>
+    T* alloc(size_t n) {
+        const size_t bytes = ((n * sizeof(T) + 64) + 255) / 256 * 256;
+        void* p = std::aligned_alloc(256, bytes);
+        std::memset(p, 0xA5, bytes);
+        owned.push_back(p);
+        return static_cast<T*>(p);
+    }
+    template <class T>
+    T* upload(const std::vector<T>& v) {
+        T* p = alloc<T>(v.size());
+        std::memcpy(p, v.data(), v.size() * sizeof(T));
+        return p;
+    }
+    void poison(float* p, size_t n) {
+        for (size_t i = 0; i < n; i++) p[i] = NAN;
+    }
+    template <class T>
+    std::vector<T> download(const T* p, size_t n) {
+        return std::vector<T>(p, p + n);
+    }
+    void gemm(GemmFn f, unsigned gx, unsigned gy, int threads, size_t smem, const GemmArgs& a) {
+        if (smem > emu::kDynSmemBytes) {
+            std::printf("emu: smem %zu too large\n", smem);
+            std::exit(2);
+        }
+        emu::launch({gx, gy, 1}, {unsigned(threads), 1, 1}, [&] { f(a); });
+    }
+    void route(const MoeRouteArgs& a) { emu::launch({1, 1, 1}, {MOE_ROUTE_THREADS, 1, 1}, [&] { moe_route(a); }); }
+    void dequant(const DequantRowsArgs& a, unsigned gx, unsigned gy) {
+        emu::launch({gx, gy, 1}, {256, 1, 1}, [&] { dequant_rows(a); });
+    }
+    void release() {
+        for (void* p : owned) std::free(p);
+        owned.clear();
+    }
+};
+
+// The piece probe by direct calls of the device functions.
+template <int T>
+static int test_pieces(ref::Rng& rng) {
+    const int K = 512, rows = 3, P = K / 32;
+    const std::vector<uint8_t> w = ref::random_weights(T, rows, K, rng);
+    const int64_t rb = ref::row_bytes(T, K);
+    EmuBackend b;
+    const uint8_t* dw = b.upload(w);
+    PieceProbe g;
+    g.dq8.resize(size_t(rows) * K);
+    g.h16.resize(size_t(rows) * K);
+    g.parts.resize(size_t(rows) * P * 36);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t* row = dw + r * rb;
+        for (int k = 0; k < K; k += 8) dequant8<T>(row, k, g.dq8.data() + size_t(r) * K + k);
+        for (int p = 0; p < P; p++) {
+            Piece<T> pc;
+            pc.issue(row, p);
+            uint4 o[4];
+            pc.to_f16(p, o);
+            const unsigned words[16] = {o[0].x, o[0].y, o[0].z, o[0].w, o[1].x, o[1].y, o[1].z, o[1].w,
+                                        o[2].x, o[2].y, o[2].z, o[2].w, o[3].x, o[3].y, o[3].z, o[3].w};
+            for (int i = 0; i < 32; i++)
+                g.h16[size_t(r) * K + host_seg(T, p, i / 16) + i % 16] = uint16_t(words[i / 2] >> (16 * (i % 2)));
+            float* q = g.parts.data() + (size_t(r) * P + p) * 36;
+            pc.to_parts(p, q, q + 32, q + 34);
+        }
+    }
+    const bool pass = check_pieces(T, w, K, rows, g);
+    b.release();
+    return pass ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    ref::Rng rng(20260101);
+    EmuBackend b;
+    int fails = 0;
+    std::printf("== pieces and dequant8 (direct calls)\n");
+    fails += test_pieces<QT_Q4_K>(rng) + test_pieces<QT_Q5_K>(rng) + test_pieces<QT_Q6_K>(rng) + test_pieces<QT_Q8_0>(rng) +
+             test_pieces<QT_BF16>(rng) + test_pieces<QT_F16>(rng) + test_pieces<QT_F32>(rng);
+    std::printf("== dequant_rows kernel\n");
+    const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
+    for (int t : types) fails += !run_dequant_rows_case(b, t, rng);
+    std::printf("== moe_route kernel\n");
+    fails += run_route_cases(b, rng, false);
+    std::printf("== gemm / gemv kernels\n");
+    int n = 0;
+    for (const GemmCase& c : correctness_cases(true)) {
+        if (quick && c.type != ref::Q4_K && c.type != ref::Q6_K && c.type != ref::Q8_0) continue;
+        fails += !run_case(b, c, rng, false).pass;
+        n++;
+        std::fflush(stdout);
+    }
+    std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+    return fails ? 1 : 0;
+}
