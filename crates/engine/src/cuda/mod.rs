@@ -360,6 +360,14 @@ impl Backend for CudaBackend {
     }
 
     fn read(&mut self, plan: &Plan, view: View) -> Result<Vec<f32>, EngineError> {
+        if plan.buf(view.buf).dtype == DType::I32 {
+            // Ids read as values, as the CPU backend does (not their bits as floats).
+            return Ok(self
+                .read_i32(plan, view)?
+                .into_iter()
+                .map(|x| x as f32)
+                .collect());
+        }
         self.sync()?;
         let b = plan.buf(view.buf);
         let mut rows = vec![0f32; view.rows * b.cols];
