@@ -438,6 +438,9 @@ pub struct FakeFaults {
     pub replay_power: f64,
     /// Replaying this category changes the output digest.
     pub replay_changes_digest: Option<Category>,
+    /// Observing this category changes the output digest (a fusion split at the barrier, as
+    /// llama.cpp's CUDA backend shows); replay then equals observe.
+    pub observe_changes_digest: Option<Category>,
     /// Replaying this category makes the run faster (as in-place ops can).
     pub replay_speeds_up: Option<Category>,
     /// `busy_reason` answers busy for the first this-many calls.
@@ -453,6 +456,7 @@ impl Default for FakeFaults {
         FakeFaults {
             replay_power: 1.0,
             replay_changes_digest: None,
+            observe_changes_digest: None,
             replay_speeds_up: None,
             busy_checks: 0,
             spike_prefills: Vec::new(),
@@ -563,6 +567,9 @@ impl Subject for FakeSubject {
         };
         for &c in observed.into_iter().flatten() {
             wall_ms += self.costs.observe_barrier_ms * self.nodes_in(c) as f64;
+            if self.faults.observe_changes_digest == Some(c) {
+                digest ^= 0x0B5;
+            }
         }
         if let RunMode::Replay { categories, times } = mode {
             let k = f64::from(*times).powf(self.faults.replay_power);

@@ -40,6 +40,10 @@ pub struct ShapeDtype {
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
 pub struct OpKey {
+    /// Ledger category: same-shaped ops of two categories (a z-gate and a shared-expert
+    /// projection in a small model) are timed apart, so each category's figures and biggest
+    /// kernel come from its own nodes.
+    pub category: crate::category::Category,
     /// Engine op name.
     pub op: String,
     /// Inputs in argument order.
@@ -56,6 +60,7 @@ impl OpKey {
             dtype: t.dtype.clone(),
         };
         OpKey {
+            category: node.category,
             op: node.op.clone(),
             inputs: node.inputs.iter().map(|i| sd(&i.tensor)).collect(),
             output: sd(&node.output),

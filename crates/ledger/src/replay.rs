@@ -377,16 +377,34 @@ fn paired_stats(g: &GroupRecord, base: usize, rep: usize) -> Stats {
     Stats::of(&g.paired_ms(base, rep)).unwrap_or_else(Stats::zero)
 }
 
-/// Series (labels) of `g` whose runs, any window, returned a digest other than `reference`.
-fn digest_changers(g: &GroupRecord, reference: u64) -> Vec<String> {
+/// Replay series of `g` whose output digest, in any window, differs from that window's observe
+/// run (series `observe`). Replay is compared with observation of the same categories, not with
+/// the plain run: observing may itself change an engine's output (a fusion split at the barrier
+/// rounds differently), which is the observation's effect, not the replay's.
+fn digest_changers(g: &GroupRecord, observe: usize) -> Vec<String> {
     (0..g.series.len())
+        .filter(|&s| s != observe && g.series[s].label.starts_with("replay"))
         .filter(|&s| {
             g.windows
                 .iter()
-                .any(|w| w.runs.get(s).is_some_and(|r| r.output_digest != reference))
+                .any(|w| match (w.runs.get(s), w.runs.get(observe)) {
+                    (Some(r), Some(o)) => r.output_digest != o.output_digest,
+                    _ => false,
+                })
         })
         .map(|s| g.series[s].label.clone())
         .collect()
+}
+
+/// Whether observing (series 1 of the all-categories group) changed the output of a plain run
+/// (series 0) in any window.
+fn observation_changes_output(all: &GroupRecord) -> bool {
+    all.windows
+        .iter()
+        .any(|w| match (w.runs.first(), w.runs.get(1)) {
+            (Some(p), Some(o)) => p.output_digest != o.output_digest,
+            _ => false,
+        })
 }
 
 fn build_report(
@@ -417,8 +435,10 @@ fn build_report(
             distinct_digests: plain_digests.len(),
         });
     }
-    let mut changed_by = digest_changers(&all, reference_digest);
-    changed_by.extend(digest_changers(&lin, reference_digest));
+    // Series 1 of the all-categories group and series 0 of the others observe.
+    let mut changed_by = digest_changers(&all, 1);
+    changed_by.extend(digest_changers(&lin, 0));
+    let observe_changes = observation_changes_output(&all);
 
     let plain = stats_of(&all, 0);
     let observe_all = stats_of(&all, 1);
@@ -441,7 +461,7 @@ fn build_report(
         if own.exhausted {
             exhausted.push(own.what.clone());
         }
-        let changers = digest_changers(&own, reference_digest);
+        let changers = digest_changers(&own, 0);
         let increment = paired_stats(&own, 0, 1);
         let negative = increment.median_ms < 0.0;
         if negative {
@@ -541,6 +561,7 @@ fn build_report(
                 distinct_plain_digests: plain_digests.len(),
                 pass: plain_digests.len() == 1 && changed_by.is_empty(),
                 changed_by,
+                observation_changes_output: observe_changes,
             },
         },
         trusted: problems.is_empty(),

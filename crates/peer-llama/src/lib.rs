@@ -216,6 +216,41 @@ impl LlamaPeer {
         })
     }
 
+    /// Loads `path` for the given backend (`cpu`: every layer on the CPU; `cuda`: every layer
+    /// on the first GPU, an error when this llama.cpp has none) with `threads` CPU threads (0:
+    /// one per available core); other parameters as [`PeerParams::default`] (llama-bench's).
+    pub fn open(path: &Path, backend: &str, threads: usize) -> Result<LlamaPeer, PeerError> {
+        let n_gpu_layers = match backend {
+            "cpu" => 0,
+            "cuda" => {
+                if ffi::first_gpu().is_none() {
+                    return Err(PeerError::Param(
+                        "backend `cuda` requested, but this llama.cpp has no GPU device (build with the dynamic-link feature and run against CUDA libraries, see docs/peer-llama.md)".into(),
+                    ));
+                }
+                -1
+            }
+            other => {
+                return Err(PeerError::Param(format!(
+                    "unknown backend `{other}` (cpu or cuda)"
+                )));
+            }
+        };
+        let defaults = PeerParams::default();
+        LlamaPeer::load(
+            path,
+            PeerParams {
+                n_gpu_layers,
+                threads: if threads == 0 {
+                    defaults.threads
+                } else {
+                    threads
+                },
+                ..defaults
+            },
+        )
+    }
+
     /// The model configuration llama.cpp loaded.
     pub fn config(&self) -> &ModelConfig {
         &self.config
@@ -229,6 +264,12 @@ impl LlamaPeer {
     /// Whether the model runs on a GPU.
     pub fn on_gpu(&self) -> bool {
         self.gpu
+    }
+
+    /// Makes every replay also compare its scratch output with the real node's output (bytes
+    /// copied to the host: slow, for validation only). Aliased (in-place) nodes are not compared.
+    pub fn set_replay_verify(&mut self, on: bool) {
+        self.probe_mut().set_verify(on);
     }
 
     /// Replay statistics of the last `RunMode::Replay` prefill (aliased nodes, dispatches).

@@ -220,10 +220,14 @@ pub struct DigestCheck {
     pub reference_digest: u64,
     /// Distinct digests among plain runs (1 when deterministic).
     pub distinct_plain_digests: usize,
-    /// Series whose runs changed the digest.
+    /// Replay series whose digest differed from the observe run of the same window.
     pub changed_by: Vec<String>,
-    /// One plain digest and no series changed it.
+    /// One plain digest and no replay changed its observe run's digest.
     pub pass: bool,
+    /// Observing (barriers at every node) changed the output against the plain run: a fusion
+    /// or graph split rounds differently. Reported; does not make the replay untrusted.
+    #[serde(default)]
+    pub observation_changes_output: bool,
 }
 
 /// The four validations.

@@ -374,3 +374,14 @@ fn mismatched_graphs_are_errors() {
         "invalid configuration: replay: one graph per subject, at least one subject"
     );
 }
+
+#[test]
+fn observation_that_changes_the_output_does_not_untrust_replay() {
+    let mut s = fake();
+    s.faults.observe_changes_digest = Some(Category::Norm);
+    let g = s.graph(8).expect("graph");
+    let r = replay(&mut s, &g, &cfg()).expect("replay");
+    assert!(r.validations.digest.pass, "{:?}", r.validations.digest);
+    assert!(r.validations.digest.observation_changes_output);
+    assert!(r.trusted, "{:?}", r.problems);
+}

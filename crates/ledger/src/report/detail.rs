@@ -224,11 +224,16 @@ fn replay_text(r: &ReplayReport) -> String {
     ));
     let d = &v.digest;
     out.push_str(&format!(
-        "(d) output digest {:#018x}: {} distinct plain digests, changed by [{}]: {}\n",
+        "(d) output digest {:#018x}: {} distinct plain digests; replays that changed their observe run's output: [{}]: {}{}\n",
         d.reference_digest,
         d.distinct_plain_digests,
         d.changed_by.join(", "),
-        if d.pass { "pass" } else { "FAIL" }
+        if d.pass { "pass" } else { "FAIL" },
+        if d.observation_changes_output {
+            " (observing itself changes the output: a fusion split rounds differently)"
+        } else {
+            ""
+        }
     ));
     out.push_str(&format!(
         "Observation cost: observe-all {} ms vs plain {} ms: {} ms ({})\n",

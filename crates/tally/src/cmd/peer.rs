@@ -4,6 +4,7 @@ use anyhow::Result;
 use tally_ledger::measure::Measurement;
 use tally_ledger::{MeasureConfig, measure_pair};
 
+#[cfg(not(feature = "llama"))]
 use super::InputError;
 use super::measure::Common;
 

@@ -1,0 +1,516 @@
+//! The FFI boundary: owned handles over the llama.cpp / ggml C API and read-only snapshots of
+//! ggml tensors. Everything unsafe about talking to llama.cpp lives here or next to a
+//! `// SAFETY:` comment in the module that needs a raw call.
+
+use std::collections::VecDeque;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::{Mutex, Once};
+
+use llama_cpp_sys_2 as sys;
+
+use crate::PeerError;
+
+/// Last warning/error lines llama.cpp logged (quoted in load errors).
+static LOG_TAIL: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+const LOG_TAIL_LINES: usize = 12;
+static INIT: Once = Once::new();
+
+unsafe extern "C" fn log_sink(level: sys::ggml_log_level, text: *const c_char, _user: *mut c_void) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated string valid for the duration of the call.
+    let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    if std::env::var_os("TALLY_LLAMA_LOG").is_some() {
+        eprint!("{line}");
+    }
+    if level == sys::GGML_LOG_LEVEL_WARN || level == sys::GGML_LOG_LEVEL_ERROR {
+        if let Ok(mut tail) = LOG_TAIL.lock() {
+            if tail.len() == LOG_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line.trim_end().to_string());
+        }
+    }
+}
+
+/// The last warnings and errors llama.cpp logged, oldest first, joined by " | ".
+pub(crate) fn log_tail() -> String {
+    LOG_TAIL
+        .lock()
+        .map(|t| t.iter().cloned().collect::<Vec<_>>().join(" | "))
+        .unwrap_or_default()
+}
+
+fn clear_log_tail() {
+    if let Ok(mut t) = LOG_TAIL.lock() {
+        t.clear();
+    }
+}
+
+/// Initialises llama.cpp once per process and routes its log into [`log_tail`] (set
+/// `TALLY_LLAMA_LOG=1` to see it on stderr).
+pub(crate) fn init_once() {
+    INIT.call_once(|| {
+        // SAFETY: plain global initialisation calls with a `'static` callback and no user data.
+        unsafe {
+            sys::llama_log_set(Some(log_sink), std::ptr::null_mut());
+            sys::ggml_log_set(Some(log_sink), std::ptr::null_mut());
+            #[cfg(feature = "dynamic-link")]
+            sys::ggml_backend_load_all();
+            sys::llama_backend_init();
+        }
+    });
+}
+
+/// Reads a NUL-terminated C string owned by ggml (static names) into a `String`.
+fn c_str(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: ggml returns pointers to static or tensor-owned NUL-terminated strings.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// ggml's name of an op (`MUL_MAT`, `GLU`, ...).
+pub(crate) fn op_name(op: sys::ggml_op) -> String {
+    // SAFETY: `ggml_op_name` indexes a static table; any value below GGML_OP_COUNT is valid and
+    // every op we pass comes from a tensor ggml built.
+    c_str(unsafe { sys::ggml_op_name(op) })
+}
+
+/// ggml's name of a type (`f32`, `q4_K`, ...).
+pub(crate) fn type_name(t: sys::ggml_type) -> String {
+    // SAFETY: static table lookup on a type taken from a real tensor.
+    c_str(unsafe { sys::ggml_type_name(t) })
+}
+
+/// Bytes of one row of `n` elements of type `t`.
+pub(crate) fn row_bytes(t: sys::ggml_type, n: i64) -> u64 {
+    // SAFETY: pure arithmetic on the type traits table.
+    unsafe { sys::ggml_row_size(t, n) as u64 }
+}
+
+/// Whether `t` is a block-quantised type.
+pub(crate) fn is_quantized(t: sys::ggml_type) -> bool {
+    // SAFETY: pure lookup in the type traits table.
+    unsafe { sys::ggml_is_quantized(t) }
+}
+
+/// An owned llama model.
+pub(crate) struct Model {
+    ptr: NonNull<sys::llama_model>,
+}
+
+impl Model {
+    /// Loads a GGUF file; `n_gpu_layers` = 0 keeps everything on the CPU.
+    pub(crate) fn load(path: &Path, n_gpu_layers: i32) -> Result<Model, PeerError> {
+        init_once();
+        let c_path = CString::new(path.to_string_lossy().as_bytes())
+            .map_err(|_| PeerError::Load(format!("path {} contains a NUL byte", path.display())))?;
+        clear_log_tail();
+        // SAFETY: default params are plain data; the path outlives the call.
+        let raw = unsafe {
+            let mut mp = sys::llama_model_default_params();
+            mp.n_gpu_layers = n_gpu_layers;
+            sys::llama_model_load_from_file(c_path.as_ptr(), mp)
+        };
+        NonNull::new(raw).map(|ptr| Model { ptr }).ok_or_else(|| {
+            PeerError::Load(format!(
+                "llama.cpp could not load {}: {}",
+                path.display(),
+                log_tail()
+            ))
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::llama_model {
+        self.ptr.as_ptr()
+    }
+
+    /// A scalar metadata value as text (`None` when absent or an array).
+    pub(crate) fn meta(&self, key: &str) -> Option<String> {
+        let key = CString::new(key).ok()?;
+        let mut buf = vec![0u8; 256];
+        // SAFETY: the buffer is writable for its length; llama writes a NUL-terminated string.
+        let n = unsafe {
+            sys::llama_model_meta_val_str(
+                self.ptr.as_ptr(),
+                key.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return None;
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
+    /// Vocabulary size.
+    pub(crate) fn n_vocab(&self) -> u32 {
+        // SAFETY: the model is alive; the vocab pointer is owned by it.
+        let n = unsafe { sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.ptr.as_ptr())) };
+        u32::try_from(n).unwrap_or(0)
+    }
+
+    /// Transformer blocks (without MTP blocks).
+    pub(crate) fn n_layer(&self) -> u32 {
+        // SAFETY: the model is alive.
+        u32::try_from(unsafe { sys::llama_model_n_layer(self.ptr.as_ptr()) }).unwrap_or(0)
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: we own the model; contexts borrowing it are dropped first (field order in
+        // `LlamaPeer`).
+        unsafe { sys::llama_model_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// Context settings that decide the graph llama.cpp builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CtxConfig {
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub threads: i32,
+    pub flash_attn: bool,
+    /// Let llama.cpp run host-resident weights' ops on the GPU (only when layers are offloaded,
+    /// so a CPU run on a CUDA build stays on the CPU).
+    pub op_offload: bool,
+}
+
+/// An owned llama context, optionally with the scheduler eval callback installed.
+pub(crate) struct Context {
+    ptr: NonNull<sys::llama_context>,
+    pub(crate) config: CtxConfig,
+}
+
+impl Context {
+    /// Creates a context. `cb` and `user` are handed to the scheduler; `user` must outlive the
+    /// context (the caller keeps the probe boxed next to it).
+    pub(crate) fn new(
+        model: &Model,
+        config: CtxConfig,
+        cb: sys::ggml_backend_sched_eval_callback,
+        user: *mut c_void,
+    ) -> Result<Context, PeerError> {
+        clear_log_tail();
+        // SAFETY: default params are plain data; the model is alive and outlives the context.
+        let raw = unsafe {
+            let mut cp = sys::llama_context_default_params();
+            cp.n_ctx = config.n_ctx;
+            cp.n_batch = config.n_batch;
+            cp.n_ubatch = config.n_ubatch;
+            cp.n_seq_max = 1;
+            cp.n_threads = config.threads;
+            cp.n_threads_batch = config.threads;
+            cp.flash_attn_type = if config.flash_attn {
+                sys::LLAMA_FLASH_ATTN_TYPE_ENABLED
+            } else {
+                sys::LLAMA_FLASH_ATTN_TYPE_DISABLED
+            };
+            cp.no_perf = true;
+            cp.op_offload = config.op_offload;
+            cp.cb_eval = cb;
+            cp.cb_eval_user_data = user;
+            sys::llama_init_from_model(model.as_ptr(), cp)
+        };
+        NonNull::new(raw)
+            .map(|ptr| Context { ptr, config })
+            .ok_or_else(|| {
+                PeerError::Engine(format!(
+                    "llama.cpp could not create a context: {}",
+                    log_tail()
+                ))
+            })
+    }
+
+    /// Clears the KV cache and recurrent state (a fresh prompt, as llama-bench does per rep).
+    pub(crate) fn clear_memory(&mut self) {
+        // SAFETY: the context is alive; the memory handle is owned by it.
+        unsafe { sys::llama_memory_clear(sys::llama_get_memory(self.ptr.as_ptr()), true) }
+    }
+
+    /// Decodes `tokens` at positions `pos0..`, in one `llama_decode` call (llama.cpp splits it
+    /// into ubatches). Only the last token produces logits when `logits_last` is set.
+    pub(crate) fn decode(
+        &mut self,
+        tokens: &[u32],
+        pos0: u32,
+        logits_last: bool,
+    ) -> Result<(), PeerError> {
+        let n = i32::try_from(tokens.len())
+            .map_err(|_| PeerError::Engine("batch larger than i32::MAX tokens".into()))?;
+        if n == 0 {
+            return Err(PeerError::Engine("cannot decode an empty batch".into()));
+        }
+        let mut ids: Vec<i32> = Vec::with_capacity(tokens.len());
+        for &t in tokens {
+            ids.push(
+                i32::try_from(t)
+                    .map_err(|_| PeerError::Engine(format!("token id {t} too large")))?,
+            );
+        }
+        let mut pos: Vec<i32> = (0..n).map(|i| pos0 as i32 + i).collect();
+        let mut n_seq: Vec<i32> = vec![1; tokens.len()];
+        let mut seq0: i32 = 0;
+        let mut seq_ptrs: Vec<*mut i32> = vec![&mut seq0 as *mut i32; tokens.len()];
+        let mut logits: Vec<i8> = vec![0; tokens.len()];
+        if logits_last {
+            logits[tokens.len() - 1] = 1;
+        }
+        let batch = sys::llama_batch {
+            n_tokens: n,
+            token: ids.as_mut_ptr(),
+            embd: std::ptr::null_mut(),
+            pos: pos.as_mut_ptr(),
+            n_seq_id: n_seq.as_mut_ptr(),
+            seq_id: seq_ptrs.as_mut_ptr(),
+            logits: logits.as_mut_ptr(),
+        };
+        clear_log_tail();
+        // SAFETY: every array of the batch has `n` valid elements and lives until the call
+        // returns; llama_decode copies what it keeps.
+        let rc = unsafe { sys::llama_decode(self.ptr.as_ptr(), batch) };
+        if rc != 0 {
+            return Err(PeerError::Engine(format!(
+                "llama_decode returned {rc}: {}",
+                log_tail()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits for all queued device work of this context.
+    pub(crate) fn synchronize(&mut self) {
+        // SAFETY: the context is alive.
+        unsafe { sys::llama_synchronize(self.ptr.as_ptr()) }
+    }
+
+    /// The logits row of the last output token, copied.
+    pub(crate) fn last_logits(&mut self, n_vocab: u32) -> Result<Vec<f32>, PeerError> {
+        // SAFETY: the context is alive; -1 selects the last output row, which llama_decode
+        // produced (we request logits for the last token).
+        let p = unsafe { sys::llama_get_logits_ith(self.ptr.as_ptr(), -1) };
+        if p.is_null() {
+            return Err(PeerError::Engine(format!(
+                "no logits for the last token: {}",
+                log_tail()
+            )));
+        }
+        // SAFETY: llama owns a row of n_vocab floats at `p` until the next decode.
+        Ok(unsafe { std::slice::from_raw_parts(p, n_vocab as usize) }.to_vec())
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: we own the context.
+        unsafe { sys::llama_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// One input of a snapshotted tensor.
+#[derive(Debug, Clone)]
+pub(crate) struct SrcSnap {
+    /// Address of the tensor (identity within one graph execution).
+    pub addr: usize,
+    pub name: String,
+    pub op: sys::ggml_op,
+    pub type_: sys::ggml_type,
+    pub ne: [i64; 4],
+    pub nb: [usize; 4],
+    pub nbytes: u64,
+    /// Model weight (its buffer is a weights buffer, or it views one).
+    pub is_weight: bool,
+}
+
+/// An owned copy of what a graph node looked like when the scheduler showed it to us.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeSnap {
+    pub src_: SrcSnap,
+    pub op_params: [i32; 16],
+    /// ggml's op name.
+    pub op_name: String,
+    /// Root of the view chain, when the node writes into a view of another tensor.
+    pub view_root: Option<String>,
+    pub srcs: Vec<SrcSnap>,
+    /// Device the node ran on: its output buffer's device, or 0 for host memory (the CPU
+    /// backend; a CUDA build gives it pinned host buffers whose buffer type names the GPU).
+    pub device: usize,
+    /// The node does nothing (view op, no elements, or not flagged for computation).
+    pub is_noop: bool,
+}
+
+impl NodeSnap {
+    pub(crate) fn name(&self) -> &str {
+        &self.src_.name
+    }
+}
+
+/// Walks `view_src` to the tensor that owns the memory.
+///
+/// # Safety
+/// `t` must point to a live ggml tensor whose view chain is live.
+unsafe fn view_root(mut t: *const sys::ggml_tensor) -> *const sys::ggml_tensor {
+    // SAFETY: the caller guarantees the chain is live; ggml view chains are finite.
+    unsafe {
+        while !(*t).view_src.is_null() {
+            t = (*t).view_src;
+        }
+    }
+    t
+}
+
+/// # Safety
+/// `t` must point to a live ggml tensor.
+unsafe fn snap_src(t: *const sys::ggml_tensor) -> SrcSnap {
+    // SAFETY: the caller guarantees `t` and its view chain are live for this call.
+    unsafe {
+        let r = &*t;
+        let root = view_root(t);
+        let buffer = if (*root).buffer.is_null() {
+            r.buffer
+        } else {
+            (*root).buffer
+        };
+        let name = c_str(r.name.as_ptr());
+        let usage_weights = !buffer.is_null()
+            && sys::ggml_backend_buffer_get_usage(buffer) == sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+        let root_name = c_str((*root).name.as_ptr());
+        SrcSnap {
+            addr: t as usize,
+            op: r.op,
+            type_: r.type_,
+            ne: r.ne,
+            nb: r.nb,
+            nbytes: sys::ggml_nbytes(t) as u64,
+            is_weight: usage_weights || looks_like_weight(&root_name),
+            name,
+        }
+    }
+}
+
+/// The tensor a scheduler copy `<backend>#<tensor>#<n>` was made from (the name itself otherwise).
+pub(crate) fn orig_name(name: &str) -> &str {
+    let mut parts = name.split('#');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(orig), Some(_)) => orig,
+        _ => name,
+    }
+}
+
+/// Weight names as llama.cpp's loader gives them (used when a buffer usage is not set, e.g. a
+/// scheduler copy `<backend>#<tensor>#<n>` of a weight for another backend).
+pub(crate) fn looks_like_weight(name: &str) -> bool {
+    let base = orig_name(name);
+    base.ends_with(".weight") || base.ends_with(".bias") || base.ends_with(".ssm_a")
+}
+
+/// Copies everything the exporter, the classifier and the replay need out of a live node.
+///
+/// # Safety
+/// `t` must point to a live graph node whose sources and view chains are live (true inside the
+/// scheduler's eval callback).
+pub(crate) unsafe fn snapshot(t: *const sys::ggml_tensor) -> NodeSnap {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        let r = &*t;
+        let me = snap_src(t);
+        let mut srcs = Vec::new();
+        for &s in r.src.iter() {
+            if s.is_null() {
+                continue;
+            }
+            srcs.push(snap_src(s));
+        }
+        let root = view_root(t);
+        let root_name = (!r.view_src.is_null()).then(|| c_str((*root).name.as_ptr()));
+        let buffer = if (*root).buffer.is_null() {
+            r.buffer
+        } else {
+            (*root).buffer
+        };
+        let device = if buffer.is_null() || sys::ggml_backend_buffer_is_host(buffer) {
+            0
+        } else {
+            sys::ggml_backend_buft_get_device(sys::ggml_backend_buffer_get_type(buffer)) as usize
+        };
+        // Nodes of unselected `ggml_build_forward_select` branches lack the COMPUTE flag and
+        // are skipped by every backend.
+        let skipped = r.flags & sys::GGML_TENSOR_FLAG_COMPUTE as i32 == 0;
+        let is_noop = is_view_op(r.op) || sys::ggml_is_empty(t) || skipped;
+        NodeSnap {
+            op_name: op_name(r.op),
+            op_params: r.op_params,
+            view_root: root_name,
+            srcs,
+            device,
+            is_noop,
+            src_: me,
+        }
+    }
+}
+
+/// Ops that only reinterpret memory (ggml's `ggml_op_is_empty`).
+pub(crate) fn is_view_op(op: sys::ggml_op) -> bool {
+    matches!(
+        op,
+        sys::GGML_OP_NONE
+            | sys::GGML_OP_RESHAPE
+            | sys::GGML_OP_TRANSPOSE
+            | sys::GGML_OP_VIEW
+            | sys::GGML_OP_PERMUTE
+    )
+}
+
+/// Device descriptions: `(name, description, is_gpu)` of the device a buffer or backend uses.
+pub(crate) fn device_info(dev: sys::ggml_backend_dev_t) -> (String, String, bool) {
+    if dev.is_null() {
+        return ("CPU".into(), String::new(), false);
+    }
+    // SAFETY: `dev` comes from ggml's device registry, which lives for the process.
+    unsafe {
+        let t = sys::ggml_backend_dev_type(dev);
+        (
+            c_str(sys::ggml_backend_dev_name(dev)),
+            c_str(sys::ggml_backend_dev_description(dev)),
+            t == sys::GGML_BACKEND_DEVICE_TYPE_GPU || t == sys::GGML_BACKEND_DEVICE_TYPE_IGPU,
+        )
+    }
+}
+
+/// The first GPU device ggml knows, if any.
+pub(crate) fn first_gpu() -> Option<sys::ggml_backend_dev_t> {
+    init_once();
+    // SAFETY: registry queries; the registry lives for the process.
+    unsafe {
+        let d = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_GPU);
+        (!d.is_null()).then_some(d)
+    }
+}
+
+/// The CPU device.
+pub(crate) fn cpu_device() -> sys::ggml_backend_dev_t {
+    init_once();
+    // SAFETY: registry query; the CPU backend is always registered.
+    unsafe { sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU) }
+}
+
+/// ggml's version and commit as compiled in.
+pub(crate) fn ggml_version() -> String {
+    // SAFETY: both return static strings.
+    unsafe {
+        format!(
+            "{} ({})",
+            c_str(sys::ggml_version()),
+            c_str(sys::ggml_commit())
+        )
+    }
+}

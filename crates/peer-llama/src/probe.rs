@@ -1,0 +1,267 @@
+//! The scheduler eval callback: the one place where llama.cpp's running graph is observed.
+//!
+//! ggml's scheduler (`ggml_backend_sched_compute_splits`) calls the callback with `ask == true`
+//! for every node of every split, in execution order. Answering "no" lets it run on; answering
+//! "yes" makes it compute the nodes up to and including this one as one graph view, synchronise
+//! the backend, and call again with `ask == false` (returning false there aborts the graph).
+//!
+//! - capture: answer "no" to every node and snapshot it (graph export);
+//! - observe: answer "yes" for the nodes of the chosen categories, do nothing in the second call;
+//! - replay: like observe, and re-dispatch the node into scratch in the second call.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use llama_cpp_sys_2 as sys;
+use tally_ledger::Category;
+
+use crate::catmap::{NodeKey, classify};
+use crate::ffi::{self, NodeSnap};
+use crate::replay::{ReplayEngine, ReplayStats};
+
+/// What the callback does.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) enum ProbeMode {
+    /// Answer "no" to everything, record nothing.
+    #[default]
+    Idle,
+    /// Snapshot every node (graph export).
+    Capture,
+    /// Split the graph at the nodes of these categories.
+    Observe(BTreeSet<Category>),
+    /// Split, and re-dispatch each such node `times` times into scratch.
+    Replay {
+        categories: BTreeSet<Category>,
+        times: u32,
+    },
+}
+
+/// One captured node with the graph execution it belongs to.
+#[derive(Debug, Clone)]
+pub(crate) struct Captured {
+    pub snap: NodeSnap,
+    /// Index of the graph execution (ubatch) within the capture.
+    pub graph: usize,
+}
+
+/// Counters of one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ProbeCounts {
+    /// Nodes the scheduler showed (views included).
+    pub nodes_seen: u64,
+    /// Nodes that do work (no view op, not empty).
+    pub work_nodes: u64,
+    /// Nodes the graph was split at.
+    pub observed: u64,
+}
+
+/// Cached classification of one tensor address (llama.cpp reuses graphs, so addresses repeat).
+struct CacheEntry {
+    op: sys::ggml_op,
+    ne: [i64; 4],
+    src0: usize,
+    name: [std::ffi::c_char; 64],
+    category: Category,
+    noop: bool,
+    device: usize,
+}
+
+/// State behind the callback's `user_data` pointer.
+pub(crate) struct Probe {
+    pub mode: ProbeMode,
+    pub captured: Vec<Captured>,
+    pub counts: ProbeCounts,
+    /// First failure inside the callback (the callback cannot return errors).
+    pub error: Option<String>,
+    replay: ReplayEngine,
+    graph_index: usize,
+    graph_ended: bool,
+    seen_in_graph: HashSet<usize>,
+    cache: HashMap<usize, CacheEntry>,
+}
+
+impl Probe {
+    pub(crate) fn new(threads: i32) -> Probe {
+        Probe {
+            mode: ProbeMode::Idle,
+            captured: Vec::new(),
+            counts: ProbeCounts::default(),
+            error: None,
+            replay: ReplayEngine::new(threads),
+            graph_index: 0,
+            graph_ended: false,
+            seen_in_graph: HashSet::new(),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Resets per-run state and sets the mode.
+    pub(crate) fn start(&mut self, mode: ProbeMode) {
+        self.mode = mode;
+        self.captured.clear();
+        self.counts = ProbeCounts::default();
+        self.error = None;
+        self.graph_index = 0;
+        self.graph_ended = false;
+        self.seen_in_graph.clear();
+        self.replay.stats = ReplayStats::default();
+    }
+
+    /// Turns replay verification on or off.
+    pub(crate) fn set_verify(&mut self, on: bool) {
+        self.replay.verify = on;
+    }
+
+    /// Replay statistics of the current run.
+    pub(crate) fn replay_stats(&self) -> &ReplayStats {
+        &self.replay.stats
+    }
+
+    /// Graph executions seen in the current run.
+    pub(crate) fn graphs(&self) -> usize {
+        if self.counts.nodes_seen == 0 {
+            0
+        } else {
+            self.graph_index + 1
+        }
+    }
+
+    /// The classification of a live node, cached by address.
+    ///
+    /// # Safety
+    /// `t` must be a live graph node with live sources.
+    unsafe fn classify_live(&mut self, t: *const sys::ggml_tensor) -> (Category, bool, usize) {
+        // SAFETY: guaranteed by the caller.
+        let (op, ne, name, src0) = unsafe { ((*t).op, (*t).ne, (*t).name, (*t).src[0] as usize) };
+        if let Some(e) = self.cache.get(&(t as usize)) {
+            if e.op == op && e.ne == ne && e.src0 == src0 && e.name == name {
+                return (e.category, e.noop, e.device);
+            }
+        }
+        // SAFETY: guaranteed by the caller.
+        let snap = unsafe { ffi::snapshot(t) };
+        let category = classify_snap(&snap);
+        self.cache.insert(
+            t as usize,
+            CacheEntry {
+                op,
+                ne,
+                src0,
+                name,
+                category,
+                noop: snap.is_noop,
+                device: snap.device,
+            },
+        );
+        (category, snap.is_noop, snap.device)
+    }
+
+    fn on_node(&mut self, t: *mut sys::ggml_tensor, ask: bool) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        if ask {
+            // A graph execution ends with llama.cpp's logits node `result_output`; each node is
+            // also asked only once per execution, so a repeated address starts the next one too
+            // (a reused graph keeps its addresses, a rebuilt one may not).
+            if self.graph_ended || !self.seen_in_graph.insert(t as usize) {
+                if self.counts.nodes_seen > 0 {
+                    self.graph_index += 1;
+                }
+                self.seen_in_graph.clear();
+                self.seen_in_graph.insert(t as usize);
+                self.graph_ended = false;
+            }
+            // SAFETY: inside the callback `t` is a live node; the name is a NUL-terminated array.
+            let name = unsafe { std::ffi::CStr::from_ptr((*t).name.as_ptr()) };
+            self.graph_ended = name.to_bytes() == b"result_output";
+            self.counts.nodes_seen += 1;
+            match &self.mode {
+                ProbeMode::Idle => {
+                    // SAFETY: inside the callback `t` is a live node with live sources.
+                    let (_, noop, _) = unsafe { self.classify_live(t) };
+                    self.counts.work_nodes += u64::from(!noop);
+                    false
+                }
+                ProbeMode::Capture => {
+                    // SAFETY: as above.
+                    let snap = unsafe { ffi::snapshot(t) };
+                    self.counts.work_nodes += u64::from(!snap.is_noop);
+                    self.captured.push(Captured {
+                        snap,
+                        graph: self.graph_index,
+                    });
+                    false
+                }
+                ProbeMode::Observe(_) | ProbeMode::Replay { .. } => {
+                    // SAFETY: as above.
+                    let (category, noop, _) = unsafe { self.classify_live(t) };
+                    self.counts.work_nodes += u64::from(!noop);
+                    let selected = match &self.mode {
+                        ProbeMode::Observe(c) | ProbeMode::Replay { categories: c, .. } => {
+                            c.contains(&category)
+                        }
+                        _ => false,
+                    };
+                    !noop && selected
+                }
+            }
+        } else {
+            self.counts.observed += 1;
+            if let ProbeMode::Replay { times, .. } = self.mode {
+                // SAFETY: the node was just computed and its backend synchronised; it and its
+                // sources are live until the callback returns.
+                let (_, _, device) = unsafe { self.classify_live(t) };
+                // SAFETY: as above.
+                if let Err(e) = unsafe { self.replay.replay(t, device, times) } {
+                    self.error = Some(e.to_string());
+                    return false;
+                }
+            }
+            true
+        }
+    }
+}
+
+/// Classifies a snapshotted node with the mapping table.
+pub(crate) fn classify_snap(snap: &NodeSnap) -> Category {
+    let weights: Vec<&str> = snap
+        .srcs
+        .iter()
+        .filter(|s| s.is_weight)
+        .map(|s| ffi::orig_name(&s.name))
+        .collect();
+    classify(&NodeKey {
+        op: &snap.op_name,
+        name: snap.name(),
+        weights: &weights,
+    })
+    .0
+}
+
+/// The C callback installed in the instrumented context.
+///
+/// # Safety
+/// `user` must point to the `Probe` owned by the peer for as long as the context lives, and
+/// no other reference to it may be active while llama_decode runs.
+pub(crate) unsafe extern "C" fn eval_callback(
+    t: *mut sys::ggml_tensor,
+    ask: bool,
+    user: *mut c_void,
+) -> bool {
+    if user.is_null() || t.is_null() {
+        return false;
+    }
+    // SAFETY: guaranteed by the caller (the peer hands out the pointer of its boxed probe and
+    // does not touch the probe while llama_decode runs).
+    let probe = unsafe { &mut *user.cast::<Probe>() };
+    // A panic must not unwind into C: record it and abort the graph instead.
+    match catch_unwind(AssertUnwindSafe(|| probe.on_node(t, ask))) {
+        Ok(v) => v,
+        Err(_) => {
+            probe.error = Some("panic inside the eval callback".into());
+            false
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! llama.cpp as a ledger subject, on tiny synthetic qwen35moe files (CPU build).
+//!
+//! Timing is never asserted: these tests check what the ledger relies on (graph counts equal
+//! the architecture's, replay leaves the logits bit-identical, standalone timing runs for the
+//! ops the ledger times) and the error texts.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use tally_ledger::Category;
+use tally_ledger::deadwork::dead_work;
+use tally_ledger::graph::check_graph;
+use tally_ledger::schema::{GraphExport, Routing};
+use tally_ledger::subject::{OpTimingRequest, RunMode, Subject, SubjectError};
+use tally_model::synth::{Preset, QuantMix, SynthSpec, apply_overrides, write_model};
+use tally_peer_llama::{LlamaPeer, PeerParams};
+
+/// Writes (once per test binary) a synthetic model and returns its path.
+fn model(preset: Preset, quant: QuantMix, overrides: &[&str]) -> PathBuf {
+    let mut cfg = preset.config();
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    apply_overrides(&mut cfg, &o).unwrap();
+    let name = format!(
+        "tally-peer-llama-{}-{}-{}-{}.gguf",
+        preset.name(),
+        quant.name(),
+        overrides.join("_").replace('=', "-"),
+        std::process::id()
+    );
+    let path = std::env::temp_dir().join(name);
+    let spec = SynthSpec {
+        preset,
+        config: cfg,
+        quant,
+        seed: 1,
+    };
+    let out = BufWriter::new(File::create(&path).unwrap());
+    write_model(&spec, out, &mut |_, _| {}).unwrap();
+    path
+}
+
+fn tiny() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| model(Preset::Tiny, QuantMix::Q8_0, &[]))
+}
+
+/// One thread: the CI machine is small and shared, and ggml's thread barriers suffer most there.
+fn params() -> PeerParams {
+    PeerParams {
+        threads: 1,
+        ..PeerParams::default()
+    }
+}
+
+fn peer(path: &Path, p: PeerParams) -> LlamaPeer {
+    LlamaPeer::load(path, p).unwrap()
+}
+
+fn prompt(peer: &LlamaPeer, n: usize, seed: u64) -> Vec<u32> {
+    tally_ledger::rng::prompt_tokens(n, peer.info().model.n_vocab, seed).unwrap()
+}
+
+fn found(g: &GraphExport, c: Option<Category>, op: Option<&str>) -> u64 {
+    g.nodes
+        .iter()
+        .filter(|n| !n.is_view && c.is_none_or(|c| c == n.category) && op.is_none_or(|o| o == n.op))
+        .count() as u64
+}
+
+fn assert_counts_match(g: &GraphExport) {
+    assert!(!g.expected.is_empty());
+    for e in &g.expected {
+        assert_eq!(
+            found(g, e.category, e.op.as_deref()),
+            e.expected,
+            "{} ({})",
+            e.what,
+            e.derivation
+        );
+    }
+    let report = check_graph(g);
+    assert!(report.ok(), "{report:?}");
+}
+
+#[test]
+fn loads_and_evaluates_a_prompt() {
+    let mut p = peer(tiny(), params());
+    let info = p.info();
+    assert_eq!(info.engine, "llama.cpp");
+    assert_eq!(info.backend, "cpu");
+    assert_eq!(info.model.arch, "qwen35moe");
+    assert!(info.model.n_layers >= 4 && info.model.n_experts > info.model.n_experts_used);
+    let tokens = prompt(&p, 37, 1);
+    let logits = p.prefill_logits(&tokens).unwrap();
+    assert_eq!(logits.len(), info.model.n_vocab as usize);
+    assert!(logits.iter().all(|v| v.is_finite()));
+    let rms = (logits.iter().map(|v| v * v).sum::<f32>() / logits.len() as f32).sqrt();
+    assert!(rms > 1e-3, "degenerate logits, rms {rms}");
+    // Deterministic: the same prompt gives bit-identical logits; another prompt does not.
+    assert_eq!(p.prefill_logits(&tokens).unwrap(), logits);
+    assert_ne!(p.prefill_logits(&prompt(&p, 37, 2)).unwrap(), logits);
+}
+
+#[test]
+fn real_vocabulary_loads() {
+    let path = model(
+        Preset::Tiny,
+        QuantMix::Q8_0,
+        &["vocab=248320", "n_layers=4"],
+    );
+    let mut p = peer(&path, params());
+    assert_eq!(p.info().model.n_vocab, 248_320);
+    let tokens = vec![0, 248_319, 123_456, 7];
+    let logits = p.prefill_logits(&tokens).unwrap();
+    assert_eq!(logits.len(), 248_320);
+    assert!(logits.iter().all(|v| v.is_finite()));
+    drop(p);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn graph_export_matches_the_architecture() {
+    let mut p = peer(tiny(), params());
+    let g = p.graph(37).unwrap();
+    assert_eq!(g.n_tokens, 37);
+    assert_counts_match(&g);
+    let cfg = p.config().clone();
+    let layers = u64::from(cfg.n_layer);
+    assert_eq!(found(&g, Some(Category::MoeGateUp), None), 2 * layers);
+    assert_eq!(found(&g, Some(Category::DeltaNet), None), cfg.n_linear());
+    assert_eq!(found(&g, Some(Category::Attention), None), cfg.n_full());
+    assert_eq!(found(&g, Some(Category::Other), None), 0, "unmapped nodes");
+    assert!(g.nodes.iter().any(|n| n.is_view));
+    // Exactly one output node, the logits of the one requested row.
+    let outs: Vec<_> = g.nodes.iter().filter(|n| n.is_output).collect();
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].rows, Some(1));
+    assert_eq!(outs[0].category, Category::OutputHead);
+    // KV cache writes and recurrent-state copies are persistent: 2 per full layer (K, V),
+    // 2 per linear layer (conv state, delta state).
+    let persistent = g
+        .nodes
+        .iter()
+        .filter(|n| n.persistent && !n.is_view)
+        .count() as u64;
+    assert!(
+        persistent >= 2 * cfg.n_full() + 2 * cfg.n_linear(),
+        "{persistent}"
+    );
+    // Work is costed.
+    let mm = g
+        .nodes
+        .iter()
+        .find(|n| n.op == "MUL_MAT" && n.category == Category::DenseProj)
+        .unwrap();
+    assert!(mm.flops > 0 && mm.weight_bytes > 0 && mm.weight_params > 0 && mm.bytes_written > 0);
+    // llama.cpp computes the last layer for every token and selects the output row after the
+    // final norm: the dead-work analysis must see the last layer's work as partially dead.
+    let last = layers - 1;
+    let dw = dead_work(&g);
+    assert!(dw.dead.is_empty(), "{:?}", dw.dead);
+    assert!(
+        dw.partial
+            .iter()
+            .any(|w| w.category == Category::MoeGateUp && w.layer == Some(last as u32)),
+        "{:?}",
+        dw.partial
+    );
+    assert!(
+        dw.partial.iter().all(|w| w.layer == Some(last as u32)),
+        "{:?}",
+        dw.partial
+    );
+}
+
+#[test]
+fn graph_export_of_several_ubatches_and_odd_shapes() {
+    let path = model(Preset::TinyOdd, QuantMix::Q4KM, &[]);
+    let mut p = peer(
+        &path,
+        PeerParams {
+            n_batch: 32,
+            n_ubatch: 16,
+            ..params()
+        },
+    );
+    let g = p.graph(37).unwrap();
+    // 37 tokens in ubatches of 16: three graph executions, outputs only in the last.
+    assert!(
+        g.expected
+            .iter()
+            .any(|e| e.derivation.contains("x 3 ubatch graphs")),
+        "{:?}",
+        g.expected
+    );
+    assert_counts_match(&g);
+    let dw = dead_work(&g);
+    // The first two executions produce no logits: their last layer's query side is dead.
+    assert!(!dw.dead.is_empty());
+    drop(p);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn replay_leaves_the_outputs_bit_identical() {
+    let mut p = peer(tiny(), params());
+    let g = p.graph(24).unwrap();
+    let tokens = prompt(&p, 24, 7);
+    let plain = p.prefill(&tokens, &RunMode::Plain).unwrap();
+    let all: BTreeSet<Category> = g
+        .nodes
+        .iter()
+        .filter(|n| !n.is_view)
+        .map(|n| n.category)
+        .collect();
+    let work = g.nodes.iter().filter(|n| !n.is_view).count() as u64;
+    assert_eq!(plain.dispatches, work);
+    let observe = p.prefill(&tokens, &RunMode::Observe(all.clone())).unwrap();
+    assert_eq!(observe.output_digest, plain.output_digest);
+    assert_eq!(observe.dispatches, work);
+    for times in [1, 2] {
+        let r = p
+            .prefill(
+                &tokens,
+                &RunMode::Replay {
+                    categories: all.clone(),
+                    times,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            r.output_digest, plain.output_digest,
+            "replay x{times} changed the logits"
+        );
+        assert_eq!(p.last_replay().dispatches, work * u64::from(times));
+    }
+    for c in [
+        Category::DenseProj,
+        Category::MoeGateUp,
+        Category::DeltaNet,
+        Category::Norm,
+    ] {
+        let set = BTreeSet::from([c]);
+        let r = p
+            .prefill(
+                &tokens,
+                &RunMode::Replay {
+                    categories: set,
+                    times: 1,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            r.output_digest, plain.output_digest,
+            "replaying {c} changed the logits"
+        );
+        let n = g
+            .nodes
+            .iter()
+            .filter(|n| !n.is_view && n.category == c)
+            .count() as u64;
+        assert_eq!(p.last_replay().dispatches, n, "{c}");
+    }
+    // Every replay recomputes its node: the scratch output equals the real output, bit for
+    // bit, wherever the node did not overwrite its own input.
+    p.set_replay_verify(true);
+    let r = p
+        .prefill(
+            &tokens,
+            &RunMode::Replay {
+                categories: all.clone(),
+                times: 1,
+            },
+        )
+        .unwrap();
+    assert_eq!(r.output_digest, plain.output_digest);
+    let stats = p.last_replay().clone();
+    assert!(stats.mismatched.is_empty(), "{:?}", stats.mismatched);
+    assert!(
+        stats.verified + stats.aliased.len() as u64 >= work * 3 / 4,
+        "{stats:?}"
+    );
+    assert!(stats.verified > work / 2, "{stats:?}");
+    p.set_replay_verify(false);
+    // Matmuls write fresh buffers; the allocator makes some small ops in-place, and the
+    // replay reports them rather than hiding that they re-read their own output.
+    let r = p
+        .prefill(
+            &tokens,
+            &RunMode::Replay {
+                categories: BTreeSet::from([Category::DenseProj]),
+                times: 1,
+            },
+        )
+        .unwrap();
+    assert_eq!(r.output_digest, plain.output_digest);
+    assert!(
+        p.last_replay().aliased.is_empty(),
+        "{:?}",
+        p.last_replay().aliased
+    );
+}
+
+#[test]
+fn standalone_timing_of_matmuls_and_routed_experts() {
+    let mut p = peer(tiny(), params());
+    let g = p.graph(64).unwrap();
+    let mm = g
+        .nodes
+        .iter()
+        .find(|n| n.op == "MUL_MAT" && n.category == Category::DenseProj)
+        .unwrap();
+    let req = |node, routing| OpTimingRequest {
+        node,
+        routing,
+        seed: 3,
+        warmup: 1,
+        reps: 3,
+    };
+    let s = p.time_op(&req(mm, Routing::Realistic)).unwrap();
+    assert_eq!(s.len(), 3);
+    assert!(s.iter().all(|&ms| ms.is_finite() && ms > 0.0), "{s:?}");
+    for c in [Category::MoeGateUp, Category::MoeDown] {
+        let moe = g
+            .nodes
+            .iter()
+            .find(|n| n.op == "MUL_MAT_ID" && n.category == c)
+            .unwrap();
+        for routing in [Routing::Realistic, Routing::FirstK] {
+            let s = p.time_op(&req(moe, routing)).unwrap();
+            assert_eq!(s.len(), 3);
+            assert!(s.iter().all(|&ms| ms.is_finite() && ms > 0.0), "{s:?}");
+        }
+        let e = p.time_op(&req(moe, Routing::Model)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("model routing exists only inside a run"),
+            "{e}"
+        );
+    }
+    // Every other op the graph runs can be timed alone or says why not.
+    for n in g.nodes.iter().filter(|n| !n.is_view) {
+        match p.time_op(&req(n, Routing::Realistic)) {
+            Ok(s) => assert_eq!(s.len(), 3),
+            Err(SubjectError::Unsupported { .. }) => {}
+            Err(e) => panic!("{}: {e}", n.name),
+        }
+    }
+    let view = g.nodes.iter().find(|n| n.is_view).unwrap();
+    let e = p.time_op(&req(view, Routing::Realistic)).unwrap_err();
+    assert!(matches!(e, SubjectError::Unsupported { .. }));
+    assert!(e.to_string().contains("does no work"), "{e}");
+}
+
+#[test]
+fn decode_and_benches_run() {
+    let mut p = peer(tiny(), params());
+    let prompt = prompt(&p, 12, 4);
+    let a = p.decode(&prompt, 3).unwrap();
+    let b = p.decode(&prompt, 3).unwrap();
+    assert!(a.wall_ms > 0.0);
+    assert_eq!(a.output_digest, b.output_digest);
+    let pp = p.bench_pp(16, 2, 1).unwrap();
+    assert_eq!(pp.test, "pp16");
+    assert_eq!(pp.samples_ms.len(), 2);
+    assert!(pp.tokens_per_s().iter().all(|&t| t > 0.0));
+    let tg = p.bench_tg(2, 1, 1).unwrap();
+    assert_eq!(tg.test, "tg2");
+    assert_eq!(tg.samples_ms.len(), 1);
+    assert_eq!(p.busy_reason(), None);
+}
+
+#[test]
+fn bad_inputs_are_errors_with_clear_text() {
+    let e = LlamaPeer::load(Path::new("/nonexistent/model.gguf"), params())
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string()
+            .starts_with("llama.cpp peer: llama.cpp could not load /nonexistent/model.gguf"),
+        "{e}"
+    );
+    let e = LlamaPeer::load(
+        tiny(),
+        PeerParams {
+            n_batch: 100,
+            n_ubatch: 64,
+            ..params()
+        },
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "llama.cpp peer: bad parameter: n_batch (100) must be a multiple of n_ubatch (64) so ubatch boundaries are fixed"
+    );
+    let e = LlamaPeer::load(
+        tiny(),
+        PeerParams {
+            threads: 0,
+            ..params()
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("threads must be in 1..="), "{e}");
+    let e = LlamaPeer::open(tiny(), "metal", 1).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "llama.cpp peer: bad parameter: unknown backend `metal` (cpu or cuda)"
+    );
+    // The CI build is CPU-only.
+    let e = LlamaPeer::open(tiny(), "cuda", 1).err().unwrap();
+    assert!(
+        e.to_string()
+            .contains("backend `cuda` requested, but this llama.cpp has no GPU device"),
+        "{e}"
+    );
+    let p = LlamaPeer::open(tiny(), "cpu", 0).unwrap();
+    assert_eq!(p.info().backend, "cpu");
+    assert!(p.params().threads >= 1);
+    drop(p);
+    let mut p = peer(tiny(), params());
+    let n_vocab = p.info().model.n_vocab;
+    let e = p.prefill(&[1, n_vocab], &RunMode::Plain).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "llama.cpp: llama.cpp peer: bad parameter: token id {n_vocab} is outside the vocabulary of {n_vocab}"
+        )
+    );
+    let e = p.prefill(&[], &RunMode::Plain).unwrap_err();
+    assert!(
+        e.to_string().contains("a prefill needs at least 1 token"),
+        "{e}"
+    );
+    let e = p.graph(0).unwrap_err();
+    assert!(e.to_string().contains("at least 1 prompt token"), "{e}");
+    let e = p.decode(&[1, 2], 0).unwrap_err();
+    assert!(e.to_string().contains("decode needs n_gen >= 1"), "{e}");
+    // A node this peer never exported cannot be timed: its op parameters are unknown.
+    let g = p.graph(8).unwrap();
+    let mut node = g.nodes.iter().find(|n| n.op == "MUL_MAT").unwrap().clone();
+    node.name = "not-a-node".into();
+    let req = OpTimingRequest {
+        node: &node,
+        routing: Routing::Realistic,
+        seed: 0,
+        warmup: 0,
+        reps: 1,
+    };
+    let e = p.time_op(&req).unwrap_err();
+    assert!(
+        e.to_string().contains("was not exported by this peer"),
+        "{e}"
+    );
+}
