@@ -279,3 +279,32 @@ fn ledger_of_tally_against_itself_writes_every_report() {
     let o = tally(&["ledger", &a.to_string_lossy(), &p.to_string_lossy()]);
     assert_bad_input(&o, "is not a tally measurement");
 }
+
+#[test]
+fn check_of_the_cpu_against_itself_passes_with_every_column() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "c.gguf", &[]);
+    let o = tally(&[
+        "check",
+        "--model",
+        &p.to_string_lossy(),
+        "--backend",
+        "cpu",
+        "--tokens",
+        "3,9",
+        "-n",
+        "1",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["pass"], true);
+    let cases = v["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 3);
+    for c in cases {
+        assert_eq!(c["worst_rel_err"], 0.0);
+        assert_eq!(c["routing_flips"], 0);
+        assert_eq!(c["repeatable"], true);
+    }
+}

@@ -476,8 +476,12 @@ pub fn peaks() -> Result<crate::peaks::Peaks, EngineError> {
     let ctx = CudaContext::new(0).map_err(cuda_err)?;
     let stream = ctx.new_stream().map_err(cuda_err)?;
     let time = |f: &mut dyn FnMut() -> Result<(), EngineError>| -> Result<f64, EngineError> {
-        let start = ctx.new_event(None).map_err(cuda_err)?;
-        let end = ctx.new_event(None).map_err(cuda_err)?;
+        let start = ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda_err)?;
+        let end = ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda_err)?;
         start.record(&stream).map_err(cuda_err)?;
         f()?;
         end.record(&stream).map_err(cuda_err)?;
