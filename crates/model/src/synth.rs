@@ -15,7 +15,7 @@ use tally_gguf::{GgmlType, GgufWriter, MetaValue, TensorSpec, quantize_row};
 
 use crate::ModelError;
 use crate::config::{ARCH, Config, LayerKind};
-use crate::rng::{Rng, hash_str};
+use crate::rng::Rng;
 
 mod tokenizer;
 
@@ -646,12 +646,29 @@ pub fn data_bytes(spec: &SynthSpec) -> Result<u64, ModelError> {
     Ok(total)
 }
 
-/// A seed-derived stable id for reports.
-pub fn spec_id(spec: &SynthSpec) -> u64 {
-    hash_str(&format!(
-        "{}-{}-{}",
-        spec.preset.name(),
-        spec.quant.name(),
-        spec.seed
-    ))
+/// The tensor types, counts and sizes a spec would write, without generating anything.
+pub fn plan_summary(spec: &SynthSpec) -> Result<SynthReport, ModelError> {
+    spec.config.validate()?;
+    let (plans, fallbacks) = tensor_plans(&spec.config, spec.quant);
+    let mut r = SynthReport {
+        preset: spec.preset.name().into(),
+        quant: spec.quant.name().into(),
+        seed: spec.seed,
+        file_bytes: 0,
+        params: 0,
+        by_type: BTreeMap::new(),
+        fallbacks,
+        routing: Vec::new(),
+    };
+    for p in plans {
+        let n: u64 = p.spec.dims.iter().product();
+        let bytes = p.spec.ty.row_bytes(p.spec.dims[0])? * (n / p.spec.dims[0]);
+        let e = r.by_type.entry(p.spec.ty.name().to_string()).or_default();
+        e.tensors += 1;
+        e.bytes += bytes;
+        e.params += n;
+        r.params += n;
+        r.file_bytes += bytes;
+    }
+    Ok(r)
 }

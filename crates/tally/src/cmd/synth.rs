@@ -35,6 +35,9 @@ pub struct Args {
     /// Shape override, `key=value`; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Print the tensor types, counts and sizes the file would have; write nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
@@ -63,6 +66,23 @@ pub fn main(a: Args) -> Result<()> {
         quant,
         seed: a.seed,
     };
+    if a.dry_run {
+        let r = synth::plan_summary(&spec)?;
+        match a.output {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
+            Format::Text | Format::Md => {
+                println!(
+                    "{} {}: {:.3} GB of tensor data, {:.2}B params (dry run: nothing written)",
+                    r.preset,
+                    r.quant,
+                    r.file_bytes as f64 / 1e9,
+                    r.params as f64 / 1e9
+                );
+                print_types(&r);
+            }
+        }
+        return Ok(());
+    }
     let total = synth::data_bytes(&spec)?;
     let partial = a.out.with_extension("gguf.partial");
     let file =
@@ -151,5 +171,12 @@ fn print_text(path: &std::path::Path, file_bytes: u64, secs: f64, r: &synth::Syn
             maxes.iter().min().unwrap_or(&0),
             maxes.iter().max().unwrap_or(&0),
         );
+    }
+}
+
+fn print_types(r: &synth::SynthReport) {
+    println!("{:<6} {:>8} {:>14} {:>16}", "type", "tensors", "bytes", "params");
+    for (ty, c) in &r.by_type {
+        println!("{:<6} {:>8} {:>14} {:>16}", ty, c.tensors, c.bytes, c.params);
     }
 }
