@@ -159,6 +159,14 @@ impl<B: Backend> Subject for TallySubject<B> {
         })
     }
 
+    fn busy_reason(&mut self) -> Option<String> {
+        if self.session.backend.name() == "cuda" {
+            tally_ledger::machine::other_gpu_processes()
+        } else {
+            None
+        }
+    }
+
     fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
         let n_tokens = self.graph_tokens.ok_or_else(|| {
             self.err(EngineError::Internal(

@@ -85,8 +85,47 @@ pub fn local_machine() -> MachineInfo {
     }
 }
 
+/// Other processes holding a GPU context (from `nvidia-smi`), if any: a reason to discard a
+/// timing window on a GPU backend. None when nvidia-smi is absent or reports nobody else.
+pub fn other_gpu_processes() -> Option<String> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args([
+            "--query-compute-apps=pid,process_name,used_memory",
+            "--format=csv,noheader",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    others_than(&String::from_utf8_lossy(&out.stdout), std::process::id())
+}
+
+/// The lines of `nvidia-smi --query-compute-apps` output that are not process `me`.
+fn others_than(text: &str, me: u32) -> Option<String> {
+    let me = me.to_string();
+    let others: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|l| l.split(',').next().map(str::trim) != Some(me.as_str()))
+        .collect();
+    (!others.is_empty()).then(|| format!("other processes on the GPU: {}", others.join("; ")))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gpu_process_lines_other_than_ours() {
+        let t = "123, tally, 20000 MiB\n456, python3, 1000 MiB\n";
+        assert_eq!(
+            super::others_than(t, 123).as_deref(),
+            Some("other processes on the GPU: 456, python3, 1000 MiB")
+        );
+        assert_eq!(super::others_than("123, tally, 1 MiB\n", 123), None);
+        assert_eq!(super::others_than("", 1), None);
+    }
+
     use super::*;
 
     #[test]

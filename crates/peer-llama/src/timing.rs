@@ -6,7 +6,6 @@
 //! then `llama_synchronize`s; a `tg N` run decodes N single tokens, synchronising after each.
 //! Tokens are random ids. Here the same, with the wall time of each run in milliseconds.
 
-use std::process::Command;
 use std::time::Instant;
 
 use tally_ledger::rng::SplitMix64;
@@ -192,25 +191,7 @@ impl LlamaPeer {
 
 /// Other processes on the GPU, from `nvidia-smi` (None when it is missing or shows none).
 pub(crate) fn gpu_busy_reason() -> Option<String> {
-    let out = Command::new("nvidia-smi")
-        .args([
-            "--query-compute-apps=pid,process_name,used_memory",
-            "--format=csv,noheader",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let me = std::process::id().to_string();
-    let others: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .filter(|l| l.split(',').next().map(str::trim) != Some(me.as_str()))
-        .map(str::to_string)
-        .collect();
-    (!others.is_empty()).then(|| format!("other processes on the GPU: {}", others.join("; ")))
+    tally_ledger::machine::other_gpu_processes()
 }
 
 #[cfg(test)]

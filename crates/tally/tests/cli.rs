@@ -308,3 +308,38 @@ fn check_of_the_cpu_against_itself_passes_with_every_column() {
         assert_eq!(c["repeatable"], true);
     }
 }
+
+/// The ledger against the real peer, when this build has it (CI builds with `--features llama`).
+#[cfg(feature = "llama")]
+#[test]
+fn ledger_against_llama_cpp_on_the_cpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "p.gguf", &[]);
+    let out = dir.path().join("out");
+    let o = tally(&[
+        "ledger",
+        "--model",
+        &p.to_string_lossy(),
+        "--peer",
+        "llama.cpp",
+        "-p",
+        "16",
+        "-r",
+        "3",
+        "--op-reps",
+        "3",
+        "--busy-limit",
+        "64",
+        "-o",
+        "json",
+        "--out-dir",
+        &out.to_string_lossy(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["a"]["engine"]["engine"], "tally");
+    assert_eq!(v["b"]["engine"]["engine"], "llama.cpp");
+    let rows = v["rows"].as_array().expect("rows");
+    assert!(rows.iter().any(|r| r["category"] == "moe_gate_up"));
+    assert!(out.join("ledger-pp16.svg").exists());
+}

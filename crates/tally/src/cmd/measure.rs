@@ -74,6 +74,11 @@ impl Common {
         cfg.n_gen = self.decode;
         cfg.noise.windows = self.repeats.max(3);
         cfg.noise.max_other_busy_cores = self.busy_limit;
+        if self.backend == "cuda" {
+            // llama.cpp's CUDA backend captures a graph on the third identical call: two
+            // untimed windows let both engines reach their steady state.
+            cfg.noise.warmup_windows = cfg.noise.warmup_windows.max(2);
+        }
         let routing = self.routing()?;
         if let Some(o) = cfg.opbench.as_mut() {
             o.routing = routing;

@@ -175,8 +175,14 @@ fn print_text(path: &std::path::Path, file_bytes: u64, secs: f64, r: &synth::Syn
 }
 
 fn print_types(r: &synth::SynthReport) {
-    println!("{:<6} {:>8} {:>14} {:>16}", "type", "tensors", "bytes", "params");
+    println!(
+        "{:<6} {:>8} {:>14} {:>16}",
+        "type", "tensors", "bytes", "params"
+    );
     for (ty, c) in &r.by_type {
-        println!("{:<6} {:>8} {:>14} {:>16}", ty, c.tensors, c.bytes, c.params);
+        println!(
+            "{:<6} {:>8} {:>14} {:>16}",
+            ty, c.tensors, c.bytes, c.params
+        );
     }
 }
