@@ -50,3 +50,19 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
     std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
     Ok(p)
 }
+
+/// A spinner on stderr for long measurements (hidden when stderr is not a terminal).
+pub fn spinner(what: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    pb.set_message(what.to_string());
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
+    pb
+}

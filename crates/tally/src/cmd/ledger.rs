@@ -78,16 +78,23 @@ fn measure_against(peer: &str, c: &Common) -> Result<(Measurement, Measurement)>
     let cfg = c.config(true, true)?;
     let ctx = c.tokens + c.decode;
     let mut ours = tally_subject(&model, &c.backend, c.threads, ctx, true)?;
-    let (ma, mb) = match peer {
+    let pb = super::common::spinner(&format!(
+        "measuring tally and {peer} ({}) at {} tokens, interleaved: graph, end to end, standalone ops, in-graph replay",
+        c.backend, c.tokens
+    ));
+    let measured = match peer {
         "self" => {
             let mut twin = tally_subject(&model, &c.backend, c.threads, ctx, true)?;
-            measure_pair(&mut ours, &mut twin, &cfg)?
+            measure_pair(&mut ours, &mut twin, &cfg).map_err(anyhow::Error::from)
         }
-        "llama.cpp" | "llama" => super::peer::measure_with_llama(&mut ours, c, &cfg)?,
+        "llama.cpp" | "llama" => super::peer::measure_with_llama(&mut ours, c, &cfg),
         other => {
+            pb.finish_and_clear();
             return Err(InputError(format!("unknown peer `{other}` (llama.cpp, self)")).into());
         }
     };
+    pb.finish_and_clear();
+    let (ma, mb) = measured?;
     for (m, who) in [(&ma, "tally"), (&mb, peer)] {
         let name = format!("{who}-{}-pp{}.measurement.json", m.engine.backend, c.tokens);
         write_file(&c.out_dir, &name, &serde_json::to_string_pretty(m)?)?;

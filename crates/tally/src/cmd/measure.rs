@@ -120,7 +120,13 @@ pub fn main(a: Args, which: Protocols) -> Result<()> {
     };
     let cfg = c.config(ob, rp)?;
     let mut subject = tally_subject(&model, &c.backend, c.threads, c.tokens + c.decode, true)?;
-    let m = measure(&mut subject, &cfg)?;
+    let pb = super::common::spinner(&format!(
+        "measuring tally ({}) at {} tokens: graph, end to end, standalone ops, in-graph replay",
+        c.backend, c.tokens
+    ));
+    let m = measure(&mut subject, &cfg);
+    pb.finish_and_clear();
+    let m = m?;
     let name = format!("tally-{}-pp{}.measurement.json", c.backend, c.tokens);
     let path = write_file(&c.out_dir, &name, &serde_json::to_string_pretty(&m)?)?;
     match c.output {
