@@ -184,17 +184,22 @@ pub fn main(a: Args) -> Result<()> {
     match a.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&facts)?),
         Format::Md | Format::Text => {
-            let gb = model.file.file_bytes() as f64 / (1u64 << 30) as f64;
+            let bytes = model.file.file_bytes() as f64;
+            let size = if bytes >= (1u64 << 30) as f64 {
+                format!("{:.2} GiB", bytes / (1u64 << 30) as f64)
+            } else {
+                format!("{:.2} MiB", bytes / (1u64 << 20) as f64)
+            };
             println!(
                 "| engine | model | size | backend | test | t/s | median t/s | windows (discarded) |"
             );
             println!("|---|---|---:|---|---:|---:|---:|---:|");
             for r in &rows {
                 println!(
-                    "| {} | qwen35moe {} | {:.2} GiB | {} | {} | {:.2} ± {:.2} | {:.2} | {} ({}) |",
+                    "| {} | qwen35moe {} layers | {} | {} | {} | {:.2} ± {:.2} | {:.2} | {} ({}) |",
                     r.engine,
                     model.config.n_layers,
-                    gb,
+                    size,
                     r.backend,
                     r.test,
                     r.tok_s_mean,
