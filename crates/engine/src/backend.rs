@@ -33,9 +33,6 @@ pub trait Backend {
     /// Zeroes every persistent state buffer (a fresh sequence).
     fn reset_state(&mut self) -> Result<(), EngineError>;
 
-    /// Writes the batch's token ids into the plan's token buffer.
-    fn upload_tokens(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError>;
-
     /// Runs node `index` of `plan` (possibly asynchronously).
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError>;
 
@@ -91,9 +88,6 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn reset_state(&mut self) -> Result<(), EngineError> {
         (**self).reset_state()
-    }
-    fn upload_tokens(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
-        (**self).upload_tokens(plan, ids)
     }
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         (**self).dispatch(plan, index, target)

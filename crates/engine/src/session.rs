@@ -74,12 +74,8 @@ impl<B: Backend> Session<B> {
         Ok(p)
     }
 
-    /// Runs `ids` as a fresh prompt through `hook`; returns the last token's logits.
-    pub fn prefill_with(
-        &mut self,
-        ids: &[u32],
-        hook: &mut dyn Hook,
-    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+    /// The plan of a fresh prompt, its buffers prepared, the state cleared, the ids uploaded.
+    fn start_prefill(&mut self, ids: &[u32]) -> Result<Arc<Plan>, EngineError> {
         if ids.is_empty() {
             return Err(EngineError::Unsupported(
                 "an empty prompt has no logits".into(),
@@ -89,7 +85,35 @@ impl<B: Backend> Session<B> {
         self.backend.prepare(&plan)?;
         self.backend.reset_state()?;
         self.n_past = 0;
-        let out = self.run(&plan, ids, hook)?;
+        self.upload(&plan, ids)?;
+        Ok(plan)
+    }
+
+    /// Checks the ids against the vocabulary and writes them into the plan's token buffer.
+    fn upload(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
+        let vocab = self.model.config.vocab;
+        let data = ids
+            .iter()
+            .map(|&id| {
+                if (id as usize) < vocab {
+                    Ok(id as i32)
+                } else {
+                    Err(EngineError::TokenId { id, vocab })
+                }
+            })
+            .collect::<Result<Vec<i32>, _>>()?;
+        let v = tally_model::View::all(plan.tokens, plan.buf(plan.tokens));
+        self.backend.write_i32(plan, v, &data)
+    }
+
+    /// Runs `ids` as a fresh prompt through `hook`; returns the last token's logits.
+    pub fn prefill_with(
+        &mut self,
+        ids: &[u32],
+        hook: &mut dyn Hook,
+    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        let plan = self.start_prefill(ids)?;
+        let out = self.run(&plan, hook)?;
         self.n_past = ids.len();
         Ok(out)
     }
@@ -97,16 +121,7 @@ impl<B: Backend> Session<B> {
     /// Runs `ids` as a fresh prompt on the backend's fastest path (a captured graph where the
     /// backend has one); returns the last token's logits and the dispatch count.
     pub fn prefill_plain(&mut self, ids: &[u32]) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        if ids.is_empty() {
-            return Err(EngineError::Unsupported(
-                "an empty prompt has no logits".into(),
-            ));
-        }
-        let plan = self.plan(ids.len(), 0)?;
-        self.backend.prepare(&plan)?;
-        self.backend.reset_state()?;
-        self.n_past = 0;
-        self.backend.upload_tokens(&plan, ids)?;
+        let plan = self.start_prefill(ids)?;
         let stats = if self.backend.graph_launch(&plan)? {
             ExecStats {
                 dispatches: plan.nodes.len() as u64,
@@ -141,7 +156,8 @@ impl<B: Backend> Session<B> {
         }
         let plan = self.plan(1, self.n_past)?;
         self.backend.prepare(&plan)?;
-        let (logits, _) = self.run(&plan, &[id], hook)?;
+        self.upload(&plan, &[id])?;
+        let (logits, _) = self.run(&plan, hook)?;
         self.n_past += 1;
         Ok(logits)
     }
@@ -153,10 +169,8 @@ impl<B: Backend> Session<B> {
     fn run(
         &mut self,
         plan: &Plan,
-        ids: &[u32],
         hook: &mut dyn Hook,
     ) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        self.backend.upload_tokens(plan, ids)?;
         let stats = execute(&mut self.backend, plan, hook)?;
         self.backend.barrier()?;
         let logits = self.backend.read(plan, plan.logits)?;

@@ -330,26 +330,6 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn upload_tokens(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
-        let vocab = self.model.config.vocab;
-        if ids.len() != plan.n_tokens {
-            return Err(EngineError::Internal(format!(
-                "{} token ids for a plan of {} tokens",
-                ids.len(),
-                plan.n_tokens
-            )));
-        }
-        let mut data = Vec::with_capacity(ids.len());
-        for &id in ids {
-            if id as usize >= vocab {
-                return Err(EngineError::TokenId { id, vocab });
-            }
-            data.push(id as i32);
-        }
-        let v = View::all(plan.tokens, plan.buf(plan.tokens));
-        self.write_i32(plan, v, &data)
-    }
-
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         dispatch::dispatch(self, plan, index, target)
             .map_err(|e| e.in_node(&plan.nodes[index].name))
