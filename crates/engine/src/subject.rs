@@ -161,7 +161,7 @@ impl<B: Backend> Subject for TallySubject<B> {
 
     fn busy_reason(&mut self) -> Option<String> {
         if self.session.backend.name() == "cuda" {
-            tally_ledger::machine::other_gpu_processes()
+            tally_ledger::machine::gpu_busy()
         } else {
             None
         }

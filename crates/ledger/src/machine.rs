@@ -101,6 +101,57 @@ pub fn other_gpu_processes() -> Option<String> {
     others_than(&String::from_utf8_lossy(&out.stdout), std::process::id())
 }
 
+/// Why the GPU is not in a state to be timed, if it is not: other processes on it, or clocks held
+/// down (power cap, thermal or hardware slowdown, power brake) during the window.
+pub fn gpu_busy() -> Option<String> {
+    other_gpu_processes().or_else(gpu_clocks_held_down)
+}
+
+/// Active clock-event reasons that slow the GPU (`nvidia-smi`), if any.
+pub fn gpu_clocks_held_down() -> Option<String> {
+    for field in [
+        "clocks_event_reasons.active",
+        "clocks_throttle_reasons.active",
+    ] {
+        let out = std::process::Command::new("nvidia-smi")
+            .args([
+                format!("--query-gpu={field}").as_str(),
+                "--format=csv,noheader",
+            ])
+            .output()
+            .ok()?;
+        if out.status.success() {
+            return slowdown_reasons(&String::from_utf8_lossy(&out.stdout));
+        }
+    }
+    None
+}
+
+/// The slowing reasons in an `nvidia-smi` clock-event bitmask (hex, one GPU per line); idle,
+/// application-clock and display settings are not slowdowns.
+fn slowdown_reasons(text: &str) -> Option<String> {
+    const SLOW: [(u64, &str); 5] = [
+        (0x4, "software power cap"),
+        (0x8, "hardware slowdown"),
+        (0x40, "software thermal slowdown"),
+        (0x80, "hardware thermal slowdown"),
+        (0x100, "power brake"),
+    ];
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let hex = line.trim().trim_start_matches("0x");
+        let Ok(mask) = u64::from_str_radix(hex, 16) else {
+            continue;
+        };
+        for (bit, what) in SLOW {
+            if mask & bit != 0 && !found.contains(&what) {
+                found.push(what);
+            }
+        }
+    }
+    (!found.is_empty()).then(|| format!("GPU clocks held down: {}", found.join(", ")))
+}
+
 /// The lines of `nvidia-smi --query-compute-apps` output that are not process `me`.
 fn others_than(text: &str, me: u32) -> Option<String> {
     let me = me.to_string();
@@ -115,6 +166,16 @@ fn others_than(text: &str, me: u32) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clock_slowdown_bits() {
+        assert_eq!(super::slowdown_reasons("0x0000000000000001\n"), None); // idle
+        assert_eq!(
+            super::slowdown_reasons("0x0000000000000084\n").as_deref(),
+            Some("GPU clocks held down: software power cap, hardware thermal slowdown")
+        );
+        assert_eq!(super::slowdown_reasons("[N/A]\n"), None);
+    }
+
     #[test]
     fn gpu_process_lines_other_than_ours() {
         let t = "123, tally, 20000 MiB\n456, python3, 1000 MiB\n";

@@ -191,7 +191,7 @@ impl LlamaPeer {
 
 /// Other processes on the GPU, from `nvidia-smi` (None when it is missing or shows none).
 pub(crate) fn gpu_busy_reason() -> Option<String> {
-    tally_ledger::machine::other_gpu_processes()
+    tally_ledger::machine::gpu_busy()
 }
 
 #[cfg(test)]
