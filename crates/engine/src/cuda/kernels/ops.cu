@@ -39,7 +39,10 @@ extern "C" __global__ void norm_rows(NormArgs a) {
 
 // ---------------------------------------------------------------------------------------------
 // NeoX RoPE on the first `dims` columns of every head; row r is at position pos0 + r.
-// One thread per (row, head, column of the head). Columns >= dims are copied.
+// One thread per (row, head, column of the head). Columns >= dims are copied. Thread i < dims/2
+// rotates the pair (i, i + dims/2) and writes both; threads dims/2 <= c < dims have nothing to do.
+// So no thread reads an element another thread writes: in place (x == y, as the plan's q RoPE
+// node runs) is race-free.
 struct RopeArgs {
     const float* x; i64 ldx;
     float* y; i64 ldy;
@@ -61,14 +64,16 @@ extern "C" __global__ void rope_neox(RopeArgs a) {
         yr[c] = xr[c];
         return;
     }
-    const int i = c < half ? c : c - half;
+    if (c >= half) return;  // column c - half's thread writes this one
+    const int i = c;
     // Frequencies as the reference computes them: 1 / theta^(2i/dims) in f32.
     const float inv_freq = 1.0f / powf(a.theta, (float)(2 * i) / (float)a.dims);
     const float ang = (float)(a.pos0 + r) * inv_freq;
     float sn, cs;
     sincosf(ang, &sn, &cs);
-    const float x0 = xr[i], x1 = xr[i + half];
-    yr[c] = c < half ? x0 * cs - x1 * sn : x1 * cs + x0 * sn;
+    const float x0 = xr[i], x1 = xr[i + half];  // both read before either is written
+    yr[i] = x0 * cs - x1 * sn;
+    yr[i + half] = x1 * cs + x0 * sn;
 }
 
 // ---------------------------------------------------------------------------------------------
