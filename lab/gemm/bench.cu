@@ -320,6 +320,16 @@ int main(int argc, char** argv) {
             }
             std::printf("\n");
         }
+        std::printf("  regs simt :");
+        for (int v : {V_SIMT, V_SIMT_M32}) {
+            cudaFuncAttributes fa;
+            CK(cudaFuncGetAttributes(&fa, gemm_fn(ref::F32, v)));
+            int blocks = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fn(ref::F32, v), SIMT_THREADS, 0));
+            std::printf(" %s %d regs %zu B local %zu B smem %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes,
+                        fa.sharedSizeBytes, blocks);
+        }
+        std::printf("\n");
     }
     CudaBackend b;
     ref::Rng rng(7);
@@ -359,6 +369,19 @@ int main(int argc, char** argv) {
                 g_failures.push_back(f);
             }
         }
+        std::printf("== f32 SIMT gemm (F32 weights, dense; bound %.0e)\n", kSimtBound);
+        for (const GemmCase& c : simt_cases()) {
+            const CaseResult r = run_case(b, c, rng, false);
+            n++;
+            if (!r.pass) {
+                nf++;
+                char f[200];
+                std::snprintf(f, sizeof(f), "correctness %s %s rel=%.3e nonfinite=%lld unwritten=%lld padding_written=%lld",
+                              c.name.c_str(), variant_name(c.variant), r.rel, (long long)r.nonfinite, (long long)r.unwritten,
+                              (long long)r.poison_bad);
+                g_failures.push_back(f);
+            }
+        }
         fails += nf;  // each already listed in g_failures
         std::printf("  %d cases, %d failed\n", n, nf);
         std::fflush(stdout);
@@ -385,6 +408,8 @@ int main(int argc, char** argv) {
                 std::vector<int> vs = tc;
                 if (d.N <= 32) vs.push_back(V_GEMV);  // tiny N: one x row per block may win
                 time_shape(b, d.name, c, vs, rng);
+                // The exact (f32 SIMT) router the engine runs for F32 weights: both tiles.
+                if (d.type == ref::F32) time_shape(b, "router simt", c, {V_SIMT, V_SIMT_M32}, rng);
             }
         }
         // MoE: 256 experts, top-8; gate/up (one x row per token), down (one per pair).

@@ -15,16 +15,21 @@
 
 typedef void (*GemmFn)(GemmArgs);
 
-// Kernel variants: the three tensor-core tile heights and the f32 GEMV.
-enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, N_VARIANTS = 4 };
+// Kernel variants: the three tensor-core tile heights and the GEMV (every type: the correctness
+// matrix runs these N_VARIANTS), then the f32 SIMT GEMMs (F32 weights, dense only: simt_cases).
+enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, N_VARIANTS = 4, V_SIMT = 4, V_SIMT_M32 = 5 };
 inline const char* variant_name(int v) {
-    static const char* n[] = {"m128", "m64", "m32", "gemv"};
+    static const char* n[] = {"m128", "m64", "m32", "gemv", "simt", "simt32"};
     return n[v];
 }
-// Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small).
-inline int variant_bm(int v) { return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 ? 32 : 8; }
+inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32; }
+// Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
+// SIMT kernels, the dense block tile's rows (= its columns).
+inline int variant_bm(int v) {
+    return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 ? 32 : v == V_SIMT ? SIMT_BM : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
+}
 inline size_t variant_smem(int type, int v) {
-    return v == V_GEMV ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
+    return v == V_GEMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
 #define LAB_KERNELS(name)                                                                      \
     switch (v) {                                                                               \
@@ -34,6 +39,8 @@ inline size_t variant_smem(int type, int v) {
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
+    if (v == V_SIMT) return gemm_f32_simt;
+    if (v == V_SIMT_M32) return gemm_f32_simt_m32;
     switch (type) {
         case ref::Q4_K: LAB_KERNELS(q4_k)
         case ref::Q5_K: LAB_KERNELS(q5_k)
@@ -145,6 +152,7 @@ struct CaseResult {
 
 constexpr double kGemmBound = 5e-3;  // tensor-core kernels (f16 operands)
 constexpr double kGemvBound = 1e-5;  // f32 GEMV
+constexpr double kSimtBound = 2e-6;  // f32 SIMT GEMM (measured ~2e-7 at K = 2048)
 
 // Compares y (downloaded) with the reference; prints a verdict line (and the first mismatches).
 inline CaseResult check_case(const Setup& s, const std::vector<float>& y, bool quiet_pass) {
@@ -171,7 +179,7 @@ inline CaseResult check_case(const Setup& s, const std::vector<float>& y, bool q
     for (double v : want) rms += v * v;
     rms = std::sqrt(rms / double(std::max<size_t>(1, want.size())));
     int shown = 0;
-    const double bound = c.variant == V_GEMV ? kGemvBound : kGemmBound;
+    const double bound = c.variant == V_GEMV ? kGemvBound : variant_simt(c.variant) ? kSimtBound : kGemmBound;
     char lines[8][160];
     for (size_t ri = 0; ri < rows.size(); ri++) {
         for (size_t ci = 0; ci < cols.size(); ci++) {
@@ -247,6 +255,10 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     }
     d.gx = unsigned(gemv ? (c.N + GEMV_ROWS - 1) / GEMV_ROWS : (c.N + GEMM_BN - 1) / GEMM_BN);
     d.threads = gemv ? GEMV_THREADS : GEMM_THREADS;
+    if (variant_simt(c.variant)) {  // square block tiles: bm x bm
+        d.gx = unsigned((c.N + s.bm - 1) / s.bm);
+        d.threads = SIMT_THREADS;
+    }
     d.smem = variant_smem(c.type, c.variant);
     return d;
 }
@@ -324,6 +336,44 @@ inline std::vector<GemmCase> correctness_cases(bool small) {
             cs.push_back(c);
             c.first_k = false;
             c.E = c.topk = 0;
+        }
+    }
+    return cs;
+}
+
+// The f32 SIMT GEMMs (gemm_f32_simt, gemm_f32_simt_m32): F32 weights, dense. Router shapes
+// (N = 256 / 64 / 8 experts) with ldx > K and ldy > N, x misaligned by one float (scalar loads),
+// K not a multiple of the K step or of 4, and the q/gate split layout.
+inline std::vector<GemmCase> simt_cases() {
+    struct S { const char* name; int M, N, K, ldx_pad, ldy_pad, x_offset, layout; };
+    const S shapes[] = {
+        {"simt M=1 router", 1, 256, 2048, 4, 3, 0, 0},
+        {"simt mid router misaligned-x", 7, 64, 1024, 1, 5, 1, 0},
+        {"simt tiny router", 100, 8, 256, 4, 1, 0, 0},
+        {"simt router pp513", 513, 256, 2048, 8, 2, 0, 0},
+        {"simt K%4!=0", 70, 40, 203, 3, 0, 0, 0},
+        {"simt K%16!=0", 65, 100, 1000, 4, 0, 0, 0},
+        {"simt qgate-split", 20, 256, 256, 4, 0, 0, 1},
+    };
+    std::vector<GemmCase> cs;
+    for (const S& sh : shapes) {
+        for (int v : {V_SIMT, V_SIMT_M32}) {
+            GemmCase c;
+            c.name = sh.name;
+            c.type = ref::F32;
+            c.variant = v;
+            c.M = sh.M;
+            c.N = sh.N;
+            c.K = sh.K;
+            c.ldx_pad = sh.ldx_pad;
+            c.ldy_pad = sh.ldy_pad;
+            c.x_offset = sh.x_offset;
+            if (sh.layout == 1) {
+                c.layout = 1;
+                c.head_dim = 64;
+                c.n_head = 2;
+            }
+            cs.push_back(c);
         }
     }
     return cs;

@@ -35,7 +35,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))  // GNU form: also after `static`
 
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
@@ -60,13 +60,19 @@ struct Barrier {
     int expected = 0, arrived = 0;
     unsigned long gen = 0;
 };
-// A cp.async not yet performed: the emulator copies only when the thread waits for its group
-// (as late as the hardware may), so reading a slot before waiting sees stale bytes.
+// A cp.async not yet performed. The emulator copies when the thread waits for its group at the
+// latest (as late as the hardware may: reading a slot before waiting sees stale bytes), and at a
+// random quarter of the thread's yields before that (as early as it may: a copy issued into a
+// slot that other threads still read overwrites it under them).
 struct Pending {
     void* dst;
     const void* src;
     unsigned n, src_n, group;
 };
+inline void land(const Pending& q) {
+    std::memcpy(q.dst, q.src, q.src_n);
+    std::memset(static_cast<char*>(q.dst) + q.src_n, 0, q.n - q.src_n);
+}
 struct Fiber {
     ucontext_t ctx;
     char* stack = nullptr;
@@ -195,6 +201,10 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                         s.cur = i;
                         swapcontext(&s.sched, &f.ctx);
                         progress = true;
+                        if (!f.pending.empty() && (s.order_rng() & 3) == 0) {  // early landing
+                            for (const Pending& q : f.pending) land(q);
+                            f.pending.clear();
+                        }
                         if (f.done) live--;
                     }
                     if (!progress && runnable) continue;
@@ -295,11 +305,16 @@ inline unsigned f16x2_fma(unsigned a, unsigned b, unsigned c) {
     return emu_h2(emu_h(a, 0) * emu_h(b, 0) + emu_h(c, 0), emu_h(a, 1) * emu_h(b, 1) + emu_h(c, 1));
 }
 
+extern char etext, end;  // linker symbols: end of code, end of the data segment (glibc)
 inline void cp_async_push(void* dst, const void* src, unsigned n, unsigned src_n) {
     const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
     if ((d % n) || (s % n) || src_n > n) { std::fprintf(stderr, "emu: bad cp.async (%u bytes)\n", n); std::exit(4); }
+    // Shared memory here: the dynamic buffer, or a static __shared__ array (a function-local
+    // static: the program's data segment, between etext and end; global buffers are on the heap).
     const uintptr_t lo = reinterpret_cast<uintptr_t>(emu::st().dyn_smem);
-    if (d < lo || d + n > lo + emu::kDynSmemBytes) { std::fprintf(stderr, "emu: cp.async outside shared memory\n"); std::exit(4); }
+    const bool dyn = d >= lo && d + n <= lo + emu::kDynSmemBytes;
+    const bool stat = d >= reinterpret_cast<uintptr_t>(&etext) && d + n <= reinterpret_cast<uintptr_t>(&end);
+    if (!dyn && !stat) { std::fprintf(stderr, "emu: cp.async outside shared memory\n"); std::exit(4); }
     emu::Fiber& f = emu::st().fibers[emu::tid()];
     f.pending.push_back({dst, src, n, src_n, f.committed});
 }
@@ -312,8 +327,7 @@ inline void cp_async_wait() {
     std::vector<emu::Pending> keep;
     for (const emu::Pending& q : f.pending) {
         if (q.group + N < f.committed) {
-            std::memcpy(q.dst, q.src, q.src_n);
-            std::memset(static_cast<char*>(q.dst) + q.src_n, 0, q.n - q.src_n);
+            emu::land(q);
         } else {
             keep.push_back(q);
         }

@@ -10,46 +10,7 @@
 #include "gemm.cu"
 #include "moe_route.cu"
 #include "../cases.h"
-
-struct EmuBackend {
-    std::vector<void*> owned;
-    template <class T>
-    T* alloc(size_t n) {
-        const size_t bytes = ((n * sizeof(T) + 64) + 255) / 256 * 256;
-        void* p = std::aligned_alloc(256, bytes);
-        std::memset(p, 0xA5, bytes);
-        owned.push_back(p);
-        return static_cast<T*>(p);
-    }
-    template <class T>
-    T* upload(const std::vector<T>& v) {
-        T* p = alloc<T>(v.size());
-        std::memcpy(p, v.data(), v.size() * sizeof(T));
-        return p;
-    }
-    void poison(float* p, size_t n) {
-        for (size_t i = 0; i < n; i++) p[i] = NAN;
-    }
-    template <class T>
-    std::vector<T> download(const T* p, size_t n) {
-        return std::vector<T>(p, p + n);
-    }
-    void gemm(GemmFn f, unsigned gx, unsigned gy, int threads, size_t smem, const GemmArgs& a) {
-        if (smem > emu::kDynSmemBytes) {
-            std::printf("emu: smem %zu too large\n", smem);
-            std::exit(2);
-        }
-        emu::launch({gx, gy, 1}, {unsigned(threads), 1, 1}, [&] { f(a); });
-    }
-    void route(const MoeRouteArgs& a) { emu::launch({1, 1, 1}, {MOE_ROUTE_THREADS, 1, 1}, [&] { moe_route(a); }); }
-    void dequant(const DequantRowsArgs& a, unsigned gx, unsigned gy) {
-        emu::launch({gx, gy, 1}, {256, 1, 1}, [&] { dequant_rows(a); });
-    }
-    void release() {
-        for (void* p : owned) std::free(p);
-        owned.clear();
-    }
-};
+#include "emu_backend.h"
 
 // The piece probe by direct calls of the device functions.
 template <int T>
@@ -103,6 +64,11 @@ int main(int argc, char** argv) {
         if (quick && c.type != ref::Q4_K && c.type != ref::Q6_K && c.type != ref::Q8_0) continue;
         fails += !run_case(b, c, rng, false).pass;
         n++;
+        std::fflush(stdout);
+    }
+    std::printf("== f32 SIMT gemm (repeatability across warp orders: emu/simt_test.cpp)\n");
+    for (const GemmCase& c : simt_cases()) {
+        fails += !run_case(b, c, rng, false).pass;
         std::fflush(stdout);
     }
     std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);

@@ -292,6 +292,12 @@ pub struct GemmArgs {
 pub const GEMM_BN: i64 = 128;
 /// Output columns per GEMV block (`GEMV_ROWS`).
 pub const GEMV_ROWS: i64 = 16;
+/// Threads per block of the f32 SIMT GEMMs (`SIMT_THREADS`).
+pub const SIMT_THREADS: u32 = 256;
+/// Square block tile of `gemm_f32_simt` (`SIMT_BM` = `SIMT_BN`).
+pub const SIMT_TILE: i64 = 64;
+/// Square block tile of `gemm_f32_simt_m32` (`SIMT_M32_BM` = `SIMT_M32_BN`).
+pub const SIMT_M32_TILE: i64 = 32;
 
 /// Mirror of `GEMM_SMEM_BYTES(t, bm)` in gemm.cu: two f16 stages of A and B tiles, two row
 /// tables, three stages of raw weight bytes per thread.

@@ -76,6 +76,8 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
             "gemm_f32_m64",
             "gemm_f32_m32",
             "gemv_f32",
+            "gemm_f32_simt",
+            "gemm_f32_simt_m32",
             "dequant_rows",
         ],
         "moe_route" => &["moe_route"],
@@ -447,6 +449,21 @@ fn dense_variant(m: usize, n: usize, k: usize, sms: u32) -> usize {
     2
 }
 
+/// The f32 SIMT GEMM of an F32-weight product (m > 8 rows) and its square block tile:
+/// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, else `gemm_f32_simt_m32`
+/// (32 x 32, each K step split over 4 thread groups: 4x the blocks for the same work per output).
+fn simt_variant(m: usize, n: usize, sms: u32) -> (&'static str, i64) {
+    let tiles = |t: i64| (n as u64).div_ceil(t as u64) * (m as u64).div_ceil(t as u64);
+    if tiles(SIMT_TILE) >= u64::from(sms) {
+        ("gemm_f32_simt", SIMT_TILE)
+    } else {
+        ("gemm_f32_simt_m32", SIMT_M32_TILE)
+    }
+}
+
+/// A dense projection. F32 weights (the MoE router) with more than 8 rows run on the f32 SIMT
+/// GEMM: exact to f32 like the CPU reference, so near-tied experts are picked the same way (the
+/// tensor-core kernels round operands to f16); up to 8 rows, `gemv_f32` (also f32).
 fn dense_gemm(
     b: &mut CudaBackend,
     weight: &str,
@@ -461,7 +478,6 @@ fn dense_gemm(
     let names = gemm_kernels(w.ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} weights ({weight})", w.ty.name()))
     })?;
-    let v = dense_variant(m, n, k, b.props.sm_count);
     let a = GemmArgs {
         w: w.buf.ptr,
         w_row_bytes: w.row_bytes as i64,
@@ -483,6 +499,16 @@ fn dense_gemm(
         n_head,
     };
     let ty = w.ty;
+    if ty == GgmlType::F32 && m > 8 {
+        let (name, tile) = simt_variant(m, n, b.props.sm_count);
+        let grid = (
+            blocks(n as i64, tile as u32),
+            blocks(m as i64, tile as u32),
+            1,
+        );
+        return launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a);
+    }
+    let v = dense_variant(m, n, k, b.props.sm_count);
     let kern = b.kernel(names[v])?;
     if v == 3 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
@@ -668,5 +694,38 @@ pub fn node_work_bytes(b: &CudaBackend, node: &Node) -> usize {
             4 * (n_split * r as i64 * *n_head as i64 * (*head_dim as i64 + 2)) as usize
         }
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simt_constants_mirror_gemm_cu() {
+        let src = include_str!("kernels/gemm.cu");
+        for (mac, v) in [
+            ("SIMT_THREADS", i64::from(SIMT_THREADS)),
+            ("SIMT_BM", SIMT_TILE),
+            ("SIMT_BN", SIMT_TILE),
+            ("SIMT_M32_BM", SIMT_M32_TILE),
+            ("SIMT_M32_BN", SIMT_M32_TILE),
+        ] {
+            assert!(
+                src.contains(&format!("#define {mac} {v}\n")),
+                "{mac} != {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn simt_variant_gives_every_sm_a_block() {
+        // Router shapes (N = 256) on 132 SMs: 64 x 64 tiles from 4 x 33 blocks on.
+        assert_eq!(simt_variant(8192, 256, 132), ("gemm_f32_simt", 64));
+        assert_eq!(simt_variant(4096, 256, 132), ("gemm_f32_simt", 64));
+        assert_eq!(simt_variant(2112, 256, 132), ("gemm_f32_simt", 64));
+        assert_eq!(simt_variant(2048, 256, 132), ("gemm_f32_simt_m32", 32));
+        assert_eq!(simt_variant(512, 256, 132), ("gemm_f32_simt_m32", 32));
+        assert_eq!(simt_variant(100, 8, 132), ("gemm_f32_simt_m32", 32));
     }
 }

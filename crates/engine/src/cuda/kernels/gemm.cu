@@ -9,6 +9,14 @@
 //   gemm_<t>_m32  the same with BM = 32,  smem GEMM_SMEM_BYTES(type, 32)
 //   gemv_<t>      f32 CUDA cores, one x row at a time, GEMV_ROWS = 16 output columns per block,
 //                 256 threads, no smem: for M = 1 (and as an always-correct fallback for any M)
+// and, for F32 weights only (dense, no MoE), exact f32 SIMT GEMMs (f32 FFMA, f32 accumulation):
+//   gemm_f32_simt      block tile SIMT_BM x SIMT_BN = 64 x 64, K step SIMT_BK = 16, 256 threads
+//                      (4 x 4 outputs each), static smem 3 stages x 128 x 20 f32 = 30720 bytes
+//   gemm_f32_simt_m32  block tile 32 x 32, K step 32 split over SIMT_M32_KS = 4 slices of 64
+//                      threads (4 x 4 outputs each, partials summed in slice order), static smem
+//                      3 x 64 x 36 f32 = 27648 bytes: 4x the blocks of the 64 x 64 grid, for
+//                      shapes whose 64 x 64 grid leaves SMs idle (N = 256 on 132 SMs: M < 2112)
+//   (both: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
 // Dynamic smem in bytes, GEMM_SMEM_BYTES(t, BM) = 2*(BM+128)*72*2 + 8*BM + 3*256*slot(t), slot =
 // 32 (q4_k), 48 (q5_k, q8_0), 80 (q6_k), 64 (f16, bf16), 128 (f32):
 //            q4_k    q5_k    q6_k    q8_0    f16/bf16  f32
@@ -18,6 +26,7 @@
 // Grids (x, y, 1):
 //   tensor-core dense: (ceil(N / GEMM_BN), ceil(M / BM));  MoE: (ceil(N / GEMM_BN), max_tiles)
 //   gemv dense:        (ceil(N / GEMV_ROWS), M);           MoE: (ceil(N / GEMV_ROWS), max_tiles)
+//   gemm_f32_simt:     (ceil(N / 64), ceil(M / 64));       gemm_f32_simt_m32: (ceil(N / 32), ceil(M / 32))
 // where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe_route.cu) makes for that BM
 // (any tile size works for gemv). Blocks of unused tiles (tile_expert -1) exit.
 //
@@ -26,10 +35,14 @@
 // type's block (256 for K-quants); w 16-byte aligned, w_row_bytes = the GGUF row size,
 // w_expert_bytes = N * w_row_bytes (MoE) or 0; layout 1 needs N == 2 * n_head * head_dim.
 // x is read with 16-byte loads when x is 16-byte aligned and ldx % 4 == 0, else element-wise;
-// y is written in pairs when 8-byte aligned with ldy even.
+// y is written in pairs when 8-byte aligned with ldy even. The SIMT kernels take any K >= 1 and
+// any alignment (16-byte copies of x / W where the pointer, the row stride and K allow, else
+// 4-byte ones), layouts 0 and 1, and write nothing for MoE arguments (tile_expert or
+// sorted_rows set); their outputs are scalar stores.
 //
 // Precision: the tensor-core kernels round x and the dequantised W to f16 (f32 accumulation):
-// relative Frobenius error ~1e-3 against f64. gemv dequantises in f32 (error ~1e-6).
+// relative Frobenius error ~1e-3 against f64. gemv dequantises in f32 (error ~1e-6). The SIMT
+// kernels are f32 throughout, in a fixed order (deterministic): ~2e-7 at K = 2048.
 //
 // Tensor-core kernel design: 8 warps as 2 (M) x 4 (N), warp tile (BM/2) x 32, mma.sync
 // m16n8k16 f16 -> f32, operands from shared memory by ldmatrix. K steps of GEMM_BK = 64 through
@@ -78,6 +91,17 @@ struct GemmArgs {
     (2 * ((bm) + GEMM_BN) * GEMM_LDS * 2 + 8 * (bm) + GEMM_WSTAGES * GEMM_THREADS * GEMM_SLOT_BYTES(t))
 #define GEMV_ROWS 16
 #define GEMV_THREADS 256
+// f32 SIMT GEMM: block tile SIMT_BM x SIMT_BN (gemm_f32_simt) or SIMT_M32_BM x SIMT_M32_BN with
+// SIMT_M32_KS K slices (gemm_f32_simt_m32); K steps of SIMT_BK through SIMT_STAGES smem stages.
+#define SIMT_THREADS 256
+#define SIMT_STAGES 3
+#define SIMT_BM 64
+#define SIMT_BN 64
+#define SIMT_BK 16
+#define SIMT_M32_BM 32
+#define SIMT_M32_BN 32
+#define SIMT_M32_KS 4
+#define SIMT_M32_BK 32
 
 #ifndef TALLY_EMU
 __device__ __forceinline__ void ldsm_x4(const u16* p, u32 r[4]) {
@@ -391,6 +415,175 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
     }
 }
 
+// f32 SIMT GEMM (gemm_f32_simt, gemm_f32_simt_m32): x and W in f32, FFMA on the CUDA cores, f32
+// accumulation, so the result is exact to f32 rounding (~2e-7 relative Frobenius against f64 at
+// K = 2048). 256 threads; each thread owns a 4 x 4 register tile of outputs, rows tm + (BM/4) i,
+// columns tn + (BN/4) j (i, j < 4). A warp covers 4 x 8 thread positions, so per k-group of 4 its
+// float4 shared-memory reads touch 4 (x) and 8 (W) consecutive smem rows: one wavefront each at
+// the row stride LDS = BK + 4 floats (20 or 36: 8 consecutive rows start in distinct bank
+// groups). KS > 1 splits each BK step's k among KS slices of 256/KS threads (the same 4 x 4
+// thread tiles over a smaller block tile), whose partial tiles are summed through shared memory
+// at the end in slice order: 4x the blocks for small M, the same work per output.
+// Pipeline: x and W tiles [BM + BN][BK] (row-major, k contiguous) go global -> shared by cp.async
+// (16 bytes when the operand is 16-byte aligned with a 16-byte row stride and K % 4 == 0, with
+// chunks past K stored as zeros; else 4 bytes, zero-filled past K) into a SIMT_STAGES-deep ring,
+// two steps in flight; one __syncthreads per step. Rows past M / N are clamped to the last valid
+// row on load and not stored.
+// Accumulation order (fixed, no atomics): per output and slice, k ascending with fmaf into a
+// partial that is added to the accumulator every 64 of the slice's k (shorter rounding chains:
+// 2e-7 instead of 8e-7 for one chain of 2048); then slices 0 + 1 + ... + KS-1.
+template <int BM, int BN, int KS, int BK>
+__device__ __forceinline__ void simt_body(const GemmArgs& a) {
+    constexpr int S = SIMT_STAGES, LDS = BK + 4, T = SIMT_THREADS;
+    constexpr int TS = T / KS;                 // threads per K slice
+    constexpr int TPM = BM / 4, TPN = BN / 4;  // thread positions along M and N
+    constexpr int KPS = BK / KS;               // k of one step per slice
+    constexpr int ROWS = BM + BN;              // smem rows per stage: x rows, then W rows
+    constexpr int CH = ROWS * BK / 4;          // 16-byte chunks per stage
+    constexpr int CPT = CH / T;                // chunks per thread per stage
+    constexpr int FLUSH = 64 / KPS;            // steps between partial flushes
+    static_assert(TPM * TPN == TS && TS % 32 == 0, "4 x 4 outputs per thread");
+    static_assert(TPN % 8 == 0 && TPM % 4 == 0, "a warp is 4 x 8 thread positions");
+    static_assert(KPS % 4 == 0 && CH % T == 0 && FLUSH >= 1, "tiling");
+    static_assert(KS == 1 || (KS - 1) * BM * BN <= S * ROWS * LDS, "slice partials fit the ring");
+    __shared__ __align__(16) float sm[S * ROWS * LDS];
+
+    if (!gemm_args_ok(a, 1) || a.tile_expert || a.sorted_rows) return;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    if (n0 >= a.N || m0 >= a.M) return;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int slice = tid / TS, wis = (tid % TS) >> 5;  // K slice, warp within the slice
+    const int tn = (lane & 7) + 8 * (wis % (TPN / 8));
+    const int tm = (lane >> 3) + 4 * (wis / (TPN / 8));
+    const int K = a.K;
+
+    // Loader: chunk c = tid + T i is smem row c / (BK/4), floats 4 (c % (BK/4)) .. +3 of the step.
+    const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0 && (K & 3) == 0;
+    const bool wvec = (reinterpret_cast<u64>(a.w) & 15u) == 0 && (a.w_row_bytes & 15) == 0 && (K & 3) == 0;
+    const float* rowp[CPT];
+    int soff[CPT], kq[CPT];
+    bool vec[CPT];
+#pragma unroll
+    for (int i = 0; i < CPT; i++) {
+        const int c = tid + T * i, r = c / (BK / 4);
+        kq[i] = 4 * (c % (BK / 4));
+        soff[i] = r * LDS + kq[i];
+        if (r < BM) {
+            rowp[i] = a.x + static_cast<i64>(min(m0 + r, a.M - 1)) * a.ldx;
+            vec[i] = xvec;
+        } else {
+            rowp[i] = reinterpret_cast<const float*>(a.w + static_cast<i64>(min(n0 + r - BM, a.N - 1)) * a.w_row_bytes);
+            vec[i] = wvec;
+        }
+    }
+    auto issue = [&](int kt) {
+        float* st = sm + (kt % S) * (ROWS * LDS);
+#pragma unroll
+        for (int i = 0; i < CPT; i++) {
+            const int k = kt * BK + kq[i];
+            float* d = st + soff[i];
+            if (vec[i]) {
+                if (k < K) cp_async16(d, rowp[i] + k);
+                else *reinterpret_cast<float4*>(d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const bool in = k + j < K;
+                    cp_async4(d + j, in ? rowp[i] + k + j : rowp[i], in ? 4u : 0u);
+                }
+            }
+        }
+    };
+
+    float acc[4][4], part[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = part[i][j] = 0.0f;
+    auto compute = [&](int kt) {
+        const float* st = sm + (kt % S) * (ROWS * LDS) + slice * KPS;
+        const float* As = st + tm * LDS;
+        const float* Bs = st + (BM + tn) * LDS;
+#pragma unroll
+        for (int k4 = 0; k4 < KPS; k4 += 4) {
+            float4 av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4*>(As + i * TPM * LDS + k4);
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = *reinterpret_cast<const float4*>(Bs + j * TPN * LDS + k4);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float p = part[i][j];
+                    p = fmaf(av[i].x, bv[j].x, p);
+                    p = fmaf(av[i].y, bv[j].y, p);
+                    p = fmaf(av[i].z, bv[j].z, p);
+                    part[i][j] = fmaf(av[i].w, bv[j].w, p);
+                }
+        }
+    };
+    auto flush = [&]() {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[i][j] += part[i][j];
+                part[i][j] = 0.0f;
+            }
+    };
+
+    // Ring: step kt lives in slot kt % S. One commit per step (empty past the end) keeps the
+    // group count uniform: waiting until S-2 groups are pending means step kt has landed for
+    // this thread; the barrier then makes every thread's copies visible and frees slot
+    // (kt - 1) % S, which step kt + S - 1 overwrites.
+    const int KT = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) {
+        if (s < KT) issue(s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        cp_async_wait<S - 2>();
+        __syncthreads();
+        if (kt + S - 1 < KT) issue(kt + S - 1);
+        cp_async_commit();
+        compute(kt);
+        if (kt % FLUSH == FLUSH - 1) flush();
+    }
+    flush();
+    cp_async_wait<0>();
+
+    if constexpr (KS > 1) {
+        // Slices 1.. park their tiles in the (now idle) ring; slice 0 adds them in order.
+        const int t = tid % TS;
+        __syncthreads();
+        if (slice > 0) {
+#pragma unroll
+            for (int e = 0; e < 16; e++) sm[((slice - 1) * 16 + e) * TS + t] = acc[e >> 2][e & 3];
+        }
+        __syncthreads();
+        if (slice > 0) return;
+#pragma unroll
+        for (int s = 1; s < KS; s++)
+#pragma unroll
+            for (int e = 0; e < 16; e++) acc[e >> 2][e & 3] += sm[((s - 1) * 16 + e) * TS + t];
+    }
+
+    const bool split = a.layout == 1;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int m = m0 + tm + TPM * i;
+        if (m >= a.M) continue;
+        float* yrow = a.y + static_cast<i64>(m) * a.ldy;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = n0 + tn + TPN * j;
+            if (n < a.N) yrow[gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[i][j];
+        }
+    }
+}
+
 // Blocks per SM the BM = 32 kernels are compiled for: 3 (<= 80 registers) where that fits
 // without spilling; the Q6_K decode needs more registers.
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K ? 2 : 3)
@@ -414,3 +607,10 @@ TALLY_GEMM_KERNELS(q8_0, QT_Q8_0)
 TALLY_GEMM_KERNELS(bf16, QT_BF16)
 TALLY_GEMM_KERNELS(f16, QT_F16)
 TALLY_GEMM_KERNELS(f32, QT_F32)
+
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt(GemmArgs a) {
+    simt_body<SIMT_BM, SIMT_BN, 1, SIMT_BK>(a);
+}
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt_m32(GemmArgs a) {
+    simt_body<SIMT_M32_BM, SIMT_M32_BN, SIMT_M32_KS, SIMT_M32_BK>(a);
+}
