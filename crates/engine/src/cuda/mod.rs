@@ -348,27 +348,11 @@ impl Backend for CudaBackend {
                 .map(|x| x as f32)
                 .collect());
         }
-        self.sync()?;
-        let b = plan.buf(view.buf);
-        let mut rows = vec![0f32; view.rows * b.cols];
-        let base = self.slot_buf(plan, view.buf)?;
-        base.download_at(view.row0 * b.cols * 4, &mut rows, self.cu_stream())?;
-        Ok(rows
-            .chunks_exact(b.cols)
-            .flat_map(|r| r[view.col0..view.col0 + view.cols].iter().copied())
-            .collect())
+        self.read_rows(plan, view)
     }
 
     fn read_i32(&mut self, plan: &Plan, view: View) -> Result<Vec<i32>, EngineError> {
-        self.sync()?;
-        let b = plan.buf(view.buf);
-        let mut rows = vec![0i32; view.rows * b.cols];
-        let base = self.slot_buf(plan, view.buf)?;
-        base.download_at(view.row0 * b.cols * 4, &mut rows, self.cu_stream())?;
-        Ok(rows
-            .chunks_exact(b.cols)
-            .flat_map(|r| r[view.col0..view.col0 + view.cols].iter().copied())
-            .collect())
+        self.read_rows(plan, view)
     }
 
     fn write_i32(&mut self, plan: &Plan, view: View, data: &[i32]) -> Result<(), EngineError> {
@@ -418,6 +402,23 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// Copies the rows a view spans to the host and keeps its columns.
+    fn read_rows<T: Copy + Default>(
+        &mut self,
+        plan: &Plan,
+        view: View,
+    ) -> Result<Vec<T>, EngineError> {
+        self.sync()?;
+        let b = plan.buf(view.buf);
+        let mut rows = vec![T::default(); view.rows * b.cols];
+        let base = self.slot_buf(plan, view.buf)?;
+        base.download_at(view.row0 * b.cols * 4, &mut rows, self.cu_stream())?;
+        Ok(rows
+            .chunks_exact(b.cols)
+            .flat_map(|r| r[view.col0..view.col0 + view.cols].iter().copied())
+            .collect())
+    }
+
     fn write_rows<T: Copy + Default>(
         &mut self,
         plan: &Plan,
