@@ -8,3 +8,7 @@ mkdir -p "$OUT"
 TALLY="${TALLY:-$PWD/.carry/bin/tally}"
 [ -x "$TALLY" ] || TALLY="$PWD/target/release/tally"
 export TALLY
+# The same without the llama.cpp peer (starts without llama.cpp's libraries; scripts/gpu/pack.sh --llama).
+TALLY_NOPEER="$PWD/.carry/bin/tally-nopeer"
+[ -x "$TALLY_NOPEER" ] || TALLY_NOPEER="$TALLY"
+export TALLY_NOPEER

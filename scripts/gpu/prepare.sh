@@ -8,7 +8,9 @@ cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 BIG=${BIG:-/tmp/q4km.gguf}
 t0=$(date +%s)
-[ -f "$BIG" ] || ( "$TALLY" synth --preset 35b-a3b --quant q4_k_m --seed 1 --out "$BIG" -o json > "$OUT/synth_35b.json" 2>&1 ) &
+# The peer-linked binary cannot start before llama.cpp's libraries exist: synth with the other.
+SYNTH="$TALLY_NOPEER"
+[ -f "$BIG" ] || ( "$SYNTH" synth --preset 35b-a3b --quant q4_k_m --seed 1 --out "$BIG" -o json > "$OUT/synth_35b.json" 2>&1 ) &
 [ -f target/llama-cuda/bin/libllama.so ] || ( JOBS=12 scripts/gpu/llama-build.sh > "$OUT/llama_build.log" 2>&1 ) &
 wait
 ls -la "$BIG" target/llama-cuda/bin/libllama.so target/llama-cuda/bin/libggml-cuda.so

@@ -51,7 +51,9 @@ pub struct NoiseConfig {
     /// outliers.
     pub max_outlier_ratio: f64,
     /// CPU cores busy beyond the subject's own threads (from `/proc/stat` over the window)
-    /// above which the window is discarded.
+    /// above which the window is discarded. On machines with more than 8 CPUs the limit is at
+    /// least one CPU in 16: a GPU subject drives the device from a few host threads, and a
+    /// 16-core GPU host keeps about one core busy with its own services.
     pub max_other_busy_cores: f64,
     /// 1-minute load average beyond the subject's threads above which the window is discarded.
     pub max_load_excess: f64,
@@ -123,20 +125,24 @@ pub struct LoadSample {
     pub cpu: Option<CpuTimes>,
     /// CPUs counted in `/proc/stat` (`cpuN` lines).
     pub n_cpus: usize,
-    /// CPU ticks this process has used (`/proc/self/stat` utime + stime), when readable: the
-    /// subject runs in this process, so the rest of the machine's busy time is someone else's.
+    /// CPU ticks this process and its waited-for children have used (`/proc/self/stat` utime +
+    /// stime + cutime + cstime), when readable: the subject runs in this process, and the gate's
+    /// own probes (`nvidia-smi`, about half a core-second each) are its children, so the rest of
+    /// the machine's busy time is someone else's.
     pub self_ticks: Option<u64>,
 }
 
-/// utime + stime (clock ticks) from `/proc/self/stat` text.
+/// utime + stime + cutime + cstime (clock ticks) from `/proc/self/stat` text.
 pub fn parse_self_stat(text: &str) -> Option<u64> {
     // The command name (field 2) may contain spaces: fields are counted after its ')'.
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // After ')', field 3 (state) is f[0]; utime is field 14, stime field 15.
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    // After ')', field 3 (state) is f[0]; utime is field 14, stime 15, cutime 16, cstime 17.
+    let mut ticks = 0u64;
+    for i in 11..=14 {
+        ticks += f.get(i)?.parse::<u64>().ok()?;
+    }
+    Some(ticks)
 }
 
 /// Parses the 1-minute load average from `/proc/loadavg` text.
@@ -228,6 +234,9 @@ pub struct WindowLoad {
     pub other_busy_cores: Option<f64>,
     /// Threads the subjects of the window use (the largest).
     pub subject_threads: usize,
+    /// CPUs of the machine (0 when unknown).
+    #[serde(default)]
+    pub n_cpus: usize,
 }
 
 /// Combines two readings around a window.
@@ -255,6 +264,7 @@ pub fn window_load(before: &LoadSample, after: &LoadSample, subject_threads: usi
         other_busy_cores: machine_busy_cores
             .map(|c| (c - self_cores.unwrap_or(subject_threads as f64)).max(0.0)),
         subject_threads,
+        n_cpus: after.n_cpus,
     }
 }
 
@@ -351,13 +361,11 @@ impl fmt::Display for DiscardReason {
 /// The busy-machine reasons a window's load gives under `cfg`.
 pub fn load_reasons(load: &WindowLoad, cfg: &NoiseConfig) -> Vec<DiscardReason> {
     let mut reasons = Vec::new();
-    if let Some(other) = load
-        .other_busy_cores
-        .filter(|&c| c > cfg.max_other_busy_cores)
-    {
+    let limit_cores = cfg.max_other_busy_cores.max(load.n_cpus as f64 / 16.0);
+    if let Some(other) = load.other_busy_cores.filter(|&c| c > limit_cores) {
         reasons.push(DiscardReason::CpuBusy {
             other_busy_cores: other,
-            limit_cores: cfg.max_other_busy_cores,
+            limit_cores,
         });
     }
     // The load average trails real load by a minute (a build that just finished still shows):
@@ -574,6 +582,22 @@ mod tests {
             reasons[0].to_string(),
             "CPU busy: 2.00 cores used by other processes (limit 0.50)"
         );
+        // A 16-CPU host is allowed one other busy core; a 64-CPU host four.
+        let big = WindowLoad {
+            n_cpus: 16,
+            other_busy_cores: Some(0.9),
+            ..load.clone()
+        };
+        assert!(load_reasons(&big, &cfg).is_empty());
+        let big = WindowLoad {
+            n_cpus: 64,
+            other_busy_cores: Some(4.2),
+            ..load.clone()
+        };
+        assert_eq!(
+            load_reasons(&big, &cfg)[0].to_string(),
+            "CPU busy: 4.20 cores used by other processes (limit 4.00)"
+        );
         // Without it, the load average does.
         let blind = WindowLoad {
             other_busy_cores: None,
@@ -631,9 +655,9 @@ mod self_stat_tests {
     #[test]
     fn self_stat_parsing_counts_fields_after_the_name() {
         // pid (comm with spaces) state ppid pgrp session tty tpgid flags minflt cminflt majflt
-        // cmajflt utime stime ...
-        let t = "42 (my prog) R 1 42 42 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 4 0";
-        assert_eq!(parse_self_stat(t), Some(300));
+        // cmajflt utime stime cutime cstime ...
+        let t = "42 (my prog) R 1 42 42 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 4 0";
+        assert_eq!(parse_self_stat(t), Some(310));
         assert_eq!(parse_self_stat("garbage"), None);
     }
 }

@@ -120,6 +120,7 @@ fn every_record_round_trips() {
         machine_busy_cores: Some(3.0),
         other_busy_cores: Some(2.0),
         subject_threads: 1,
+        n_cpus: 4,
     };
     let reasons = vec![
         DiscardReason::CpuBusy {
