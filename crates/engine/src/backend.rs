@@ -51,8 +51,14 @@ pub trait Backend {
     /// Overwrites an f32 view (used by standalone timing to fill inputs).
     fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError>;
 
-    /// Device memory in use, where the backend can tell (GPU backends).
+    /// Device memory in use on the whole device, where the backend can tell (GPU backends):
+    /// includes CUDA contexts and any other engine in the process.
     fn memory_in_use(&self) -> Option<u64> {
+        None
+    }
+
+    /// The most device memory tally's own allocations have held in this process (GPU backends).
+    fn memory_peak(&self) -> Option<u64> {
         None
     }
 
@@ -112,6 +118,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn memory_in_use(&self) -> Option<u64> {
         (**self).memory_in_use()
+    }
+    fn memory_peak(&self) -> Option<u64> {
+        (**self).memory_peak()
     }
     fn capture_begin(&mut self, plan: &Plan) -> Result<bool, EngineError> {
         (**self).capture_begin(plan)

@@ -120,7 +120,8 @@ pub struct CategoryReplay {
     pub increment: Stats,
     /// Replaying it left the outputs unchanged.
     pub digest_ok: bool,
-    /// Usable: digest unchanged and the increment not negative.
+    /// Usable: digest unchanged and the increment not negative beyond its noise (upper quartile
+    /// of the paired increments below zero).
     pub trusted: bool,
     /// The raw windows.
     pub group: GroupRecord,
@@ -231,6 +232,43 @@ struct Plan {
     engine: String,
     cats: Vec<Category>,
     nodes: Vec<u64>,
+}
+
+impl ReplayReport {
+    /// The same recorded windows judged again under this build's rules and `cfg`'s tolerances
+    /// (the replay counts of the recorded linearity series are kept): for a measurement taken
+    /// before a rule changed. Nothing is re-measured.
+    pub fn reanalysed(&self, cfg: &ReplayConfig) -> Result<ReplayReport, LedgerError> {
+        let subject = self.all_group.series.first().map_or(0, |s| s.subject);
+        let plan = Plan {
+            subject,
+            engine: self.engine.clone(),
+            cats: self.categories.iter().map(|c| c.category).collect(),
+            nodes: self.categories.iter().map(|c| c.nodes).collect(),
+        };
+        let cat_groups: Vec<(Category, GroupRecord)> = self
+            .categories
+            .iter()
+            .map(|c| (c.category, c.group.clone()))
+            .collect();
+        let lin = &self.validations.linearity;
+        let cfg = ReplayConfig {
+            replays: lin.replays.clone(),
+            ..cfg.clone()
+        };
+        let mut r = build_report(
+            &plan,
+            self.n_tokens,
+            &cfg,
+            &self.all_group,
+            &cat_groups,
+            &self.linearity_group,
+            lin.category,
+        )?;
+        r.categories_replayed = self.categories_replayed.clone();
+        r.discards = self.discards;
+        Ok(r)
+    }
 }
 
 /// The protocol over any number of subjects (windows interleaved across them).
@@ -369,6 +407,14 @@ fn largest_increment(subject: u32, groups: &[(Category, GroupRecord)]) -> Option
         .map(|(c, _)| c)
 }
 
+/// Whether replaying made the run faster by more than the run's own noise: three quarters of
+/// the paired increments below zero. A node a few microseconds long replayed inside a 60 ms run
+/// gives increments that scatter around zero; a negative median alone says nothing about
+/// in-place writes or broken fusions.
+fn faster_beyond_noise(increment: &Stats) -> bool {
+    increment.n > 0 && increment.q3_ms < 0.0
+}
+
 fn stats_of(g: &GroupRecord, series: usize) -> Stats {
     g.stats(series).unwrap_or_else(Stats::zero)
 }
@@ -463,7 +509,7 @@ fn build_report(
         }
         let changers = digest_changers(&own, 0);
         let increment = paired_stats(&own, 0, 1);
-        let negative = increment.median_ms < 0.0;
+        let negative = faster_beyond_noise(&increment);
         if negative {
             problems.push(ReplayProblem::NegativeIncrement {
                 category: c,

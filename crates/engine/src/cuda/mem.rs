@@ -1,9 +1,21 @@
 //! Device memory: plain allocations (cuMemAlloc), freed on drop. Out-of-memory is reported with
 //! what was being allocated and how much the device had free.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use cudarc::driver::{DriverError, result, sys};
 
 use crate::EngineError;
+
+/// Bytes of device memory tally's allocations hold now, and the most they have held, in this
+/// process (a peer engine's memory and the CUDA context are not counted).
+static LIVE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// `(live, peak)` bytes of tally's device allocations in this process.
+pub fn allocated() -> (u64, u64) {
+    (LIVE.load(Ordering::Relaxed), PEAK.load(Ordering::Relaxed))
+}
 
 /// One device allocation.
 pub struct DevBuf {
@@ -20,7 +32,11 @@ impl DevBuf {
     pub fn alloc(bytes: usize, what: &str) -> Result<DevBuf, EngineError> {
         // SAFETY: a plain allocation; the context is current on this thread (the backend binds it).
         match unsafe { result::malloc_sync(bytes.max(1)) } {
-            Ok(ptr) => Ok(DevBuf { ptr, bytes }),
+            Ok(ptr) => {
+                let live = LIVE.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+                PEAK.fetch_max(live, Ordering::Relaxed);
+                Ok(DevBuf { ptr, bytes })
+            }
             Err(e) if is_oom(&e) => {
                 let (free, total) = result::mem_get_info().unwrap_or((0, 0));
                 Err(EngineError::OutOfMemory {
@@ -99,6 +115,7 @@ impl Drop for DevBuf {
         unsafe {
             let _ = result::free_sync(self.ptr);
         }
+        LIVE.fetch_sub(self.bytes as u64, Ordering::Relaxed);
     }
 }
 

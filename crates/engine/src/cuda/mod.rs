@@ -367,6 +367,10 @@ impl Backend for CudaBackend {
         Some(self.memory_use().0)
     }
 
+    fn memory_peak(&self) -> Option<u64> {
+        Some(mem::allocated().1)
+    }
+
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
         let key = (plan.n_tokens, plan.n_past);
         match &self.graph {

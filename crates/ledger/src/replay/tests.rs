@@ -385,3 +385,30 @@ fn observation_that_changes_the_output_does_not_untrust_replay() {
     assert!(r.validations.digest.observation_changes_output);
     assert!(r.trusted, "{:?}", r.problems);
 }
+
+#[test]
+fn a_negative_median_within_the_noise_is_not_a_speed_up() {
+    // The embedding of the 35B-A3B on the H200: one node of ~20 us replayed in a 64 ms run.
+    let noisy = Stats::of(&[-0.173, -0.134, -0.068, 0.271, 0.362]).unwrap();
+    assert!(noisy.median_ms < 0.0);
+    assert!(!super::faster_beyond_noise(&noisy));
+    let consistent = Stats::of(&[-0.20, -0.19, -0.18, -0.17, 0.01]).unwrap();
+    assert!(super::faster_beyond_noise(&consistent));
+}
+
+#[test]
+fn reanalysing_recorded_windows_gives_the_same_report() {
+    let mut s = fake();
+    s.faults.replay_speeds_up = Some(Category::Elementwise);
+    let r = run(&mut s);
+    let again = r.reanalysed(&ReplayConfig::default()).unwrap();
+    assert_eq!(again, r);
+    // A stricter tolerance fails (a) and (b) on the same windows without re-measuring.
+    let strict = ReplayConfig {
+        tolerance_ratio: 0.0,
+        ..ReplayConfig::default()
+    };
+    let judged = r.reanalysed(&strict).unwrap();
+    assert_eq!(judged.all_group, r.all_group);
+    assert!(!judged.validations.sum_of_parts.pass);
+}

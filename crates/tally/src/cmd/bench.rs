@@ -57,12 +57,27 @@ struct Row {
     tok_s_std: f64,
     tok_s_median: f64,
     median_ms: f64,
+    /// Windows the noise gate threw away and re-measured (warm-up windows not counted).
     discarded_windows: usize,
+    /// Why, each distinct reason once.
+    discard_reasons: Vec<String>,
 }
 
 fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
     let mut out = Vec::new();
-    let mk = |test: String, tokens: u64, samples: &[f64], discarded: usize| {
+    let mk = |test: String, tokens: u64, samples: &[f64], g: &tally_ledger::gate::GroupRecord| {
+        let dropped: Vec<_> = g
+            .windows
+            .iter()
+            .filter(|w| w.status == tally_ledger::gate::WindowStatus::Discarded)
+            .collect();
+        let mut discard_reasons: Vec<String> = Vec::new();
+        for reason in dropped.iter().flat_map(|w| &w.reasons) {
+            let text = reason.to_string();
+            if !discard_reasons.contains(&text) {
+                discard_reasons.push(text);
+            }
+        }
         let ts: Vec<f64> = samples.iter().map(|ms| tokens as f64 * 1e3 / ms).collect();
         let n = ts.len().max(1) as f64;
         let mean = ts.iter().sum::<f64>() / n;
@@ -84,27 +99,22 @@ fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
                 0.0
             },
             median_ms: med,
-            discarded_windows: discarded,
+            discarded_windows: dropped.len(),
+            discard_reasons,
         }
     };
-    let discarded = |g: &tally_ledger::gate::GroupRecord| g.windows.len() - g.kept().count();
     if r.n_tokens > 1 || r.decode.is_none() {
         let s = r.prefill.group.samples_ms(0);
         out.push(mk(
             format!("pp{}", r.n_tokens),
             r.n_tokens,
             &s,
-            discarded(&r.prefill.group),
+            &r.prefill.group,
         ));
     }
     if let Some(d) = &r.decode {
         let s = d.series.group.samples_ms(0);
-        out.push(mk(
-            format!("tg{}", d.n_gen),
-            d.n_gen,
-            &s,
-            discarded(&d.series.group),
-        ));
+        out.push(mk(format!("tg{}", d.n_gen), d.n_gen, &s, &d.series.group));
     }
     out
 }
@@ -166,6 +176,7 @@ pub fn main(a: Args) -> Result<()> {
         }
     }
     let mem = tally_engine::Backend::memory_in_use(&ours.session.backend);
+    let peak = tally_engine::Backend::memory_peak(&ours.session.backend);
     let facts = serde_json::json!({
         "tally": VERSION,
         "model": a.model.display().to_string(),
@@ -173,6 +184,7 @@ pub fn main(a: Args) -> Result<()> {
         "device": ours.session.backend.device(),
         "load_seconds": load_s,
         "device_memory_in_use_bytes": mem,
+        "tally_device_memory_peak_bytes": peak,
         "machine": machine(&a.backend),
         "rows": rows,
     });
@@ -209,10 +221,28 @@ pub fn main(a: Args) -> Result<()> {
                     r.discarded_windows
                 );
             }
-            println!(
-                "\ntally {VERSION}; load {load_s:.2} s; device memory in use {}",
-                mem.map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
+            for r in rows.iter().filter(|r| !r.discard_reasons.is_empty()) {
+                println!(
+                    "discarded in {} {}: {}",
+                    r.engine,
+                    r.test,
+                    r.discard_reasons.join("; ")
+                );
+            }
+            let gib = |b: Option<u64>| {
+                b.map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
                     .unwrap_or_else(|| "n/a".into())
+            };
+            let whole = if peer.is_some() {
+                "whole device, both engines"
+            } else {
+                "whole device"
+            };
+            println!(
+                "\ntally {VERSION}; load {load_s:.2} s; tally's device allocations peak {}; \
+                 device memory in use {} ({whole})",
+                gib(peak),
+                gib(mem)
             );
         }
     }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use tally_ledger::measure::Measurement;
+use tally_ledger::replay::ReplayConfig;
 use tally_ledger::report::{render_json, render_markdown, render_svg, render_terminal};
 use tally_ledger::{build_ledger, measure_pair};
 
@@ -27,6 +28,10 @@ pub struct Args {
     /// Measure tally against this peer now: llama.cpp or self.
     #[arg(long)]
     peer: Option<String>,
+    /// With files: judge the recorded replay windows again under this build's validation rules
+    /// (nothing is re-measured; the ledger says so).
+    #[arg(long)]
+    reanalyse: bool,
     /// Measuring options (with --peer), output directory and format (always).
     #[command(flatten)]
     common: Common,
@@ -53,8 +58,27 @@ pub fn main(a: Args) -> Result<()> {
             .into());
         }
     };
+    let (mut ma, mut mb) = (ma, mb);
+    let mut reanalysed = false;
+    if a.reanalyse {
+        if a.files.is_empty() {
+            return Err(InputError("--reanalyse applies to measurement files".into()).into());
+        }
+        for m in [&mut ma, &mut mb] {
+            if let Some(r) = &m.replay {
+                m.replay = Some(r.reanalysed(&ReplayConfig::default())?);
+                reanalysed = true;
+            }
+        }
+    }
     let (out_dir, format) = (c.out_dir.clone(), c.output);
-    let l = build_ledger(&ma, &mb);
+    let mut l = build_ledger(&ma, &mb);
+    if reanalysed {
+        l.notes.push(format!(
+            "replay validations re-derived from the recorded windows by tally@{} (nothing re-measured)",
+            env!("TALLY_GIT_COMMIT")
+        ));
+    }
     let n = l.n_tokens;
     write_file(&out_dir, &format!("ledger-pp{n}.md"), &render_markdown(&l))?;
     write_file(&out_dir, &format!("ledger-pp{n}.json"), &render_json(&l)?)?;
