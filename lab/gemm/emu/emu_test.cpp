@@ -45,6 +45,62 @@ static int test_pieces(ref::Rng& rng) {
     return pass ? 0 : 1;
 }
 
+// dequant_f16 (both layouts) and cast_f16_rows: every element equals the host reference's f32
+// value rounded to nearest f16, at the permuted row for layout 1; poisoned words elsewhere stay.
+static int test_f16_operands(int type, int layout, ref::Rng& rng) {
+    const int K = 512, hd = 8, n_head = 2, N = 2 * n_head * hd;
+    const std::vector<uint8_t> w = ref::random_weights(type, N, K, rng);
+    EmuBackend b;
+    DequantF16Args a{};
+    a.w = b.upload(w);
+    a.row_bytes = ref::row_bytes(type, K);
+    a.type = type;
+    a.K = K;
+    a.N = N;
+    a.layout = layout;
+    a.head_dim = hd;
+    a.n_head = n_head;
+    const size_t words = size_t(N) * K / 2 + 4;
+    u32* out = b.alloc<u32>(words);
+    for (size_t i = 0; i < words; i++) out[i] = 0x7E007E00u;
+    a.out = out;
+    emu::launch({unsigned((K + 2047) / 2048), unsigned(N), 1}, {256, 1, 1}, [&] { dequant_f16(a); });
+    std::vector<float> want(static_cast<size_t>(K));
+    int64_t mism = 0;
+    for (int n = 0; n < N; n++) {
+        ref::dequant_row(type, w.data() + n * a.row_bytes, K, want.data());
+        int col = n;
+        if (layout == 1) {
+            const int h = n / (2 * hd), i = n % (2 * hd);
+            col = i < hd ? h * hd + i : n_head * hd + h * hd + (i - hd);
+        }
+        for (int k = 0; k < K; k++) {
+            const uint16_t got = uint16_t(out[size_t(col) * K / 2 + k / 2] >> (16 * (k % 2)));
+            mism += got != ref::hf32_to_f16(want[size_t(k)]);
+        }
+    }
+    for (size_t i = size_t(N) * K / 2; i < words; i++) mism += out[i] != 0x7E007E00u;
+    // The activations: random f32 rows with a row stride larger than K.
+    const int M = 5, ldx = K + 4;
+    std::vector<float> x(size_t(M) * ldx);
+    for (float& v : x) v = float(rng.normal() * 3.0);
+    CastF16Args c{};
+    c.x = b.upload(x);
+    c.ldx = ldx;
+    c.M = M;
+    c.K = K;
+    u32* xo = b.alloc<u32>(size_t(M) * K / 2);
+    c.out = xo;
+    emu::launch({unsigned((K + 2047) / 2048), unsigned(M), 1}, {256, 1, 1}, [&] { cast_f16_rows(c); });
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++)
+            mism += uint16_t(xo[size_t(m) * K / 2 + k / 2] >> (16 * (k % 2))) != ref::hf32_to_f16(x[size_t(m) * ldx + k]);
+    b.release();
+    std::printf("  %s dequant_f16 %-5s layout %d + cast_f16_rows: %lld mismatches (bit-exact)\n", mism ? "FAIL" : "ok  ",
+                ref::type_name(type), layout, static_cast<long long>(mism));
+    return mism ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     ref::Rng rng(20260101);
@@ -56,6 +112,9 @@ int main(int argc, char** argv) {
     std::printf("== dequant_rows kernel\n");
     const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
     for (int t : types) fails += !run_dequant_rows_case(b, t, rng);
+    std::printf("== dequant_f16 and cast_f16_rows kernels (operands of the cuBLAS path)\n");
+    for (int t : types) fails += test_f16_operands(t, 0, rng);
+    fails += test_f16_operands(ref::Q4_K, 1, rng) + test_f16_operands(ref::Q6_K, 1, rng);
     std::printf("== moe_route kernel\n");
     fails += run_route_cases(b, rng, false);
     std::printf("== gemm / gemv kernels\n");

@@ -288,6 +288,32 @@ pub struct GemmArgs {
     pub n_head: i32,
 }
 
+/// `DequantF16Args` of gemm.cu (`dequant_f16`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DequantF16Args {
+    pub w: DPtr,
+    pub row_bytes: i64,
+    pub ty: i32,
+    pub k: i32,
+    pub n: i32,
+    pub out: DPtr,
+    pub layout: i32,
+    pub head_dim: i32,
+    pub n_head: i32,
+}
+
+/// `CastF16Args` of gemm.cu (`cast_f16_rows`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CastF16Args {
+    pub x: DPtr,
+    pub ldx: i64,
+    pub m: i32,
+    pub k: i32,
+    pub out: DPtr,
+}
+
 /// Output columns per tensor-core GEMM block (`GEMM_BN`).
 pub const GEMM_BN: i64 = 128;
 /// Output columns per GEMV block (`GEMV_ROWS`).

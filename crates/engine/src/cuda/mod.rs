@@ -81,6 +81,11 @@ pub struct CudaBackend {
     /// Workspace for kernels that need one (delta rule, MoE routing), grown on demand.
     work: Option<DevBuf>,
     graph: Option<((usize, usize), CudaGraph)>,
+    /// The opt-in cuBLAS path of dense projections (`TALLY_GEMM=cublas`): projections with at
+    /// least this many rows take it (`TALLY_GEMM_CUBLAS_MIN_M`, default 128).
+    cublas_min_m: Option<usize>,
+    /// Its handle, bound to `stream`; made by `prepare`, before any capture.
+    blas: Option<cudarc::cublas::CudaBlas>,
     pub props: DeviceProps,
     /// Seconds spent uploading weights.
     pub load_seconds: f64,
@@ -155,6 +160,8 @@ impl CudaBackend {
             scratch: Vec::new(),
             work: None,
             graph: None,
+            cublas_min_m: ops_big::cublas_min_m_from_env(),
+            blas: None,
             props,
             load_seconds: 0.0,
             weight_bytes: 0,
@@ -247,6 +254,21 @@ impl CudaBackend {
         Ok(self.scratch[slot].ptr)
     }
 
+    /// The cuBLAS handle, made on first use (prepare() makes it before any graph capture:
+    /// creating one allocates, which a capturing stream does not allow).
+    fn blas_handle(&mut self) -> Result<cudarc::cublas::sys::cublasHandle_t, EngineError> {
+        if self.blas.is_none() {
+            let h = cudarc::cublas::CudaBlas::new(self.stream.clone())
+                .map_err(|e| EngineError::Cuda(format!("cuBLAS: {e:?}")))?;
+            self.blas = Some(h);
+        }
+        Ok(self
+            .blas
+            .as_ref()
+            .map(|h| *h.handle())
+            .unwrap_or(std::ptr::null_mut()))
+    }
+
     /// A workspace of at least `bytes`.
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
         if self.work.as_ref().is_none_or(|w| w.bytes < bytes) {
@@ -285,6 +307,9 @@ impl Backend for CudaBackend {
 
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
         self.ctx.bind_to_thread().map_err(cuda_err)?;
+        if self.cublas_min_m.is_some() {
+            self.blas_handle()?;
+        }
         let shapes: Vec<(usize, usize, DType, String)> = plan
             .buffers
             .iter()

@@ -79,6 +79,8 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
             "gemm_f32_simt",
             "gemm_f32_simt_m32",
             "dequant_rows",
+            "dequant_f16",
+            "cast_f16_rows",
         ],
         "moe_route" => &["moe_route"],
         "delta" => &["delta_chunk_prep", "delta_chunk_scan", "delta_step"],
@@ -461,6 +463,144 @@ fn simt_variant(m: usize, n: usize, sms: u32) -> (&'static str, i64) {
     }
 }
 
+/// Bytes of cuBLAS's own workspace on the cuBLAS path (set explicitly, so a captured graph
+/// never has the library allocate).
+const CUBLAS_WORKSPACE: usize = 32 << 20;
+
+/// `TALLY_GEMM=cublas` turns the cuBLAS path on, for projections of at least
+/// `TALLY_GEMM_CUBLAS_MIN_M` rows (default 128).
+pub fn cublas_min_m_from_env() -> Option<usize> {
+    if std::env::var("TALLY_GEMM").ok()?.as_str() != "cublas" {
+        return None;
+    }
+    Some(
+        std::env::var("TALLY_GEMM_CUBLAS_MIN_M")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128),
+    )
+}
+
+/// The f16 operand bytes (weight, activations) of a dense projection that takes the cuBLAS path,
+/// or None when it runs on the engine's own kernels: F32 weights (the router stays exact) and
+/// shapes the operand kernels do not take stay there.
+fn cublas_operands(b: &CudaBackend, weight: &str, m: usize) -> Option<(usize, usize)> {
+    let min_m = b.cublas_min_m?;
+    let w = b.weight(weight).ok()?;
+    let (k, n) = (*w.dims.first()? as usize, *w.dims.get(1)? as usize);
+    let block = w.ty.block_elems();
+    let supported = w.ty != GgmlType::F32 && gemm_kernels(w.ty).is_some();
+    if m < min_m || !supported || k % 8 != 0 || block == 0 || k % block != 0 {
+        return None;
+    }
+    let align = |bytes: usize| bytes.div_ceil(256) * 256;
+    Some((align(n * k * 2), align(m * k * 2)))
+}
+
+/// A dense projection through cuBLAS: the weight dequantised once to f16 (rows already in
+/// output order for layout 1), the activations rounded to f16, then `cublasGemmEx` with f32
+/// accumulation and output: the precision of the engine's tensor-core kernels, each weight
+/// element decoded once instead of once per M tile.
+fn cublas_gemm(
+    b: &mut CudaBackend,
+    weight: &str,
+    m: usize,
+    x: (u64, i64),
+    y: (u64, i64),
+    (layout, head_dim, n_head): (i32, i32, i32),
+    (w_bytes, x_bytes): (usize, usize),
+) -> Result<(), EngineError> {
+    use cudarc::cublas::{result as blas_result, sys as blas};
+    let (w_ptr, ty, row_bytes, k, n) = {
+        let w = b.weight(weight)?;
+        (
+            w.buf.ptr,
+            w.ty,
+            w.row_bytes,
+            w.dims[0] as usize,
+            w.dims[1] as usize,
+        )
+    };
+    let handle = b.blas_handle()?;
+    let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
+    let (wh, xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
+    let s = b.cu_stream();
+    let gx = blocks(k as i64, 2048);
+    let dq = DequantF16Args {
+        w: w_ptr,
+        row_bytes: row_bytes as i64,
+        ty: qt(ty),
+        k: k as i32,
+        n: n as i32,
+        out: wh,
+        layout,
+        head_dim,
+        n_head,
+    };
+    launch(
+        b.kernel("dequant_f16")?,
+        (gx, n as u32, 1),
+        (256, 1, 1),
+        0,
+        s,
+        &dq,
+    )?;
+    let cast = CastF16Args {
+        x: x.0,
+        ldx: x.1,
+        m: m as i32,
+        k: k as i32,
+        out: xh,
+    };
+    launch(
+        b.kernel("cast_f16_rows")?,
+        (gx, m as u32, 1),
+        (256, 1, 1),
+        0,
+        s,
+        &cast,
+    )?;
+    let blas_err =
+        |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
+    // SAFETY: the workspace pointer addresses CUBLAS_WORKSPACE bytes of the backend's workspace,
+    // which lives until the next workspace growth (prepare() sizes it for every node first).
+    unsafe {
+        blas::cublasSetWorkspace_v2(handle, lib_ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
+            .result()
+            .map_err(|e| blas_err("cublasSetWorkspace", e))?;
+    }
+    // Row-major Y[m][ldy] = X[m][k] W'[n][k]^T is column-major Y^T (n x m, ld ldy) =
+    // op(W') (n x k; W' column-major k x n, transposed) * X^T (k x m; column-major, ld k).
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: wh holds n*k and xh m*k f16 values written above on the same stream; y.0 holds m
+    // rows of stride ldy >= n f32 values (the plan's output view); alpha and beta are host f32
+    // scalars (the handle's default host pointer mode) alive for the call.
+    unsafe {
+        blas_result::gemm_ex(
+            handle,
+            blas::cublasOperation_t::CUBLAS_OP_T,
+            blas::cublasOperation_t::CUBLAS_OP_N,
+            n as i32,
+            m as i32,
+            k as i32,
+            (&alpha as *const f32).cast(),
+            wh as *const std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_16F,
+            k as i32,
+            xh as *const std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_16F,
+            k as i32,
+            (&beta as *const f32).cast(),
+            y.0 as *mut std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            y.1 as i32,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| blas_err("cublasGemmEx", e))
+}
+
 /// A dense projection. F32 weights (the MoE router) with more than 8 rows run on the f32 SIMT
 /// GEMM: exact to f32 like the CPU reference, so near-tied experts are picked the same way (the
 /// tensor-core kernels round operands to f16); up to 8 rows, `gemv_f32` (also f32).
@@ -472,6 +612,9 @@ fn dense_gemm(
     y: (u64, i64),
     (layout, head_dim, n_head): (i32, i32, i32),
 ) -> Result<(), EngineError> {
+    if let Some(operands) = cublas_operands(b, weight, m) {
+        return cublas_gemm(b, weight, m, x, y, (layout, head_dim, n_head), operands);
+    }
     let s = b.cu_stream();
     let w = b.weight(weight)?;
     let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
@@ -669,6 +812,11 @@ pub fn node_work_bytes(b: &CudaBackend, node: &Node) -> usize {
                 0
             }
         }
+        Op::MatMul { .. } => node
+            .weights
+            .first()
+            .and_then(|w| cublas_operands(b, w, node.inputs[0].rows))
+            .map_or(0, |(w, x)| w + x + CUBLAS_WORKSPACE),
         Op::MoeMatMul { k, .. } => {
             let tokens = node.inputs[1].rows;
             let e = b
