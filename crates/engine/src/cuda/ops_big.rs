@@ -497,6 +497,32 @@ fn cublas_operands(b: &CudaBackend, weight: &str, m: usize) -> Option<(usize, us
     Some((align(n * k * 2), align(m * k * 2)))
 }
 
+/// Sizes and leading dimensions of the column-major `cublasGemmEx(OP_T, OP_N, ...)` call that
+/// computes row-major `Y[m][ldy] = X[m][k] * W'[n][k]^T`: column-major, that is
+/// `Y^T (n x m, ld ldy) = op(W') (n x k: W' is k x n column-major, transposed) * X^T (k x m, ld k)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GemmExDims {
+    m: i32,
+    n: i32,
+    k: i32,
+    lda: i32,
+    ldb: i32,
+    ldc: i32,
+}
+
+impl GemmExDims {
+    fn row_major(m: usize, n: usize, k: usize, ldy: usize) -> GemmExDims {
+        GemmExDims {
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            lda: k as i32,
+            ldb: k as i32,
+            ldc: ldy as i32,
+        }
+    }
+}
+
 /// A dense projection through cuBLAS: the weight dequantised once to f16 (rows already in
 /// output order for layout 1), the activations rounded to f16, then `cublasGemmEx` with f32
 /// accumulation and output: the precision of the engine's tensor-core kernels, each weight
@@ -569,8 +595,7 @@ fn cublas_gemm(
             .result()
             .map_err(|e| blas_err("cublasSetWorkspace", e))?;
     }
-    // Row-major Y[m][ldy] = X[m][k] W'[n][k]^T is column-major Y^T (n x m, ld ldy) =
-    // op(W') (n x k; W' column-major k x n, transposed) * X^T (k x m; column-major, ld k).
+    let d = GemmExDims::row_major(m, n, k, y.1 as usize);
     let (alpha, beta) = (1.0f32, 0.0f32);
     // SAFETY: wh holds n*k and xh m*k f16 values written above on the same stream; y.0 holds m
     // rows of stride ldy >= n f32 values (the plan's output view); alpha and beta are host f32
@@ -580,20 +605,20 @@ fn cublas_gemm(
             handle,
             blas::cublasOperation_t::CUBLAS_OP_T,
             blas::cublasOperation_t::CUBLAS_OP_N,
-            n as i32,
-            m as i32,
-            k as i32,
+            d.m,
+            d.n,
+            d.k,
             (&alpha as *const f32).cast(),
             wh as *const std::ffi::c_void,
             blas::cudaDataType::CUDA_R_16F,
-            k as i32,
+            d.lda,
             xh as *const std::ffi::c_void,
             blas::cudaDataType::CUDA_R_16F,
-            k as i32,
+            d.ldb,
             (&beta as *const f32).cast(),
             y.0 as *mut std::ffi::c_void,
             blas::cudaDataType::CUDA_R_32F,
-            y.1 as i32,
+            d.ldc,
             blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
@@ -848,6 +873,41 @@ pub fn node_work_bytes(b: &CudaBackend, node: &Node) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// cuBLAS's definition of `C = op(A) op(B)` with op(A) = A^T and op(B) = B, column-major.
+    fn gemm_ex_t_n(d: GemmExDims, a: &[f32], b: &[f32], c: &mut [f32]) {
+        let (m, n, k) = (d.m as usize, d.n as usize, d.k as usize);
+        let (lda, ldb, ldc) = (d.lda as usize, d.ldb as usize, d.ldc as usize);
+        for j in 0..n {
+            for i in 0..m {
+                // op(A)(i, l) = A(l, i) = a[l + i * lda]; op(B)(l, j) = b[l + j * ldb].
+                c[i + j * ldc] = (0..k).map(|l| a[l + i * lda] * b[l + j * ldb]).sum();
+            }
+        }
+    }
+
+    #[test]
+    fn cublas_arguments_give_the_row_major_projection() {
+        let (m, n, k, ldy) = (3usize, 5usize, 4usize, 7usize);
+        let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.53).cos()).collect();
+        let mut y = vec![f32::NAN; m * ldy];
+        gemm_ex_t_n(GemmExDims::row_major(m, n, k, ldy), &w, &x, &mut y);
+        for r in 0..m {
+            for c in 0..ldy {
+                let got = y[r * ldy + c];
+                if c < n {
+                    let want: f32 = (0..k).map(|l| x[r * k + l] * w[c * k + l]).sum();
+                    assert!(
+                        (got - want).abs() < 1e-6,
+                        "y[{r}][{c}] = {got}, want {want}"
+                    );
+                } else {
+                    assert!(got.is_nan(), "padding y[{r}][{c}] written");
+                }
+            }
+        }
+    }
 
     #[test]
     fn simt_constants_mirror_gemm_cu() {
