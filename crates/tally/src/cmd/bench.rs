@@ -61,6 +61,8 @@ struct Row {
     discarded_windows: usize,
     /// Why, each distinct reason once.
     discard_reasons: Vec<String>,
+    /// The gate ran out of retries: the samples it kept may come from a busy machine.
+    gate_exhausted: bool,
 }
 
 fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
@@ -101,6 +103,7 @@ fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
             median_ms: med,
             discarded_windows: dropped.len(),
             discard_reasons,
+            gate_exhausted: g.exhausted,
         }
     };
     if r.n_tokens > 1 || r.decode.is_none() {
@@ -208,7 +211,7 @@ pub fn main(a: Args) -> Result<()> {
             println!("|---|---|---:|---|---:|---:|---:|---:|");
             for r in &rows {
                 println!(
-                    "| {} | qwen35moe {} layers | {} | {} | {} | {:.2} ± {:.2} | {:.2} | {} ({}) |",
+                    "| {} | qwen35moe {} layers | {} | {} | {} | {:.2} ± {:.2} | {:.2} | {} ({}{}) |",
                     r.engine,
                     model.config.n_layers,
                     size,
@@ -218,7 +221,12 @@ pub fn main(a: Args) -> Result<()> {
                     r.tok_s_std,
                     r.tok_s_median,
                     r.samples,
-                    r.discarded_windows
+                    r.discarded_windows,
+                    if r.gate_exhausted {
+                        ", retries exhausted: noisy"
+                    } else {
+                        ""
+                    }
                 );
             }
             for r in rows.iter().filter(|r| !r.discard_reasons.is_empty()) {
