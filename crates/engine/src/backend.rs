@@ -76,6 +76,40 @@ pub trait Backend {
     fn capture_end(&mut self, _plan: &Plan) -> Result<(), EngineError> {
         Ok(())
     }
+
+    /// Launches the kept graph of nodes `from..to` of a plan of `plan.n_tokens` tokens, if the
+    /// backend holds one; `false` if it does not. Segments hold only nodes that are the same at
+    /// every position (see [`crate::exec::execute_segmented`]), so the key leaves out `n_past`.
+    fn segment_launch(
+        &mut self,
+        _plan: &Plan,
+        _from: usize,
+        _to: usize,
+    ) -> Result<bool, EngineError> {
+        Ok(false)
+    }
+
+    /// Starts capturing nodes `from..to`; `false` if the backend does not keep segments.
+    fn segment_begin(
+        &mut self,
+        _plan: &Plan,
+        _from: usize,
+        _to: usize,
+    ) -> Result<bool, EngineError> {
+        Ok(false)
+    }
+
+    /// Ends the capture started by `segment_begin`: with `keep`, keeps the graph and launches it
+    /// once; without (a dispatch failed), throws it away.
+    fn segment_end(
+        &mut self,
+        _plan: &Plan,
+        _from: usize,
+        _to: usize,
+        _keep: bool,
+    ) -> Result<(), EngineError> {
+        Ok(())
+    }
 }
 
 /// A boxed backend is a backend (so the CLI can choose one at run time).
@@ -127,6 +161,21 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
         (**self).capture_end(plan)
+    }
+    fn segment_launch(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
+        (**self).segment_launch(plan, from, to)
+    }
+    fn segment_begin(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
+        (**self).segment_begin(plan, from, to)
+    }
+    fn segment_end(
+        &mut self,
+        plan: &Plan,
+        from: usize,
+        to: usize,
+        keep: bool,
+    ) -> Result<(), EngineError> {
+        (**self).segment_end(plan, from, to, keep)
     }
 }
 

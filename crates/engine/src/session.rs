@@ -8,7 +8,7 @@ use tally_model::{Model, Plan, PlanOptions, build_plan};
 
 use crate::EngineError;
 use crate::backend::Backend;
-use crate::exec::{ExecStats, Hook, NoHook, execute};
+use crate::exec::{ExecStats, Hook, NoHook, execute, execute_segmented, position_dependent};
 
 pub struct Session<B: Backend> {
     pub model: Arc<Model>,
@@ -17,6 +17,8 @@ pub struct Session<B: Backend> {
     max_ctx: usize,
     n_past: usize,
     plans: HashMap<(usize, usize), Arc<Plan>>,
+    /// Which nodes of the one-token plan depend on the position (computed once).
+    decode_dynamic: Option<Vec<bool>>,
 }
 
 impl<B: Backend> Session<B> {
@@ -37,6 +39,7 @@ impl<B: Backend> Session<B> {
             max_ctx,
             n_past: 0,
             plans: HashMap::new(),
+            decode_dynamic: None,
         })
     }
 
@@ -162,8 +165,31 @@ impl<B: Backend> Session<B> {
         Ok(logits)
     }
 
+    /// Appends one token on the backend's fastest path: the position-independent stretches of
+    /// the plan run as kept segments where the backend keeps them (CUDA graphs), the nodes that
+    /// depend on the position are dispatched each time; returns the token's logits.
     pub fn decode(&mut self, id: u32) -> Result<Vec<f32>, EngineError> {
-        self.decode_with(id, &mut NoHook)
+        if self.n_past == 0 {
+            return Err(EngineError::Unsupported(
+                "decode needs a prefill first".into(),
+            ));
+        }
+        let plan = self.plan(1, self.n_past)?;
+        if self.decode_dynamic.is_none() {
+            // The neighbouring position below always fits the context.
+            let neighbour = self.plan(1, self.n_past - 1)?;
+            self.decode_dynamic = position_dependent(&plan, &neighbour);
+        }
+        self.backend.prepare(&plan)?;
+        self.upload(&plan, &[id])?;
+        match &self.decode_dynamic {
+            Some(dynamic) => execute_segmented(&mut self.backend, &plan, dynamic)?,
+            None => execute(&mut self.backend, &plan, &mut NoHook)?,
+        };
+        self.backend.barrier()?;
+        let logits = self.backend.read(&plan, plan.logits)?;
+        self.n_past += 1;
+        Ok(logits)
     }
 
     fn run(

@@ -102,3 +102,187 @@ fn activations_stay_finite_and_alive_through_layers() {
         prev_rms = rms;
     }
 }
+
+use tally_engine::Backend;
+
+/// A CPU backend that keeps "segments" the way the CUDA backend keeps graphs: a kept segment is
+/// replayed by dispatching its nodes again, and every call is recorded.
+struct Segments {
+    inner: tally_engine::cpu::CpuBackend,
+    kept: std::collections::BTreeSet<(usize, usize, usize)>,
+    launched: Vec<(usize, usize)>,
+    captured: Vec<(usize, usize)>,
+    direct: Vec<usize>,
+    capturing: bool,
+}
+
+impl tally_engine::Backend for Segments {
+    fn name(&self) -> &'static str {
+        "cpu-segments"
+    }
+    fn device(&self) -> String {
+        self.inner.device()
+    }
+    fn prepare(&mut self, plan: &tally_model::Plan) -> Result<(), tally_engine::EngineError> {
+        self.inner.prepare(plan)
+    }
+    fn reset_state(&mut self) -> Result<(), tally_engine::EngineError> {
+        self.inner.reset_state()
+    }
+    fn dispatch(
+        &mut self,
+        plan: &tally_model::Plan,
+        index: usize,
+        target: tally_engine::Target,
+    ) -> Result<(), tally_engine::EngineError> {
+        if !self.capturing {
+            self.direct.push(index);
+        }
+        self.inner.dispatch(plan, index, target)
+    }
+    fn barrier(&mut self) -> Result<(), tally_engine::EngineError> {
+        self.inner.barrier()
+    }
+    fn read(
+        &mut self,
+        plan: &tally_model::Plan,
+        view: tally_model::View,
+    ) -> Result<Vec<f32>, tally_engine::EngineError> {
+        self.inner.read(plan, view)
+    }
+    fn read_i32(
+        &mut self,
+        plan: &tally_model::Plan,
+        view: tally_model::View,
+    ) -> Result<Vec<i32>, tally_engine::EngineError> {
+        self.inner.read_i32(plan, view)
+    }
+    fn write_i32(
+        &mut self,
+        plan: &tally_model::Plan,
+        view: tally_model::View,
+        data: &[i32],
+    ) -> Result<(), tally_engine::EngineError> {
+        self.inner.write_i32(plan, view, data)
+    }
+    fn write(
+        &mut self,
+        plan: &tally_model::Plan,
+        view: tally_model::View,
+        data: &[f32],
+    ) -> Result<(), tally_engine::EngineError> {
+        self.inner.write(plan, view, data)
+    }
+    fn segment_launch(
+        &mut self,
+        plan: &tally_model::Plan,
+        from: usize,
+        to: usize,
+    ) -> Result<bool, tally_engine::EngineError> {
+        if !self.kept.contains(&(plan.n_tokens, from, to)) {
+            return Ok(false);
+        }
+        self.launched.push((from, to));
+        for i in from..to {
+            self.inner.dispatch(plan, i, tally_engine::Target::Real)?;
+        }
+        Ok(true)
+    }
+    fn segment_begin(
+        &mut self,
+        _plan: &tally_model::Plan,
+        from: usize,
+        to: usize,
+    ) -> Result<bool, tally_engine::EngineError> {
+        self.captured.push((from, to));
+        self.capturing = true;
+        Ok(true)
+    }
+    fn segment_end(
+        &mut self,
+        plan: &tally_model::Plan,
+        from: usize,
+        to: usize,
+        keep: bool,
+    ) -> Result<(), tally_engine::EngineError> {
+        self.capturing = false;
+        if keep {
+            self.kept.insert((plan.n_tokens, from, to));
+        }
+        Ok(())
+    }
+}
+
+/// Decode keeps the position-independent stretches of the one-token plan as segments and
+/// dispatches only the full-attention layers' cache writes, RoPE and attention each step; the
+/// logits equal plain decoding's.
+#[test]
+fn segmented_decode_runs_only_position_dependent_nodes_directly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 7);
+    let ids = random_ids(12, model.config.vocab, 70);
+    let mut plain = session(&model, 16);
+    plain.prefill(&ids[..8]).expect("prefill");
+    let mut want = Vec::new();
+    for &id in &ids[8..] {
+        let plan = plain.plan(1, plain.n_past()).expect("plan");
+        plain.backend.prepare(&plan).expect("prepare");
+        want.push(
+            plain
+                .decode_with(id, &mut tally_engine::exec::NoHook)
+                .expect("decode"),
+        );
+    }
+    let inner = tally_engine::cpu::CpuBackend::new(model.clone(), 0).expect("backend");
+    let seg = Segments {
+        inner,
+        kept: Default::default(),
+        launched: Vec::new(),
+        captured: Vec::new(),
+        direct: Vec::new(),
+        capturing: false,
+    };
+    let mut s = tally_engine::Session::new(model.clone(), seg, 16).expect("session");
+    s.prefill(&ids[..8]).expect("prefill");
+    for (step, &id) in ids[8..].iter().enumerate() {
+        s.backend.direct.clear();
+        s.backend.launched.clear();
+        let got = s.decode(id).expect("decode");
+        assert_eq!(got, want[step], "step {step}: segmented decode differs");
+        let plan = s.plan(1, s.n_past() - 1).expect("plan");
+        let names: Vec<&str> = s
+            .backend
+            .direct
+            .iter()
+            .map(|&i| plan.nodes[i].name.as_str())
+            .collect();
+        let full: Vec<usize> = (0..model.config.layers.len())
+            .filter(|&il| model.config.layers[il] == tally_model::LayerKind::Full)
+            .collect();
+        assert!(!full.is_empty());
+        let mut expected: Vec<String> = Vec::new();
+        for il in &full {
+            for n in ["attn_v", "attn_q_rope", "attn_k_rope", "attn"] {
+                expected.push(format!("blk.{il}.{n}"));
+            }
+        }
+        let mut got_names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        if step == 0 {
+            // The first step captures every segment (its dispatches are not direct).
+            assert!(!s.backend.captured.is_empty());
+            assert!(s.backend.launched.is_empty());
+        } else {
+            // Captured once, at step 0; every later step relaunches each kept segment.
+            assert_eq!(
+                s.backend.launched, s.backend.captured,
+                "every segment relaunched"
+            );
+        }
+        got_names.sort();
+        expected.sort();
+        assert_eq!(
+            got_names, expected,
+            "step {step}: directly dispatched nodes"
+        );
+    }
+}

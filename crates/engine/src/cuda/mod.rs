@@ -81,6 +81,10 @@ pub struct CudaBackend {
     /// Workspace for kernels that need one (delta rule, MoE routing), grown on demand.
     work: Option<DevBuf>,
     graph: Option<((usize, usize), CudaGraph)>,
+    /// Kept segments of position-independent nodes, by (n_tokens, from, to): decode's graphs.
+    /// Opt-in (`TALLY_DECODE_GRAPH=1`) until measured on a GPU.
+    segments: HashMap<(usize, usize, usize), CudaGraph>,
+    segments_on: bool,
     /// The opt-in cuBLAS path of dense projections (`TALLY_GEMM=cublas`): projections with at
     /// least this many rows take it (`TALLY_GEMM_CUBLAS_MIN_M`, default 128).
     cublas_min_m: Option<usize>,
@@ -160,6 +164,8 @@ impl CudaBackend {
             scratch: Vec::new(),
             work: None,
             graph: None,
+            segments: HashMap::new(),
+            segments_on: std::env::var("TALLY_DECODE_GRAPH").is_ok_and(|v| v == "1"),
             cublas_min_m: ops_big::cublas_min_m_from_env(),
             blas: None,
             props,
@@ -275,6 +281,7 @@ impl CudaBackend {
             // prepare() sizes the workspace for the whole plan; growing it here (standalone
             // timing of another shape) moves it, so a captured graph pointing at it must go.
             self.graph = None;
+            self.segments.clear();
             self.work = Some(DevBuf::alloc(bytes, "kernel workspace")?);
         }
         Ok(self.work.as_ref().map(|w| w.ptr).unwrap_or(0))
@@ -320,6 +327,7 @@ impl Backend for CudaBackend {
         }
         // New buffers: any captured graph points at the old ones.
         self.graph = None;
+        self.segments.clear();
         let mut bufs = Vec::with_capacity(plan.buffers.len());
         for b in &plan.buffers {
             let bytes = b.elems() * b.dtype.size_bytes();
@@ -416,6 +424,51 @@ impl Backend for CudaBackend {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda_err)?;
         Ok(true)
+    }
+
+    fn segment_launch(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
+        match self.segments.get(&(plan.n_tokens, from, to)) {
+            Some(g) => {
+                g.launch().map_err(cuda_err)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn segment_begin(
+        &mut self,
+        _plan: &Plan,
+        _from: usize,
+        _to: usize,
+    ) -> Result<bool, EngineError> {
+        if !self.segments_on || std::env::var_os("TALLY_NO_GRAPH").is_some() {
+            return Ok(false);
+        }
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda_err)?;
+        Ok(true)
+    }
+
+    fn segment_end(
+        &mut self,
+        plan: &Plan,
+        from: usize,
+        to: usize,
+        keep: bool,
+    ) -> Result<(), EngineError> {
+        let g = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda_err)?;
+        if !keep {
+            return Ok(());
+        }
+        let g = g.ok_or_else(|| EngineError::Cuda("segment capture produced no graph".into()))?;
+        g.launch().map_err(cuda_err)?;
+        self.segments.insert((plan.n_tokens, from, to), g);
+        Ok(())
     }
 
     fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
