@@ -175,7 +175,11 @@ impl<B: Backend> Session<B> {
             ));
         }
         let plan = self.plan(1, self.n_past)?;
-        if self.decode_dynamic.is_none() {
+        if self
+            .decode_dynamic
+            .as_ref()
+            .is_none_or(|d| d.len() != plan.nodes.len())
+        {
             // The neighbouring position below always fits the context.
             let neighbour = self.plan(1, self.n_past - 1)?;
             self.decode_dynamic = position_dependent(&plan, &neighbour);
