@@ -171,6 +171,11 @@ fn bad_arguments_are_bad_input() {
     let o = tally(&["synth", "--set", "n_experts_used=99", "--out", &os]);
     assert_bad_input(&o, "expert_used_count 99 exceeds expert_count 8");
     assert!(!out.exists(), "a failed synth must not leave a file");
+    let o = tally(&["ledger", "--reanalyse", "--peer", "self", "--model", &os]);
+    assert_bad_input(
+        &o,
+        "--reanalyse judges the replay windows of two measurement files",
+    );
 }
 
 #[test]

@@ -45,6 +45,12 @@ fn read_measurement(p: &Path) -> Result<Measurement> {
 
 pub fn main(a: Args) -> Result<()> {
     let c = &a.common;
+    if a.reanalyse && a.files.is_empty() {
+        return Err(InputError(
+            "--reanalyse judges the replay windows of two measurement files: give the files".into(),
+        )
+        .into());
+    }
     let (ma, mb) = match (a.files.len(), &a.peer, &c.model) {
         (2, None, None) => (
             read_measurement(&a.files[0])?,
@@ -61,9 +67,6 @@ pub fn main(a: Args) -> Result<()> {
     let (mut ma, mut mb) = (ma, mb);
     let mut reanalysed = false;
     if a.reanalyse {
-        if a.files.is_empty() {
-            return Err(InputError("--reanalyse applies to measurement files".into()).into());
-        }
         for m in [&mut ma, &mut mb] {
             if let Some(r) = &m.replay {
                 m.replay = Some(r.reanalysed(&ReplayConfig::default())?);
