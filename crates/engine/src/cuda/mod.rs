@@ -427,10 +427,7 @@ impl Backend for CudaBackend {
             return Ok(false);
         }
         self.graph = None;
-        self.stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cuda_err)?;
-        Ok(true)
+        self.begin_capture()
     }
 
     fn segment_launch(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
@@ -452,10 +449,7 @@ impl Backend for CudaBackend {
         if !self.segments_on || std::env::var_os("TALLY_NO_GRAPH").is_some() {
             return Ok(false);
         }
-        self.stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cuda_err)?;
-        Ok(true)
+        self.begin_capture()
     }
 
     fn segment_end(
@@ -465,32 +459,43 @@ impl Backend for CudaBackend {
         to: usize,
         keep: bool,
     ) -> Result<(), EngineError> {
-        let g = self
-            .stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(cuda_err)?;
-        if !keep {
-            return Ok(());
+        // A failed dispatch leaves a partial capture: end it without running it.
+        let g = self.end_capture(keep)?;
+        if keep {
+            self.segments.insert((plan.n_tokens, from, to), g);
         }
-        let g = g.ok_or_else(|| EngineError::Cuda("segment capture produced no graph".into()))?;
-        g.launch().map_err(cuda_err)?;
-        self.segments.insert((plan.n_tokens, from, to), g);
         Ok(())
     }
 
     fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
-        let g = self
-            .stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(cuda_err)?
-            .ok_or_else(|| EngineError::Cuda("graph capture produced no graph".into()))?;
-        g.launch().map_err(cuda_err)?;
+        let g = self.end_capture(true)?;
         self.graph = Some(((plan.n_tokens, plan.n_past), g));
         Ok(())
     }
 }
 
 impl CudaBackend {
+    /// Starts capturing this thread's launches on the stream into a graph.
+    fn begin_capture(&mut self) -> Result<bool, EngineError> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda_err)?;
+        Ok(true)
+    }
+
+    /// Ends the capture; with `launch`, runs the graph once (the captured work has not run yet).
+    fn end_capture(&mut self, launch: bool) -> Result<CudaGraph, EngineError> {
+        let g = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(cuda_err)?
+            .ok_or_else(|| EngineError::Cuda("graph capture produced no graph".into()))?;
+        if launch {
+            g.launch().map_err(cuda_err)?;
+        }
+        Ok(g)
+    }
+
     /// Copies the rows a view spans to the host and keeps its columns.
     fn read_rows<T: Copy + Default>(
         &mut self,
