@@ -639,33 +639,17 @@ struct DequantF16Args {
     i32 n_head;
 };
 
-template <int T>
-__device__ __forceinline__ void dequant_f16_body(const u8* row, int k, u32* o) {
-    float v[8];
-    dequant8<T>(row, k, v);
-    *reinterpret_cast<uint4*>(o + k / 2) =
-        make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
-}
-
 extern "C" __global__ void __launch_bounds__(256) dequant_f16(DequantF16Args a) {
     const int n = blockIdx.y;
     const int k = (blockIdx.x * 256 + threadIdx.x) * 8;
-    const int be = qt_block_elems(a.type);
-    if (n >= a.N || k >= a.K || a.K % 8 != 0 || be == 0 || a.K % be != 0 || qt_block_bytes(a.type) == 0) return;
+    if (n >= a.N || !dequant8_in_row(a.type, a.K, k)) return;
     const bool split = a.layout == 1;
     if (split && (a.head_dim <= 0 || a.n_head <= 0 || a.N != 2 * a.n_head * a.head_dim)) return;
-    const u8* row = a.w + static_cast<i64>(n) * a.row_bytes;
+    float v[8];
+    if (!dequant8_any(a.type, a.w + static_cast<i64>(n) * a.row_bytes, k, v)) return;
     u32* o = a.out + static_cast<i64>(gemm_out_col(n, split, a.head_dim, a.n_head)) * (a.K / 2);
-    switch (a.type) {
-        case QT_F32: dequant_f16_body<QT_F32>(row, k, o); break;
-        case QT_F16: dequant_f16_body<QT_F16>(row, k, o); break;
-        case QT_BF16: dequant_f16_body<QT_BF16>(row, k, o); break;
-        case QT_Q8_0: dequant_f16_body<QT_Q8_0>(row, k, o); break;
-        case QT_Q4_K: dequant_f16_body<QT_Q4_K>(row, k, o); break;
-        case QT_Q5_K: dequant_f16_body<QT_Q5_K>(row, k, o); break;
-        case QT_Q6_K: dequant_f16_body<QT_Q6_K>(row, k, o); break;
-        default: break;
-    }
+    *reinterpret_cast<uint4*>(o + k / 2) =
+        make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
 }
 
 struct CastF16Args {

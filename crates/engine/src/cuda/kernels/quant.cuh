@@ -805,12 +805,25 @@ struct DequantRowsArgs {
     i32* err;             // optional: number of out-of-range row ids (those rows are set to NaN)
 };
 
-template <int T>
-__device__ __forceinline__ void dequant_rows_body(const DequantRowsArgs& a, const u8* row, float* o, int k) {
-    float v[8];
-    dequant8<T>(row, k, v);
-#pragma unroll
-    for (int i = 0; i < 8; i++) o[k + i] = v[i];
+// dequant8 for a type known only at run time; false (nothing written) for other types.
+__device__ __forceinline__ bool dequant8_any(int type, const u8* row, int k, float v[8]) {
+    switch (type) {
+        case QT_F32: dequant8<QT_F32>(row, k, v); return true;
+        case QT_F16: dequant8<QT_F16>(row, k, v); return true;
+        case QT_BF16: dequant8<QT_BF16>(row, k, v); return true;
+        case QT_Q8_0: dequant8<QT_Q8_0>(row, k, v); return true;
+        case QT_Q4_K: dequant8<QT_Q4_K>(row, k, v); return true;
+        case QT_Q5_K: dequant8<QT_Q5_K>(row, k, v); return true;
+        case QT_Q6_K: dequant8<QT_Q6_K>(row, k, v); return true;
+        default: return false;
+    }
+}
+
+// Whether a thread's 8 elements from k lie in a row of K elements of `type` that dequant8 can
+// decode (K a multiple of 8 and of the type's block).
+__device__ __forceinline__ bool dequant8_in_row(int type, int K, int k) {
+    const int be = qt_block_elems(type);
+    return be > 0 && qt_block_bytes(type) > 0 && k < K && K % 8 == 0 && K % be == 0;
 }
 
 // Grid (ceil(K / 2048), n_rows), 256 threads: each thread writes 8 elements. The launch may be
@@ -818,8 +831,7 @@ __device__ __forceinline__ void dequant_rows_body(const DequantRowsArgs& a, cons
 extern "C" __global__ void __launch_bounds__(256) dequant_rows(DequantRowsArgs a) {
     const int r = blockIdx.y;
     const int k = (blockIdx.x * 256 + threadIdx.x) * 8;
-    const int be = qt_block_elems(a.type);
-    if (r >= a.n_rows || k >= a.K || a.K % 8 != 0 || a.K % be != 0 || qt_block_bytes(a.type) == 0) return;
+    if (r >= a.n_rows || !dequant8_in_row(a.type, a.K, k)) return;
     float* o = a.out + static_cast<i64>(r) * a.ldo;
     const i64 id = a.row_ids ? static_cast<i64>(a.row_ids[r]) : static_cast<i64>(a.row0) + r;
     if (id < 0 || id >= a.n_rows_w) {
@@ -828,15 +840,8 @@ extern "C" __global__ void __launch_bounds__(256) dequant_rows(DequantRowsArgs a
         if (a.err && k == 0) atomicAdd(a.err, 1);
         return;
     }
-    const u8* row = a.w + id * a.row_bytes;
-    switch (a.type) {
-        case QT_F32: dequant_rows_body<QT_F32>(a, row, o, k); break;
-        case QT_F16: dequant_rows_body<QT_F16>(a, row, o, k); break;
-        case QT_BF16: dequant_rows_body<QT_BF16>(a, row, o, k); break;
-        case QT_Q8_0: dequant_rows_body<QT_Q8_0>(a, row, o, k); break;
-        case QT_Q4_K: dequant_rows_body<QT_Q4_K>(a, row, o, k); break;
-        case QT_Q5_K: dequant_rows_body<QT_Q5_K>(a, row, o, k); break;
-        case QT_Q6_K: dequant_rows_body<QT_Q6_K>(a, row, o, k); break;
-        default: break;
-    }
+    float v[8];
+    if (!dequant8_any(a.type, a.w + id * a.row_bytes, k, v)) return;
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[k + i] = v[i];
 }
