@@ -152,29 +152,16 @@ impl<B: Backend> Session<B> {
 
     /// Appends one token to the sequence; returns its logits.
     pub fn decode_with(&mut self, id: u32, hook: &mut dyn Hook) -> Result<Vec<f32>, EngineError> {
-        if self.n_past == 0 {
-            return Err(EngineError::Unsupported(
-                "decode needs a prefill first".into(),
-            ));
-        }
-        let plan = self.plan(1, self.n_past)?;
-        self.backend.prepare(&plan)?;
-        self.upload(&plan, &[id])?;
-        let (logits, _) = self.run(&plan, hook)?;
-        self.n_past += 1;
-        Ok(logits)
+        let plan = self.start_decode(id)?;
+        execute(&mut self.backend, &plan, hook)?;
+        self.finish_decode(&plan)
     }
 
     /// Appends one token on the backend's fastest path: the position-independent stretches of
     /// the plan run as kept segments where the backend keeps them (CUDA graphs), the nodes that
     /// depend on the position are dispatched each time; returns the token's logits.
     pub fn decode(&mut self, id: u32) -> Result<Vec<f32>, EngineError> {
-        if self.n_past == 0 {
-            return Err(EngineError::Unsupported(
-                "decode needs a prefill first".into(),
-            ));
-        }
-        let plan = self.plan(1, self.n_past)?;
+        let plan = self.start_decode(id)?;
         if self
             .decode_dynamic
             .as_ref()
@@ -184,12 +171,28 @@ impl<B: Backend> Session<B> {
             let neighbour = self.plan(1, self.n_past - 1)?;
             self.decode_dynamic = position_dependent(&plan, &neighbour);
         }
-        self.backend.prepare(&plan)?;
-        self.upload(&plan, &[id])?;
         match &self.decode_dynamic {
             Some(dynamic) => execute_segmented(&mut self.backend, &plan, dynamic)?,
             None => execute(&mut self.backend, &plan, &mut NoHook)?,
         };
+        self.finish_decode(&plan)
+    }
+
+    /// The one-token plan at the current position, prepared, with `id` uploaded.
+    fn start_decode(&mut self, id: u32) -> Result<Arc<Plan>, EngineError> {
+        if self.n_past == 0 {
+            return Err(EngineError::Unsupported(
+                "decode needs a prefill first".into(),
+            ));
+        }
+        let plan = self.plan(1, self.n_past)?;
+        self.backend.prepare(&plan)?;
+        self.upload(&plan, &[id])?;
+        Ok(plan)
+    }
+
+    /// After `plan`'s dispatches: the token's logits, and the position moves on.
+    fn finish_decode(&mut self, plan: &Plan) -> Result<Vec<f32>, EngineError> {
         // While the device works: build the next position's plan (~0.5 ms of host work for the
         // 35B-A3B that would otherwise sit between two tokens), and drop the previous one (a
         // plan per position would grow without bound over a long generation).
@@ -198,7 +201,7 @@ impl<B: Backend> Session<B> {
         }
         self.plans.remove(&(1, self.n_past - 1));
         self.backend.barrier()?;
-        let logits = self.backend.read(&plan, plan.logits)?;
+        let logits = self.backend.read(plan, plan.logits)?;
         self.n_past += 1;
         Ok(logits)
     }
