@@ -552,25 +552,10 @@ pub fn write_model<W: Write>(
 ) -> Result<SynthReport, ModelError> {
     spec.config.validate()?;
     let (plans, fallbacks) = tensor_plans(&spec.config, spec.quant);
+    let mut report = summary(spec, &plans, fallbacks)?;
+    let total = report.file_bytes;
     let specs: Vec<TensorSpec> = plans.iter().map(|p| p.spec.clone()).collect();
-    let total: u64 = specs
-        .iter()
-        .map(|s| {
-            let n: u64 = s.dims.iter().product();
-            s.ty.row_bytes(s.dims[0]).map(|b| b * (n / s.dims[0]))
-        })
-        .sum::<Result<u64, _>>()?;
     let mut writer = GgufWriter::new(out, &metadata(spec), &specs)?;
-    let mut report = SynthReport {
-        preset: spec.preset.name().into(),
-        quant: spec.quant.name().into(),
-        seed: spec.seed,
-        file_bytes: 0,
-        params: 0,
-        by_type: BTreeMap::new(),
-        fallbacks,
-        routing: Vec::new(),
-    };
     let window = rayon::current_num_threads().max(1) * 2;
     let mut done = 0u64;
     for plan in &plans {
@@ -620,15 +605,6 @@ pub fn write_model<W: Write>(
                 spec.seed,
             ));
         }
-        let params: u64 = plan.spec.dims.iter().product();
-        let e = report
-            .by_type
-            .entry(plan.spec.ty.name().to_string())
-            .or_default();
-        e.tensors += 1;
-        e.bytes += plan.spec.ty.row_bytes(plan.spec.dims[0])? * (params / plan.spec.dims[0]);
-        e.params += params;
-        report.params += params;
     }
     writer.finish()?;
     report.file_bytes = done;
@@ -637,19 +613,23 @@ pub fn write_model<W: Write>(
 
 /// Bytes of tensor data a spec will produce (header excluded), for progress and disk checks.
 pub fn data_bytes(spec: &SynthSpec) -> Result<u64, ModelError> {
-    let (plans, _) = tensor_plans(&spec.config, spec.quant);
-    let mut total = 0;
-    for p in plans {
-        let n: u64 = p.spec.dims.iter().product();
-        total += p.spec.ty.row_bytes(p.spec.dims[0])? * (n / p.spec.dims[0]);
-    }
-    Ok(total)
+    Ok(plan_summary(spec)?.file_bytes)
 }
 
 /// The tensor types, counts and sizes a spec would write, without generating anything.
 pub fn plan_summary(spec: &SynthSpec) -> Result<SynthReport, ModelError> {
     spec.config.validate()?;
     let (plans, fallbacks) = tensor_plans(&spec.config, spec.quant);
+    summary(spec, &plans, fallbacks)
+}
+
+/// Types, counts, parameters and data bytes of `plans` (routing estimates are left empty: they
+/// come from the generated routers).
+fn summary(
+    spec: &SynthSpec,
+    plans: &[TensorPlan],
+    fallbacks: Vec<String>,
+) -> Result<SynthReport, ModelError> {
     let mut r = SynthReport {
         preset: spec.preset.name().into(),
         quant: spec.quant.name().into(),

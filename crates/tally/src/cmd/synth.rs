@@ -140,16 +140,7 @@ fn print_text(path: &std::path::Path, file_bytes: u64, secs: f64, r: &synth::Syn
         secs,
         file_bytes as f64 / 1e9 / secs.max(1e-9)
     );
-    println!(
-        "{:<6} {:>8} {:>14} {:>16}",
-        "type", "tensors", "bytes", "params"
-    );
-    for (ty, c) in &r.by_type {
-        println!(
-            "{:<6} {:>8} {:>14} {:>16}",
-            ty, c.tensors, c.bytes, c.params
-        );
-    }
+    print_types(r);
     for f in &r.fallbacks {
         println!("note: {f}");
     }
