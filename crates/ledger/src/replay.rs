@@ -235,6 +235,19 @@ struct Plan {
 }
 
 impl ReplayReport {
+    /// The replay settings this report was judged with, as far as the report records them
+    /// (tolerances and replay counts; the rest default).
+    pub fn recorded_config(&self) -> ReplayConfig {
+        let v = &self.validations;
+        ReplayConfig {
+            replays: v.linearity.replays.clone(),
+            tolerance_ratio: v.all_at_once.tolerance_ratio,
+            min_r2: v.linearity.min_r2,
+            max_intercept_ratio: v.linearity.max_intercept_ratio,
+            ..ReplayConfig::default()
+        }
+    }
+
     /// The same recorded windows judged again under this build's rules and `cfg`'s tolerances
     /// (the replay counts of the recorded linearity series are kept): for a measurement taken
     /// before a rule changed. Nothing is re-measured.

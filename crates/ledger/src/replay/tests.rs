@@ -403,6 +403,7 @@ fn reanalysing_recorded_windows_gives_the_same_report() {
     let r = run(&mut s);
     let again = r.reanalysed(&ReplayConfig::default()).unwrap();
     assert_eq!(again, r);
+    assert_eq!(r.reanalysed(&r.recorded_config()).unwrap(), r);
     // A stricter tolerance fails (a) and (b) on the same windows without re-measuring.
     let strict = ReplayConfig {
         tolerance_ratio: 0.0,

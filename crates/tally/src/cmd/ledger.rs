@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use tally_ledger::measure::Measurement;
-use tally_ledger::replay::ReplayConfig;
 use tally_ledger::report::{render_json, render_markdown, render_svg, render_terminal};
 use tally_ledger::{build_ledger, measure_pair};
 
@@ -28,8 +27,8 @@ pub struct Args {
     /// Measure tally against this peer now: llama.cpp or self.
     #[arg(long)]
     peer: Option<String>,
-    /// With files: judge the recorded replay windows again under this build's validation rules
-    /// (nothing is re-measured; the ledger says so).
+    /// With files: judge the recorded replay windows again under this build's validation rules,
+    /// with the tolerances they were recorded with (nothing is re-measured; the ledger says so).
     #[arg(long)]
     reanalyse: bool,
     /// Measuring options (with --peer), output directory and format (always).
@@ -69,7 +68,7 @@ pub fn main(a: Args) -> Result<()> {
     if a.reanalyse {
         for m in [&mut ma, &mut mb] {
             if let Some(r) = &m.replay {
-                m.replay = Some(r.reanalysed(&ReplayConfig::default())?);
+                m.replay = Some(r.reanalysed(&r.recorded_config())?);
                 reanalysed = true;
             }
         }
