@@ -85,6 +85,8 @@ pub struct CudaBackend {
     /// Opt-in (`TALLY_DECODE_GRAPH=1`) until measured on a GPU.
     segments: HashMap<(usize, usize, usize), CudaGraph>,
     segments_on: bool,
+    /// `TALLY_NO_GRAPH` set: no graphs at all (every launch direct).
+    no_graph: bool,
     /// The opt-in cuBLAS path of dense projections (`TALLY_GEMM=cublas`): projections with at
     /// least this many rows take it (`TALLY_GEMM_CUBLAS_MIN_M`, default 128).
     cublas_min_m: Option<usize>,
@@ -166,6 +168,7 @@ impl CudaBackend {
             graph: None,
             segments: HashMap::new(),
             segments_on: std::env::var("TALLY_DECODE_GRAPH").is_ok_and(|v| v == "1"),
+            no_graph: std::env::var_os("TALLY_NO_GRAPH").is_some(),
             cublas_min_m: ops_big::cublas_min_m_from_env(),
             blas: None,
             props,
@@ -423,7 +426,7 @@ impl Backend for CudaBackend {
     }
 
     fn capture_begin(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
-        if std::env::var_os("TALLY_NO_GRAPH").is_some() {
+        if self.no_graph {
             return Ok(false);
         }
         self.graph = None;
@@ -446,7 +449,7 @@ impl Backend for CudaBackend {
         _from: usize,
         _to: usize,
     ) -> Result<bool, EngineError> {
-        if !self.segments_on || std::env::var_os("TALLY_NO_GRAPH").is_some() {
+        if !self.segments_on || self.no_graph {
             return Ok(false);
         }
         self.begin_capture()
