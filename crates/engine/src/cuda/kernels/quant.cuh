@@ -667,9 +667,11 @@ struct Piece<QT_Q8_0> {
     }
 };
 
-template <>
-struct Piece<QT_F16> {
+// The 16-bit float rows (F16, BF16): a piece is 64 raw bytes, 32 values of 16 bits.
+template <bool BF16>
+struct Piece16 {
     uint4 r[4];
+    static __device__ __forceinline__ float value(u32 bits) { return BF16 ? bf16_to_f32(bits) : f16_to_f32(bits); }
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p) * 64;
 #pragma unroll
@@ -687,48 +689,15 @@ struct Piece<QT_F16> {
     }
     __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
 #pragma unroll
-        for (int i = 0; i < 4; i++) o[i] = r[i];
-    }
-    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
-        sc[0] = sc[1] = 1.0f;
-        off[0] = off[1] = 0.0f;
-#pragma unroll
         for (int i = 0; i < 4; i++) {
-            const u32 w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                v[8 * i + 2 * j] = f16_to_f32(w[j]);
-                v[8 * i + 2 * j + 1] = f16_to_f32(w[j] >> 16);
+            if (!BF16) {
+                o[i] = r[i];
+                continue;
             }
-        }
-    }
-};
-
-template <>
-struct Piece<QT_BF16> {
-    uint4 r[4];
-    __device__ __forceinline__ void issue(const u8* row, int p) {
-        const u8* b = row + static_cast<i64>(p) * 64;
-#pragma unroll
-        for (int i = 0; i < 4; i++) r[i] = ldg_u128(b + 16 * i);
-    }
-    static constexpr int SLOT_WORDS = 16;
-    __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
-        const u8* b = row + static_cast<i64>(p) * 64;
-#pragma unroll
-        for (int i = 0; i < 4; i++) cp_async16(s.w(4 * i), b + 16 * i);
-    }
-    __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) r[i] = s.v(i);
-    }
-    __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
             const u32 w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
             u32 h[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) h[j] = pack_f16x2(bf16_to_f32(w[j]), bf16_to_f32(w[j] >> 16));
+            for (int j = 0; j < 4; j++) h[j] = pack_f16x2(value(w[j]), value(w[j] >> 16));
             o[i] = make_uint4(h[0], h[1], h[2], h[3]);
         }
     }
@@ -740,12 +709,17 @@ struct Piece<QT_BF16> {
             const u32 w[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                v[8 * i + 2 * j] = bf16_to_f32(w[j]);
-                v[8 * i + 2 * j + 1] = bf16_to_f32(w[j] >> 16);
+                v[8 * i + 2 * j] = value(w[j]);
+                v[8 * i + 2 * j + 1] = value(w[j] >> 16);
             }
         }
     }
 };
+
+template <>
+struct Piece<QT_F16> : Piece16<false> {};
+template <>
+struct Piece<QT_BF16> : Piece16<true> {};
 
 template <>
 struct Piece<QT_F32> {
