@@ -68,18 +68,6 @@ struct Row {
 fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
     let mut out = Vec::new();
     let mk = |test: String, tokens: u64, samples: &[f64], g: &tally_ledger::gate::GroupRecord| {
-        let dropped: Vec<_> = g
-            .windows
-            .iter()
-            .filter(|w| w.status == tally_ledger::gate::WindowStatus::Discarded)
-            .collect();
-        let mut discard_reasons: Vec<String> = Vec::new();
-        for reason in dropped.iter().flat_map(|w| &w.reasons) {
-            let text = reason.to_string();
-            if !discard_reasons.contains(&text) {
-                discard_reasons.push(text);
-            }
-        }
         let ts: Vec<f64> = samples.iter().map(|ms| tokens as f64 * 1e3 / ms).collect();
         let n = ts.len().max(1) as f64;
         let mean = ts.iter().sum::<f64>() / n;
@@ -101,8 +89,8 @@ fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
                 0.0
             },
             median_ms: med,
-            discarded_windows: dropped.len(),
-            discard_reasons,
+            discarded_windows: g.discards(),
+            discard_reasons: g.discard_reasons(),
             gate_exhausted: g.exhausted,
         }
     };
