@@ -5,13 +5,16 @@
 //! tally loads: nothing is undone in between, so these tests hold tally's reading of the
 //! converter's layout (norm + 1, V-head reordering, `[d, 1]` vectors, the MTP block...).
 //!
-//! Bounds, relative error in f64 over each logits vector:
+//! Bounds, relative error in f64 over each logits vector (measured worst over the prompt and 8
+//! greedy steps, conv-a / conv-b / conv-a-mtp, in the fixtures' README):
 //! - f32 files: 1e-5. The converter stores the checkpoint's f32 weights exactly; what remains is
-//!   tally's f32 arithmetic against float64 (measured ~1e-6 and below).
+//!   tally's f32 arithmetic against float64 (measured ~2e-7).
 //! - bf16 files: 2e-2. Every matrix is rounded to 8 significant bits (relative error up to
-//!   2^-9 per weight, ~2^-10 RMS); through the layers that becomes ~5e-3 on the logits.
-//! - q8_0 files: 2e-2. Blocks of 32 weights share one scale, absmax / 127: a weight's error is
-//!   up to half a step, ~0.4% of its block's largest; measured a few 1e-3 on the logits.
+//!   2^-9 per weight, ~2^-10 RMS); through ~a dozen matmuls between embedding and head that
+//!   becomes 4e-3 to 7e-3 on the logits.
+//! - q8_0 files: 4e-2. Blocks of 32 weights share one scale, absmax / 127: a weight's error is
+//!   up to half a step, ~0.5% RMS of a Gaussian block, the embedding and head included
+//!   (the converter quantises both); measured 1.3e-2 to 1.9e-2 on the logits.
 //!
 //! Greedy tokens must be identical in every case: the reference was drawn (seeds tried in order)
 //! until every greedy step has a top-1 to top-2 logit gap of at least 0.05 and every router the
@@ -27,6 +30,10 @@ use common::*;
 use sha2::{Digest, Sha256};
 use tally_gguf::{GgmlType, GgufFile};
 use tally_model::Model;
+
+const F32_TOL: f64 = 1e-5;
+const BF16_TOL: f64 = 2e-2;
+const Q8_0_TOL: f64 = 4e-2;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -125,33 +132,33 @@ fn check(name: &str, outtype: &str, tol: f64) -> f64 {
 
 #[test]
 fn conv_a_f32_matches_transformers() {
-    check("conv-a", "f32", 1e-5);
+    check("conv-a", "f32", F32_TOL);
 }
 
 #[test]
 fn conv_a_q8_0_and_bf16_give_the_same_tokens() {
-    check("conv-a", "q8_0", 2e-2);
-    check("conv-a", "bf16", 2e-2);
+    check("conv-a", "q8_0", Q8_0_TOL);
+    check("conv-a", "bf16", BF16_TOL);
 }
 
 #[test]
 fn conv_b_f32_matches_transformers() {
-    check("conv-b", "f32", 1e-5);
+    check("conv-b", "f32", F32_TOL);
 }
 
 #[test]
 fn conv_b_q8_0_and_bf16_give_the_same_tokens() {
-    check("conv-b", "q8_0", 2e-2);
-    check("conv-b", "bf16", 2e-2);
+    check("conv-b", "q8_0", Q8_0_TOL);
+    check("conv-b", "bf16", BF16_TOL);
 }
 
 /// The MTP twin has conv-a's trunk (same seed) and one random MTP block: the trunk alone runs,
 /// so its logits are transformers' (which ignores `mtp.*`) to the same bound.
 #[test]
 fn conv_a_mtp_runs_the_trunk_and_keeps_the_block() {
-    check("conv-a-mtp", "f32", 1e-5);
-    check("conv-a-mtp", "q8_0", 2e-2);
-    check("conv-a-mtp", "bf16", 2e-2);
+    check("conv-a-mtp", "f32", F32_TOL);
+    check("conv-a-mtp", "q8_0", Q8_0_TOL);
+    check("conv-a-mtp", "bf16", BF16_TOL);
     let m = Model::open(&fixture("conv-a-mtp-f32.gguf")).expect("open");
     let twin = Model::open(&fixture("conv-a-f32.gguf")).expect("open twin");
     assert_eq!(m.config.n_mtp_layers, 1);

@@ -208,7 +208,7 @@ pub fn main(a: Args) -> Result<()> {
 fn print_text(r: &Report, md: bool) {
     let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     println!(
-        "{}: {} {} (name {}, size label {}), {:.3} GB",
+        "{}: {} {} (name {}, size label {}), {:.3} MB",
         r.path,
         r.architecture,
         r.file_type
@@ -216,7 +216,7 @@ fn print_text(r: &Report, md: bool) {
             .unwrap_or_else(|| "no file type".into()),
         or(&r.name),
         or(&r.size_label),
-        r.file_bytes as f64 / 1e9
+        r.file_bytes as f64 / 1e6
     );
     println!(
         "layers: block_count {} = {} trunk ({} linear, {} full attention) + {} MTP; hidden {}, vocab {}, experts {} top-{}, context {}",
