@@ -207,3 +207,39 @@ fn converter_metadata_is_present_and_harmless() {
     assert!(f.get("general.file_type").is_some());
     assert!(f.get("general.quantization_version").is_some());
 }
+
+/// The converter's MTP file with one MTP tensor's shape broken (same bytes) is refused, naming it.
+#[test]
+fn a_broken_mtp_tensor_in_a_converter_file_is_named() {
+    use tally_gguf::{GgufWriter, TensorSpec};
+    let g = GgufFile::open(&fixture("conv-a-mtp-f32.gguf")).expect("open");
+    let broken = "blk.4.nextn.eh_proj.weight";
+    let specs: Vec<TensorSpec> = g
+        .tensors()
+        .iter()
+        .map(|t| {
+            let mut dims = t.dims.clone();
+            if t.name == broken {
+                dims.swap(0, 1);
+            }
+            TensorSpec {
+                name: t.name.clone(),
+                dims,
+                ty: t.ty,
+            }
+        })
+        .collect();
+    let mut w = GgufWriter::new(Vec::new(), g.metadata(), &specs).expect("writer");
+    for t in g.tensors() {
+        w.write_data(g.tensor_data(t)).expect("data");
+    }
+    let file = GgufFile::from_bytes(w.finish().expect("finish"), "broken").expect("parse");
+    let e = Model::from_file(std::path::Path::new("broken"), file)
+        .err()
+        .expect("a broken MTP tensor must be refused")
+        .to_string();
+    assert!(
+        e.contains(broken) && e.contains("[32, 64]") && e.contains("[64, 32]"),
+        "{e}"
+    );
+}

@@ -120,3 +120,48 @@ impl Mtp {
         self.tensors.iter().map(|t| t.bytes).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{Preset, QuantMix, SynthSpec, write_model};
+    use crate::{Model, build_plan};
+
+    fn synth(mtp: usize) -> Model {
+        let mut config = Preset::TinyOdd.config();
+        config.n_mtp_layers = mtp;
+        let spec = SynthSpec {
+            preset: Preset::TinyOdd,
+            config,
+            quant: QuantMix::Q8_0,
+            seed: 5,
+        };
+        let mut out = Vec::new();
+        write_model(&spec, &mut out, &mut |_, _| {}).expect("synth");
+        let file = GgufFile::from_bytes(out, "mem").expect("parse");
+        Model::from_file(std::path::Path::new("mem"), file).expect("load")
+    }
+
+    #[test]
+    fn an_mtp_file_keeps_its_block_and_plans_the_trunk_only() {
+        let plain = synth(0);
+        let m = synth(1);
+        let l = plain.config.n_layers;
+        assert_eq!(m.config.n_layers, l);
+        assert_eq!(m.config.block_count(), l + 1);
+        assert_eq!(m.config.layers, plain.config.layers);
+        assert!(plain.mtp.is_empty());
+        let [b] = m.mtp.as_slice() else {
+            panic!("one block")
+        };
+        assert_eq!(b.layer, l);
+        assert!(b.own_head_norm && !b.own_head && !b.own_embed_tokens);
+        // The converter's [d, 1] spelling of the shared-expert gate is respelled [d] at open.
+        let g = format!("blk.{l}.ffn_gate_inp_shexp.weight");
+        assert_eq!(m.file.tensor(&g).map(|t| t.dims.clone()), Some(vec![512]));
+        let p = build_plan(&m.config, 3, 0, 8, &Default::default()).expect("plan");
+        let q = build_plan(&plain.config, 3, 0, 8, &Default::default()).expect("plan");
+        assert_eq!(p.nodes.len(), q.nodes.len());
+        assert!(p.nodes.iter().all(|n| n.layer.is_none_or(|il| il < l)));
+    }
+}
