@@ -471,3 +471,35 @@ fn broken_mtp_tensor_is_bad_input_naming_it() {
     let o = tally(&["run", "--model", &gone.to_string_lossy(), "--tokens", "4"]);
     assert_bad_input(&o, "missing tensor `blk.4.nextn.hnorm.weight`");
 }
+
+#[test]
+fn info_reads_a_converter_files_real_metadata() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/converter/conv-a-mtp-q8_0.gguf");
+    let o = tally(&["info", "--model", &p.to_string_lossy(), "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["tokenizer"]["model"], "gpt2");
+    assert_eq!(v["tokenizer"]["pre"], "qwen35");
+    assert_eq!(v["tokenizer"]["tokens"], 320);
+    assert!(v["tokenizer"]["merges"].as_u64().is_some_and(|n| n > 0));
+    assert!(v["chat_template_bytes"].as_u64().is_some_and(|n| n > 0));
+    assert!(v["size_label"].is_string() && v["name"].is_string());
+    assert_eq!(v["file_type"], 7); // llama.cpp's MOSTLY_Q8_0
+    assert_eq!(
+        (v["trunk_layers"].as_u64(), v["mtp_layers"].as_u64()),
+        (Some(4), Some(1))
+    );
+    assert!(
+        v["types"]["Q8_0"]["tensors"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    let o = tally(&["info", "--model", &p.to_string_lossy()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("tokenizer: gpt2 (320 tokens, pre-tokenizer qwen35)"),
+        "{out}"
+    );
+    assert!(out.contains("chat template: present"), "{out}");
+}
