@@ -2,6 +2,7 @@ pub mod bench;
 pub mod check;
 pub mod common;
 pub mod graph;
+pub mod info;
 pub mod ledger;
 pub mod machine;
 pub mod measure;
