@@ -413,12 +413,15 @@ impl<'a> Output<'a> {
 
 // ---------------------------------------------------------------------------------------------
 
+/// A token callback that can run on the engine's worker thread.
+pub type OnToken = Box<dyn FnMut(&TokenEvent<'_>) -> ControlFlow<()> + Send>;
+
 /// A request for [`Engine::submit`].
 pub struct Request {
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
     /// Called on the worker thread for each token; `Break` stops this request.
-    pub on_token: Box<dyn FnMut(&TokenEvent<'_>) -> ControlFlow<()> + Send>,
+    pub on_token: OnToken,
 }
 
 /// Why a request was not queued.
