@@ -14,7 +14,7 @@ pub mod peaks;
 pub mod session;
 pub mod subject;
 
-pub use backend::{Backend, Target};
+pub use backend::{Backend, GraphCount, Target};
 pub use session::Session;
 
 /// Errors of the engine. Input-dependent failures (token ids, lengths) have their own variants

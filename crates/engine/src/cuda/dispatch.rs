@@ -18,6 +18,7 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
         "ops" => &[
             "norm_rows",
             "rope_neox",
+            "kv_store",
             "binary_map",
             "router_topk",
             "moe_combine",
@@ -138,7 +139,7 @@ pub fn dispatch(
             head_dim,
             dims,
             theta,
-            pos0,
+            offset,
         } => {
             let x = v_in(0);
             let a = RopeArgs {
@@ -150,8 +151,9 @@ pub fn dispatch(
                 n_heads: (x.cols / head_dim) as i32,
                 head_dim: *head_dim as i32,
                 dims: *dims as i32,
-                pos0: *pos0 as i32,
+                pos0: *offset as i32,
                 theta: *theta,
+                pos: io.ins[1].0,
             };
             let n = (x.rows * x.cols) as i64;
             launch(
@@ -257,6 +259,33 @@ pub fn dispatch(
             launch(
                 b.kernel("shared_gate")?,
                 (x.rows as u32, 1, 1),
+                (256, 1, 1),
+                0,
+                s,
+                &a,
+            )
+        }
+        Op::KvStore => {
+            let k = v_in(0);
+            let cap = node.outputs[0].rows.min(node.outputs[1].rows);
+            let a = KvStoreArgs {
+                k: io.ins[0].0,
+                ldk: io.ins[0].1,
+                v: io.ins[1].0,
+                ldv: io.ins[1].1,
+                kc: io.outs[0].0,
+                ldkc: io.outs[0].1,
+                vc: io.outs[1].0,
+                ldvc: io.outs[1].1,
+                pos: io.ins[2].0,
+                rows: k.rows as i32,
+                cols: k.cols as i32,
+                cap: cap as i32,
+            };
+            let n = (k.rows * k.cols) as i64;
+            launch(
+                b.kernel("kv_store")?,
+                (blocks(n, 256), 2, 1),
                 (256, 1, 1),
                 0,
                 s,

@@ -1,6 +1,7 @@
 //! Kernel launches: one parameter struct passed by value, a grid, a block, dynamic shared memory.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{result, sys};
 
@@ -11,6 +12,25 @@ use crate::EngineError;
 pub struct Kernel {
     pub f: sys::CUfunction,
     pub name: &'static str,
+}
+
+/// Kernel launches made by this process (empty grids, which launch nothing, are not counted):
+/// a capture compares the launches its dispatches made with the kernel nodes of its graph.
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+/// Library calls (cuBLAS) made by this process; each launches kernels of its own.
+static LIBRARY_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// `(kernel launches, library calls)` so far in this process.
+pub fn counts() -> (u64, u64) {
+    (
+        LAUNCHES.load(Ordering::Relaxed),
+        LIBRARY_CALLS.load(Ordering::Relaxed),
+    )
+}
+
+/// Counts one library call (a cuBLAS GEMM).
+pub fn count_library_call() {
+    LIBRARY_CALLS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Launches `k` with `args` as its single by-value parameter.
@@ -32,7 +52,9 @@ pub fn launch<T: Copy>(
     // SAFETY: `params` holds one pointer to a live `T` matching the kernel's single parameter
     // (guaranteed by the caller); the driver copies the argument before returning.
     unsafe { result::launch_kernel(k.f, grid, block, smem, stream, &mut params) }
-        .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))
+        .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))?;
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Blocks of `threads` covering `n` items.

@@ -272,12 +272,12 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, node: &Node, io: &Io) -> Resul
             n_head_kv,
             head_dim,
             scale,
-            q_pos0,
+            q_offset,
         } => attention(
             b,
             node,
             io,
-            (*n_head, *n_head_kv, *head_dim, *scale, *q_pos0),
+            (*n_head, *n_head_kv, *head_dim, *scale, *q_offset),
         ),
         Op::MatMul { layout } => {
             let x = node.inputs[0];
@@ -322,7 +322,7 @@ fn attention(
     b: &mut CudaBackend,
     node: &Node,
     io: &Io,
-    (h, hkv, d, scale, q_pos0): (usize, usize, usize, f32, usize),
+    (h, hkv, d, scale, q_offset): (usize, usize, usize, f32, usize),
 ) -> Result<(), EngineError> {
     let s = b.cu_stream();
     let (r, p) = (node.inputs[0].rows, node.inputs[1].rows);
@@ -339,7 +339,6 @@ fn attention(
     };
     let g = (h / hkv.max(1)) as i64;
     let rows = r as i64 * g;
-    let p_vis = (q_pos0 + r) as i64;
     let mut a = AttnArgs {
         q: io.ins[0].0,
         ldq: io.ins[0].1,
@@ -354,27 +353,26 @@ fn attention(
         h: h as i32,
         hkv: hkv as i32,
         d: d as i32,
-        q_pos0: q_pos0 as i32,
+        q_pos0: q_offset as i32,
         scale,
         n_split: 1,
-        kv_chunk: p_vis as i32,
+        kv_chunk: 0,
         pad0: 0,
         ws: 0,
         k16: 0,
         v16: 0,
         ld16: 0,
+        pos: io.ins[3].0,
     };
     if rows <= ATTN_DEC_MAXQ {
-        // Flash decoding: split the keys so every SM has a block, then combine.
-        let sms = i64::from(b.props.sm_count.max(1));
-        let target = (sms / hkv as i64).max(1);
-        let chunk = ((p_vis + target - 1) / target + 63) / 64 * 64;
-        let n_split = ((p_vis + chunk - 1) / chunk).max(1);
-        a.kv_chunk = chunk as i32;
+        // Flash decoding: split the keys so every SM has a block, then combine. The grid is
+        // fixed by the cache's capacity (the position is device data); the kernels split the
+        // keys the cache holds evenly (kv_chunk 0), splits past them exit at once.
+        let n_split = decode_splits(b.props.sm_count, hkv, p);
         a.n_split = n_split as i32;
         if n_split > 1 {
-            let floats = n_split * r as i64 * h as i64 * (d as i64 + 2);
-            a.ws = b.workspace(floats as usize * 4)?;
+            let floats = n_split * r * h * (d + 2);
+            a.ws = b.workspace(floats * 4)?;
         }
         let name = match suffix {
             "d32" => "flash_decode_d32",
@@ -420,6 +418,13 @@ fn attention(
     )
 }
 
+/// Key splits of flash decoding over a cache of `cap` positions: one block per SM over the KV
+/// heads, at most one split per 64 keys of the cache.
+fn decode_splits(sms: u32, hkv: usize, cap: usize) -> usize {
+    let target = (sms.max(1) as usize / hkv.max(1)).max(1);
+    target.min(cap.div_ceil(64)).max(1)
+}
+
 /// (layout code, head_dim, n_head) of a projection's output layout, as gemm.cu takes them.
 fn layout_code(l: OutLayout) -> (i32, i32, i32) {
     match l {
@@ -429,26 +434,35 @@ fn layout_code(l: OutLayout) -> (i32, i32, i32) {
 }
 
 /// Which kernel of a type runs a product: 0 = BM 128, 1 = BM 64, 2 = BM 32, 3 = GEMV.
-/// `TALLY_GEMM_VARIANT=0..3` forces one (for experiments).
-fn dense_variant(m: usize, n: usize, k: usize, sms: u32) -> usize {
-    if let Some(v) = std::env::var("TALLY_GEMM_VARIANT")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|v| *v < 4)
-    {
-        return v;
+/// `forced` (`TALLY_GEMM_VARIANT`) picks one for experiments; the tensor-core tiles need
+/// K % 64 == 0, and forcing one on another K is an error (the kernel would leave its output
+/// unwritten).
+fn dense_variant(
+    m: usize,
+    n: usize,
+    k: usize,
+    sms: u32,
+    forced: Option<usize>,
+) -> Result<usize, EngineError> {
+    if let Some(v) = forced {
+        if v < 3 && k % 64 != 0 {
+            return Err(EngineError::Unsupported(format!(
+                "TALLY_GEMM_VARIANT={v} needs K % 64 == 0; this projection has K = {k}"
+            )));
+        }
+        return Ok(v);
     }
     if m <= 8 || k % 64 != 0 {
-        return 3;
+        return Ok(3);
     }
     let n_blocks = (n as u64).div_ceil(GEMM_BN as u64);
     // The largest tile that still gives every SM a block.
     for (v, bm) in [(0usize, 128u64), (1, 64), (2, 32)] {
         if n_blocks * (m as u64).div_ceil(bm) >= u64::from(sms) {
-            return v;
+            return Ok(v);
         }
     }
-    2
+    Ok(2)
 }
 
 /// The f32 SIMT GEMM of an F32-weight product (m > 8 rows) and its square block tile:
@@ -467,25 +481,11 @@ fn simt_variant(m: usize, n: usize, sms: u32) -> (&'static str, i64) {
 /// never has the library allocate).
 const CUBLAS_WORKSPACE: usize = 32 << 20;
 
-/// `TALLY_GEMM=cublas` turns the cuBLAS path on, for projections of at least
-/// `TALLY_GEMM_CUBLAS_MIN_M` rows (default 128).
-pub fn cublas_min_m_from_env() -> Option<usize> {
-    if std::env::var("TALLY_GEMM").ok()?.as_str() != "cublas" {
-        return None;
-    }
-    Some(
-        std::env::var("TALLY_GEMM_CUBLAS_MIN_M")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(128),
-    )
-}
-
 /// The f16 operand bytes (weight, activations) of a dense projection that takes the cuBLAS path,
 /// or None when it runs on the engine's own kernels: F32 weights (the router stays exact) and
 /// shapes the operand kernels do not take stay there.
 fn cublas_operands(b: &CudaBackend, weight: &str, m: usize) -> Option<(usize, usize)> {
-    let min_m = b.cublas_min_m?;
+    let min_m = b.options.cublas_min_m?;
     let w = b.weight(weight).ok()?;
     let (k, n) = (*w.dims.first()? as usize, *w.dims.get(1)? as usize);
     let block = w.ty.block_elems();
@@ -595,6 +595,7 @@ fn cublas_gemm(
             .result()
             .map_err(|e| blas_err("cublasSetWorkspace", e))?;
     }
+    super::launch::count_library_call();
     let d = GemmExDims::row_major(m, n, k, y.1 as usize);
     let (alpha, beta) = (1.0f32, 0.0f32);
     // SAFETY: wh holds n*k and xh m*k f16 values written above on the same stream; y.0 holds m
@@ -676,7 +677,7 @@ fn dense_gemm(
         );
         return launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a);
     }
-    let v = dense_variant(m, n, k, b.props.sm_count);
+    let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
     let kern = b.kernel(names[v])?;
     if v == 3 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
@@ -856,14 +857,14 @@ pub fn node_work_bytes(b: &CudaBackend, node: &Node) -> usize {
             n_head,
             n_head_kv,
             head_dim,
-            q_pos0,
             ..
         } => {
-            let r = node.inputs[0].rows;
-            let p_vis = (q_pos0 + r) as i64;
-            let target = (i64::from(sms) / *n_head_kv as i64).max(1);
-            let chunk = ((p_vis + target - 1) / target + 63) / 64 * 64;
-            let n_split = ((p_vis + chunk - 1) / chunk).max(1);
+            let (r, p) = (node.inputs[0].rows, node.inputs[1].rows);
+            // Only flash decoding splits the keys (and needs the partials' workspace).
+            if (r * (*n_head / (*n_head_kv).max(1))) as i64 > ATTN_DEC_MAXQ {
+                return 0;
+            }
+            let n_split = decode_splits(sms, *n_head_kv, p) as i64;
             4 * (n_split * r as i64 * *n_head as i64 * (*head_dim as i64 + 2)) as usize
         }
         _ => 0,
@@ -924,6 +925,18 @@ mod tests {
                 "{mac} != {v}"
             );
         }
+    }
+
+    #[test]
+    fn a_forced_tile_on_a_k_it_cannot_run_is_an_error() {
+        // K = 96: only the GEMV runs it; forcing a tensor-core tile used to leave y stale.
+        for v in 0..3 {
+            let e = dense_variant(512, 256, 96, 132, Some(v)).expect_err("rejected");
+            assert!(e.to_string().contains("K % 64"), "{e}");
+        }
+        assert_eq!(dense_variant(512, 256, 96, 132, Some(3)).ok(), Some(3));
+        assert_eq!(dense_variant(512, 256, 128, 132, Some(1)).ok(), Some(1));
+        assert_eq!(dense_variant(512, 256, 96, 132, None).ok(), Some(3));
     }
 
     #[test]

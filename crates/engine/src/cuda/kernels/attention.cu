@@ -1,7 +1,8 @@
 // Causal softmax attention with grouped KV heads: Op::Attention (crates/model/src/plan.rs), whose
 // reference is crates/engine/src/cpu/ops/attention.rs.
 //
-// Query row r (position p = q_pos0 + r) attends to cache rows 0..=p; query head h reads KV head
+// Query row r (position p = q_pos0 + *pos + r; pos the batch position, device data, so one captured
+// graph serves every decode step) attends to cache rows 0..=p; query head h reads KV head
 // h / (H / Hkv). o = softmax(scale * q k^T) v per (row, head), never materialising the scores:
 // flash attention with an online softmax (f32 maximum and sum), f16 mma.sync m16n8k16 operands and
 // f32 accumulation. Inputs and outputs are f32.
@@ -64,6 +65,7 @@ struct AttnArgs {
     __half* k16;          // flash_attn_h_*: f16 K, [>= P_vis, ld16]
     __half* v16;          // flash_attn_h_*: f16 V
     i64 ld16;             // elements, a multiple of 8
+    const i32* pos;       // the batch position (n_past), added to q_pos0; null: 0
 };
 
 // Dynamic shared memory of flash_attn_*: (BM + 2 * BN) rows of (D + 8) halves.
@@ -145,7 +147,10 @@ __device__ __forceinline__ void split_range(const AttnArgs& a, int n_split, int 
         ke = kv_end;
         return;
     }
-    i64 chunk = a.kv_chunk < 1 ? 1 : a.kv_chunk;
+    // kv_chunk < 1: from the visible keys (the position is device data: a grid fixed at capture
+    // splits whatever length the cache has reached evenly).
+    i64 chunk = a.kv_chunk >= 1 ? a.kv_chunk : (static_cast<i64>(kv_end) + n_split - 1) / n_split;
+    chunk = chunk < 1 ? 1 : chunk;
     chunk = (chunk + 63) & ~static_cast<i64>(63);
     const i64 b = static_cast<i64>(z) * chunk;
     kb = static_cast<int>(b < kv_end ? b : kv_end);
@@ -619,14 +624,20 @@ __device__ __forceinline__ void decode(const AttnArgs& a) {
     }
 }
 
+// The arguments with the batch position read from device memory into q_pos0.
+__device__ __forceinline__ AttnArgs at_pos(AttnArgs a) {
+    if (a.pos) a.q_pos0 += *a.pos;
+    return a;
+}
+
 }  // namespace attn
 
 #define ATTN_PREFILL(NAME, D, NW, KV16)                                                        \
     extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { \
-        attn::prefill<D, NW, KV16>(a);                                                         \
+        attn::prefill<D, NW, KV16>(attn::at_pos(a));                                           \
     }
 #define ATTN_DECODE(NAME, D) \
-    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { attn::decode<D>(a); }
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { attn::decode<D>(attn::at_pos(a)); }
 
 ATTN_PREFILL(flash_attn_d32, 32, 8, false)
 ATTN_PREFILL(flash_attn_d64, 64, 8, false)
@@ -688,7 +699,8 @@ extern "C" __global__ void __launch_bounds__(256) flash_attn_combine(AttnArgs a)
 }
 
 // k16/v16[row, c] = half(k/v[row, c]) for rows < min(P, q_pos0 + R), c < Hkv * d; grid.y 0: K, 1: V.
-extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) {
+    const AttnArgs a = attn::at_pos(a_in);
     const int width = a.Hkv * a.d;
     if (width <= 0 || (width & 7) != 0 || blockIdx.y > 1) return;
     const int nrow = min(a.P, a.q_pos0 + a.R);
