@@ -3,6 +3,7 @@
 // Build and run: lab/attention/emu/run.sh
 #include "shim.h"
 #include "attention_emu.inc"  // attention.cu through gen.py
+#include "../variants.cu"     // the variants the engine does not load
 
 #include <string>
 #include <thread>

@@ -9,11 +9,12 @@
 //
 // Kernels (D = head_dim in {32, 64, 128, 256}; every kernel takes one AttnArgs by value):
 //   flash_attn_d{D}      prefill, 128-row tiles (8 warps), f32 K/V converted to f16 as they load.
+//   flash_decode_d{D}    R * (H / Hkv) <= 8 (decode, last token only): f32 CUDA-core flash decoding.
+//   flash_attn_combine   merges split partials (n_split > 1) into o.
+// Variants of the same templates that the engine does not load live in lab/attention/variants.cu:
 //   flash_attn_w4_d{D}   the same with 64-row tiles (4 warps; two blocks fit on one SM).
 //   flash_attn_h_d{D}    prefill, 128-row tiles, K/V read as f16 from k16/v16 (cp.async).
 //   flash_attn_h_w4_d{D} the same with 64-row tiles.
-//   flash_decode_d{D}    R * (H / Hkv) <= 8 (decode, last token only): f32 CUDA-core flash decoding.
-//   flash_attn_combine   merges split partials (n_split > 1) into o.
 //   attn_kv_to_f16       writes f16 copies of the first min(P, q_pos0 + R) cache rows for flash_attn_h_*.
 //
 // GQA packing: the G = H / Hkv query heads that share one KV head are packed into the rows of one
@@ -643,18 +644,6 @@ ATTN_PREFILL(flash_attn_d32, 32, 8, false)
 ATTN_PREFILL(flash_attn_d64, 64, 8, false)
 ATTN_PREFILL(flash_attn_d128, 128, 8, false)
 ATTN_PREFILL(flash_attn_d256, 256, 8, false)
-ATTN_PREFILL(flash_attn_w4_d32, 32, 4, false)
-ATTN_PREFILL(flash_attn_w4_d64, 64, 4, false)
-ATTN_PREFILL(flash_attn_w4_d128, 128, 4, false)
-ATTN_PREFILL(flash_attn_w4_d256, 256, 4, false)
-ATTN_PREFILL(flash_attn_h_d32, 32, 8, true)
-ATTN_PREFILL(flash_attn_h_d64, 64, 8, true)
-ATTN_PREFILL(flash_attn_h_d128, 128, 8, true)
-ATTN_PREFILL(flash_attn_h_d256, 256, 8, true)
-ATTN_PREFILL(flash_attn_h_w4_d32, 32, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d64, 64, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d128, 128, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d256, 256, 4, true)
 ATTN_DECODE(flash_decode_d32, 32)
 ATTN_DECODE(flash_decode_d64, 64)
 ATTN_DECODE(flash_decode_d128, 128)
@@ -696,26 +685,4 @@ extern "C" __global__ void __launch_bounds__(256) flash_attn_combine(AttnArgs a)
         dst[2] = acc.z * inv;
         dst[3] = acc.w * inv;
     }
-}
-
-// k16/v16[row, c] = half(k/v[row, c]) for rows < min(P, q_pos0 + R), c < Hkv * d; grid.y 0: K, 1: V.
-extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) {
-    const AttnArgs a = attn::at_pos(a_in);
-    const int width = a.Hkv * a.d;
-    if (width <= 0 || (width & 7) != 0 || blockIdx.y > 1) return;
-    const int nrow = min(a.P, a.q_pos0 + a.R);
-    const int c8n = width / 8;
-    const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= static_cast<i64>(nrow) * c8n) return;
-    const int r = static_cast<int>(i / c8n), c = static_cast<int>(i % c8n) * 8;
-    const bool is_v = blockIdx.y == 1;
-    const float* src = (is_v ? a.v : a.k) + static_cast<i64>(r) * (is_v ? a.ldv : a.ldk) + c;
-    const bool vec = attn::aligned(is_v ? a.v : a.k, is_v ? a.ldv : a.ldk, 16);
-    const float4 x0 = attn::ld4(src, vec), x1 = attn::ld4(src + 4, vec);
-    uint4 u;
-    u.x = attn::pack_h2(x0.x, x0.y);
-    u.y = attn::pack_h2(x0.z, x0.w);
-    u.z = attn::pack_h2(x1.x, x1.y);
-    u.w = attn::pack_h2(x1.z, x1.w);
-    *reinterpret_cast<uint4*>((is_v ? a.v16 : a.k16) + static_cast<i64>(r) * a.ld16 + c) = u;
 }
