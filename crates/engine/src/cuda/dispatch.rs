@@ -23,7 +23,6 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
             "router_topk",
             "moe_combine",
             "shared_gate",
-            "fill_f32",
         ],
         other => ops_big::kernel_names(other),
     }
@@ -294,12 +293,12 @@ pub fn dispatch(
         }
         Op::ConvSilu | Op::DeltaRule { .. } => {
             stage_state(b, plan, node, &io, 1, target)?;
-            ops_big::dispatch(b, plan, node, &io)
+            ops_big::dispatch(b, node, &io)
         }
         Op::Embed
         | Op::MatMul { .. }
         | Op::MoeMatMul { .. }
         | Op::DeltaGates
-        | Op::Attention { .. } => ops_big::dispatch(b, plan, node, &io),
+        | Op::Attention { .. } => ops_big::dispatch(b, node, &io),
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use cudarc::driver::{result, sys};
 use tally_gguf::GgmlType;
-use tally_model::{Node, Op, OutLayout, Plan};
+use tally_model::{Node, Op, OutLayout};
 
 use super::CudaBackend;
 use super::args::*;
@@ -84,7 +84,7 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
         ],
         "moe_route" => &["moe_route"],
         "delta" => &["delta_chunk_prep", "delta_chunk_scan", "delta_step"],
-        "conv" => &["conv_silu", "conv_silu_l2norm", "delta_gates"],
+        "conv" => &["conv_silu", "delta_gates"],
         "attention" => &[
             "flash_attn_d32",
             "flash_attn_d64",
@@ -142,7 +142,7 @@ pub fn configure_kernels(k: &HashMap<&'static str, Kernel>) -> Result<(), Engine
     Ok(())
 }
 
-pub fn dispatch(b: &mut CudaBackend, plan: &Plan, node: &Node, io: &Io) -> Result<(), EngineError> {
+pub fn dispatch(b: &mut CudaBackend, node: &Node, io: &Io) -> Result<(), EngineError> {
     let s = b.cu_stream();
     match &node.op {
         Op::ConvSilu => {
@@ -291,7 +291,7 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, node: &Node, io: &Io) -> Resul
                 (layout, head_dim, n_head),
             )
         }
-        Op::MoeMatMul { k, pair_input } => moe_gemm(b, plan, node, io, *k, *pair_input),
+        Op::MoeMatMul { k, pair_input } => moe_gemm(b, node, io, *k, *pair_input),
         Op::Embed => {
             let w = b.weight(&node.weights[0])?;
             let ids = node.inputs[0];
@@ -708,22 +708,54 @@ fn moe_bm(pairs: usize, experts: usize) -> i64 {
     }
 }
 
-/// Workspace bytes of the MoE routing tables for `pairs` pairs and `experts` experts.
-pub fn moe_work_bytes(pairs: usize, experts: usize) -> usize {
-    let bm = moe_bm(pairs, experts) as usize;
-    let max_tiles = pairs.div_ceil(bm) + experts;
-    4 * (experts + pairs + 3 * max_tiles + 2)
+/// The MoE routing tables in the workspace for `pairs` (token, expert) pairs over `experts`
+/// experts, weight rows of `k` elements: the tile height, and (i32 each) counts[E], sorted[P],
+/// tile expert / start / rows [max_tiles] each, err[2]. The one place their size is computed
+/// (the plan's workspace and each launch use it).
+struct MoeTables {
+    bm: i64,
+    max_tiles: usize,
+    experts: usize,
+    pairs: usize,
+}
+
+impl MoeTables {
+    fn new(pairs: usize, experts: usize, k: usize) -> MoeTables {
+        // The tensor-core tiles step through K in 64s; other K go through the GEMV.
+        let bm = if k % 64 != 0 {
+            1
+        } else {
+            moe_bm(pairs, experts)
+        };
+        MoeTables {
+            bm,
+            max_tiles: pairs.div_ceil(bm as usize) + experts,
+            experts,
+            pairs,
+        }
+    }
+    fn bytes(&self) -> usize {
+        4 * (self.experts + self.pairs + 3 * self.max_tiles + 2)
+    }
+    /// (counts, sorted, tile expert, tile start, tile rows, err) from the workspace base.
+    fn addresses(&self, base: u64) -> [u64; 6] {
+        let counts = base;
+        let sorted = counts + 4 * self.experts as u64;
+        let t_exp = sorted + 4 * self.pairs as u64;
+        let t_start = t_exp + 4 * self.max_tiles as u64;
+        let t_rows = t_start + 4 * self.max_tiles as u64;
+        let err = t_rows + 4 * self.max_tiles as u64;
+        [counts, sorted, t_exp, t_start, t_rows, err]
+    }
 }
 
 fn moe_gemm(
     b: &mut CudaBackend,
-    plan: &Plan,
     node: &Node,
     io: &Io,
     k: usize,
     pair_input: bool,
 ) -> Result<(), EngineError> {
-    let _ = plan;
     let s = b.cu_stream();
     let w = b.weight(&node.weights[0])?;
     let (kk, n, e) = (w.dims[0] as usize, w.dims[1] as usize, w.dims[2] as usize);
@@ -739,19 +771,10 @@ fn moe_gemm(
     }
     let tokens = node.inputs[1].rows;
     let pairs = tokens * k;
-    let mut bm = moe_bm(pairs, e);
-    if kk % 64 != 0 {
-        bm = 1;
-    }
-    let max_tiles = pairs.div_ceil(bm as usize) + e;
-    // Routing tables in the workspace: counts[E], sorted[P], tiles 3 x [max_tiles], err[2].
-    let base = b.workspace(moe_work_bytes(pairs, e).max(4 * (e + pairs + 3 * max_tiles + 2)))?;
-    let counts = base;
-    let sorted = counts + 4 * e as u64;
-    let t_exp = sorted + 4 * pairs as u64;
-    let t_start = t_exp + 4 * max_tiles as u64;
-    let t_rows = t_start + 4 * max_tiles as u64;
-    let err = t_rows + 4 * max_tiles as u64;
+    let tables = MoeTables::new(pairs, e, kk);
+    let (bm, max_tiles) = (tables.bm, tables.max_tiles);
+    let base = b.workspace(tables.bytes())?;
+    let [counts, sorted, t_exp, t_start, t_rows, err] = tables.addresses(base);
     let ids = io.ins[1];
     if ids.1 != k as i64 {
         return Err(EngineError::Internal(
@@ -844,14 +867,16 @@ pub fn node_work_bytes(b: &CudaBackend, node: &Node) -> usize {
             .and_then(|w| cublas_operands(b, w, node.inputs[0].rows))
             .map_or(0, |(w, x)| w + x + CUBLAS_WORKSPACE),
         Op::MoeMatMul { k, .. } => {
-            let tokens = node.inputs[1].rows;
-            let e = b
+            let (e, kk) = b
                 .weight(&node.weights[0])
-                .map(|w| w.dims.get(2).copied().unwrap_or(1) as usize)
-                .unwrap_or(1);
-            let pairs = tokens * k;
-            let max_tiles = pairs + e; // bm >= 1 bound
-            4 * (e + pairs + 3 * max_tiles + 2)
+                .map(|w| {
+                    (
+                        w.dims.get(2).copied().unwrap_or(1) as usize,
+                        w.dims[0] as usize,
+                    )
+                })
+                .unwrap_or((1, 1));
+            MoeTables::new(node.inputs[1].rows * k, e, kk).bytes()
         }
         Op::Attention {
             n_head,

@@ -1,4 +1,5 @@
-// Small ops of the plan: norms, RoPE, element-wise maps, router top-k, MoE combine, shared gate.
+// Small ops of the plan: norms, RoPE, the KV cache store, element-wise maps, router top-k, MoE
+// combine, shared gate.
 // Each mirrors the CPU reference op of the same name (crates/engine/src/cpu/ops/).
 #include "common.cuh"
 
@@ -239,11 +240,4 @@ extern "C" __global__ void shared_gate(SharedGateArgs a) {
     for (int i = threadIdx.x; i < a.cols; i += blockDim.x) {
         a.y[(i64)row * a.ldy + i] = a.s[(i64)row * a.lds + i] * g;
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fills n floats with a value (poisoning outputs in checks, zeroing state).
-extern "C" __global__ void fill_f32(float* p, i64 n, float v) {
-    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < n) p[idx] = v;
 }
