@@ -125,14 +125,19 @@ pub fn dispatch(
             };
             let groups = (x.rows * (x.cols / group)) as u32;
             let threads = if *group >= 1024 { 256 } else { 128 };
-            launch(
-                b.kernel("norm_rows")?,
-                (groups, 1, 1),
-                (threads, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("norm_rows")?,
+                    (groups, 1, 1),
+                    (threads, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::Rope {
             head_dim,
@@ -155,14 +160,19 @@ pub fn dispatch(
                 pos: io.ins[1].0,
             };
             let n = (x.rows * x.cols) as i64;
-            launch(
-                b.kernel("rope_neox")?,
-                (blocks(n, 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("rope_neox")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::Add | Op::MulSilu | Op::MulSigmoid | Op::SwiGlu => {
             let op = match node.op {
@@ -183,14 +193,19 @@ pub fn dispatch(
                 op,
             };
             let n = (v_out.rows * v_out.cols) as i64;
-            launch(
-                b.kernel("binary_map")?,
-                (blocks(n, 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("binary_map")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::TopK { k } => {
             let l = v_in(0);
@@ -211,14 +226,19 @@ pub fn dispatch(
                     l.cols
                 )));
             }
-            launch(
-                b.kernel("router_topk")?,
-                (blocks(l.rows as i64, 8), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("router_topk")?,
+                    (blocks(l.rows as i64, 8), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::MoeCombine { k } => {
             let a = CombineArgs {
@@ -233,14 +253,19 @@ pub fn dispatch(
                 k: *k as i32,
             };
             let n = (v_out.rows * v_out.cols) as i64;
-            launch(
-                b.kernel("moe_combine")?,
-                (blocks(n, 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("moe_combine")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::SharedGate => {
             let x = v_in(0);
@@ -255,14 +280,19 @@ pub fn dispatch(
                 rows: x.rows as i32,
                 cols: x.cols as i32,
             };
-            launch(
-                b.kernel("shared_gate")?,
-                (x.rows as u32, 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("shared_gate")?,
+                    (x.rows as u32, 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::KvStore => {
             let k = v_in(0);
@@ -282,14 +312,19 @@ pub fn dispatch(
                 cap: cap as i32,
             };
             let n = (k.rows * k.cols) as i64;
-            launch(
-                b.kernel("kv_store")?,
-                (blocks(n, 256), 2, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("kv_store")?,
+                    (blocks(n, 256), 2, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::ConvSilu | Op::DeltaRule { .. } => {
             stage_state(b, plan, node, &io, 1, target)?;

@@ -33,11 +33,15 @@ pub fn count_library_call() {
     LIBRARY_CALLS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Launches `k` with `args` as its single by-value parameter.
+/// Launches `k` with `args` as its single by-value parameter (empty grids launch nothing).
 ///
-/// The caller guarantees that `T` is the `#[repr(C)]` mirror of the kernel's parameter struct
-/// and that every device pointer in it is valid for the accesses the kernel makes.
-pub fn launch<T: Copy>(
+/// # Safety
+/// `T` must be the `#[repr(C)]` mirror of `k`'s one parameter struct (same fields, order and
+/// types), and every device pointer in `args` must be valid, on `stream`'s context, for every
+/// access the kernel makes with this grid, block and `smem` (at most the kernel's configured
+/// dynamic shared memory) until the launch completes. A kernel reading memory the stream has
+/// not finished writing, or writing out of bounds, is undefined behaviour on the device.
+pub unsafe fn launch<T: Copy>(
     k: Kernel,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
@@ -50,7 +54,7 @@ pub fn launch<T: Copy>(
     }
     let mut params = [args as *const T as *mut c_void];
     // SAFETY: `params` holds one pointer to a live `T` matching the kernel's single parameter
-    // (guaranteed by the caller); the driver copies the argument before returning.
+    // (this function's contract); the driver copies the argument before returning.
     unsafe { result::launch_kernel(k.f, grid, block, smem, stream, &mut params) }
         .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))?;
     LAUNCHES.fetch_add(1, Ordering::Relaxed);

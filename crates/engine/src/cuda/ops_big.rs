@@ -161,7 +161,10 @@ pub fn dispatch(b: &mut CudaBackend, node: &Node, io: &Io) -> Result<(), EngineE
                 k: w.dims[0] as i32,
             };
             let grid = (blocks(x.cols as i64, 512), blocks(x.rows as i64, 32), 1);
-            launch(b.kernel("conv_silu")?, grid, (128, 1, 1), 0, s, &a)
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe { launch(b.kernel("conv_silu")?, grid, (128, 1, 1), 0, s, &a) }
         }
         Op::DeltaGates => {
             let bv = node.inputs[0];
@@ -180,14 +183,19 @@ pub fn dispatch(b: &mut CudaBackend, node: &Node, io: &Io) -> Result<(), EngineE
                 h: bv.cols as i32,
             };
             let n = (bv.rows * bv.cols) as i64;
-            launch(
-                b.kernel("delta_gates")?,
-                (blocks(n, 256).min(4096), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("delta_gates")?,
+                    (blocks(n, 256).min(4096), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::DeltaRule {
             k_heads,
@@ -240,31 +248,46 @@ pub fn dispatch(b: &mut CudaBackend, node: &Node, io: &Io) -> Result<(), EngineE
             if chunked {
                 let nc = (t as u64).div_ceil(DELTA_C as u64) as u32;
                 let dk = *k_dim as i64;
-                launch(
-                    b.kernel("delta_chunk_prep")?,
-                    (nc, *v_heads as u32, 1),
-                    (256, 1, 1),
-                    delta_prep_smem_bytes(dk),
-                    s,
-                    &a,
-                )?;
-                launch(
-                    b.kernel("delta_chunk_scan")?,
-                    (*v_heads as u32, slices, 1),
-                    (256, 1, 1),
-                    delta_scan_smem_bytes(dk),
-                    s,
-                    &a,
-                )
+                // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+                // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+                // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+                unsafe {
+                    launch(
+                        b.kernel("delta_chunk_prep")?,
+                        (nc, *v_heads as u32, 1),
+                        (256, 1, 1),
+                        delta_prep_smem_bytes(dk),
+                        s,
+                        &a,
+                    )
+                }?;
+                // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+                // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+                // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+                unsafe {
+                    launch(
+                        b.kernel("delta_chunk_scan")?,
+                        (*v_heads as u32, slices, 1),
+                        (256, 1, 1),
+                        delta_scan_smem_bytes(dk),
+                        s,
+                        &a,
+                    )
+                }
             } else {
-                launch(
-                    b.kernel("delta_step")?,
-                    (*v_heads as u32, slices, 1),
-                    (128, 1, 1),
-                    0,
-                    s,
-                    &a,
-                )
+                // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+                // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+                // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+                unsafe {
+                    launch(
+                        b.kernel("delta_step")?,
+                        (*v_heads as u32, slices, 1),
+                        (128, 1, 1),
+                        0,
+                        s,
+                        &a,
+                    )
+                }
             }
         }
         Op::Attention {
@@ -309,7 +332,10 @@ pub fn dispatch(b: &mut CudaBackend, node: &Node, io: &Io) -> Result<(), EngineE
                 err: 0,
             };
             let grid = (blocks(w.dims[0] as i64, 2048), ids.rows as u32, 1);
-            launch(b.kernel("dequant_rows")?, grid, (256, 1, 1), 0, s, &a)
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe { launch(b.kernel("dequant_rows")?, grid, (256, 1, 1), 0, s, &a) }
         }
         _ => Err(EngineError::Unsupported(format!(
             "the CUDA backend has no kernel for `{}`",
@@ -380,24 +406,34 @@ fn attention(
             "d128" => "flash_decode_d128",
             _ => "flash_decode_d256",
         };
-        launch(
-            b.kernel(name)?,
-            (n_split as u32, hkv as u32, 1),
-            (256, 1, 1),
-            0,
-            s,
-            &a,
-        )?;
-        if n_split > 1 {
-            let n = r as i64 * h as i64 * d as i64 / 4;
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe {
             launch(
-                b.kernel("flash_attn_combine")?,
-                (blocks(n, 256), 1, 1),
+                b.kernel(name)?,
+                (n_split as u32, hkv as u32, 1),
                 (256, 1, 1),
                 0,
                 s,
                 &a,
-            )?;
+            )
+        }?;
+        if n_split > 1 {
+            let n = r as i64 * h as i64 * d as i64 / 4;
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("flash_attn_combine")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }?;
         }
         return Ok(());
     }
@@ -408,14 +444,19 @@ fn attention(
         _ => "flash_attn_d256",
     };
     let bm = 128;
-    launch(
-        b.kernel(name)?,
-        (blocks(rows, bm), hkv as u32, 1),
-        (2 * bm, 1, 1),
-        attn_smem_bytes(d as i64, 8, false),
-        s,
-        &a,
-    )
+    // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    unsafe {
+        launch(
+            b.kernel(name)?,
+            (blocks(rows, bm), hkv as u32, 1),
+            (2 * bm, 1, 1),
+            attn_smem_bytes(d as i64, 8, false),
+            s,
+            &a,
+        )
+    }
 }
 
 /// Key splits of flash decoding over a cache of `cap` positions: one block per SM over the KV
@@ -563,14 +604,19 @@ fn cublas_gemm(
         head_dim,
         n_head,
     };
-    launch(
-        b.kernel("dequant_f16")?,
-        (gx, n as u32, 1),
-        (256, 1, 1),
-        0,
-        s,
-        &dq,
-    )?;
+    // SAFETY: `dq` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    unsafe {
+        launch(
+            b.kernel("dequant_f16")?,
+            (gx, n as u32, 1),
+            (256, 1, 1),
+            0,
+            s,
+            &dq,
+        )
+    }?;
     let cast = CastF16Args {
         x: x.0,
         ldx: x.1,
@@ -578,14 +624,19 @@ fn cublas_gemm(
         k: k as i32,
         out: xh,
     };
-    launch(
-        b.kernel("cast_f16_rows")?,
-        (gx, m as u32, 1),
-        (256, 1, 1),
-        0,
-        s,
-        &cast,
-    )?;
+    // SAFETY: `cast` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    unsafe {
+        launch(
+            b.kernel("cast_f16_rows")?,
+            (gx, m as u32, 1),
+            (256, 1, 1),
+            0,
+            s,
+            &cast,
+        )
+    }?;
     let blas_err =
         |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
     // SAFETY: the workspace pointer addresses CUBLAS_WORKSPACE bytes of the backend's workspace,
@@ -675,13 +726,19 @@ fn dense_gemm(
             blocks(m as i64, tile as u32),
             1,
         );
-        return launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a);
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        return unsafe { launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a) };
     }
     let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
     let kern = b.kernel(names[v])?;
     if v == 3 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
-        launch(kern, grid, (256, 1, 1), 0, s, &a)
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe { launch(kern, grid, (256, 1, 1), 0, s, &a) }
     } else {
         let bm = [128i64, 64, 32][v];
         let grid = (
@@ -689,7 +746,10 @@ fn dense_gemm(
             blocks(m as i64, bm as u32),
             1,
         );
-        launch(kern, grid, (256, 1, 1), gemm_smem_bytes(ty, bm), s, &a)
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe { launch(kern, grid, (256, 1, 1), gemm_smem_bytes(ty, bm), s, &a) }
     }
 }
 
@@ -795,7 +855,10 @@ fn moe_gemm(
         tile_rows: t_rows,
         err,
     };
-    launch(b.kernel("moe_route")?, (1, 1, 1), (1024, 1, 1), 0, s, &r)?;
+    // SAFETY: `r` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    unsafe { launch(b.kernel("moe_route")?, (1, 1, 1), (1024, 1, 1), 0, s, &r) }?;
     let a = GemmArgs {
         w: wptr,
         w_row_bytes: row_bytes,
@@ -818,7 +881,10 @@ fn moe_gemm(
     };
     if bm == 1 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), max_tiles as u32, 1);
-        launch(b.kernel(names[3])?, grid, (256, 1, 1), 0, s, &a)
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe { launch(b.kernel(names[3])?, grid, (256, 1, 1), 0, s, &a) }
     } else {
         let v = match bm {
             128 => 0,
@@ -826,14 +892,19 @@ fn moe_gemm(
             _ => 2,
         };
         let grid = (blocks(n as i64, GEMM_BN as u32), max_tiles as u32, 1);
-        launch(
-            b.kernel(names[v])?,
-            grid,
-            (256, 1, 1),
-            gemm_smem_bytes(ty, bm),
-            s,
-            &a,
-        )
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe {
+            launch(
+                b.kernel(names[v])?,
+                grid,
+                (256, 1, 1),
+                gemm_smem_bytes(ty, bm),
+                s,
+                &a,
+            )
+        }
     }
 }
 
