@@ -10,6 +10,7 @@ pub mod compile;
 mod dispatch;
 mod launch;
 mod mem;
+mod ops;
 mod ops_big;
 pub mod options;
 
