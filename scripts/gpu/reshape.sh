@@ -17,7 +17,7 @@
 #   4. cold start: `tally run` with an empty kernel cache and again with it warm (load_ms: NVRTC
 #      compile of every loaded kernel + weight upload; the difference is the compile).
 #   5. the 35B-A3B Q4_K_M synth file: `tally bench` pp512 + tg128 with the defaults (decode graph
-#      on) and with TALLY_NO_GRAPH=decode, alternated; then pp512 with TALLY_GEMM=cublas.
+#      on), then with TALLY_NO_GRAPH=decode; then pp512 with TALLY_GEMM=cublas.
 #      Previous numbers (main at 4d0d3f2): tg128 91.6 tok/s (105.7 with the old
 #      TALLY_DECODE_GRAPH=1 segments), pp512 8,143 tok/s, cuBLAS pp512 10,185 tok/s.
 set -u
@@ -80,7 +80,7 @@ row "cold start (load_ms cold, warm)" "$(python3 -c "import json,sys; print(*(ro
 
 # 5. the 35B bench.
 wait
-for round in 1 2; do
+for round in 1; do
   for mode in graph nograph; do
     if [ $mode = nograph ]; then export TALLY_NO_GRAPH=decode; else unset TALLY_NO_GRAPH; fi
     timeout 100 "$T" bench --model "$BIG" --backend cuda -p 512 -n 128 -r 5 \
