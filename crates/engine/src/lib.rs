@@ -20,7 +20,7 @@ pub mod sample;
 pub mod session;
 pub mod subject;
 
-pub use backend::{Backend, StateExtent, Target};
+pub use backend::{Backend, GraphCount, StateExtent, Target};
 pub use session::Session;
 
 /// Errors of the engine. Input-dependent failures (token ids, lengths) have their own variants

@@ -89,17 +89,19 @@ impl CudaBackend {
                 min_weight: min_p_weight(p.min_p),
                 random: step.random,
             };
-            // The caller guarantees that `SampleArgs` mirrors the kernel's struct; every pointer
+            // SAFETY: `SampleArgs` is the #[repr(C)] mirror of the kernel's struct; every pointer
             // is a live allocation of at least the extent the kernel touches (vocab floats for
-            // logits and work, n_window ids, one id out).
-            launch(
-                self.kernel("sample_token")?,
-                (1, 1, 1),
-                (THREADS, 1, 1),
-                0,
-                stream,
-                &args,
-            )?;
+            // logits and work, n_window ids, one id out); one block, as the kernel expects.
+            unsafe {
+                launch(
+                    self.kernel("sample_token")?,
+                    (1, 1, 1),
+                    (THREADS, 1, 1),
+                    0,
+                    stream,
+                    &args,
+                )
+            }?;
             let mut id = [0i32; 1];
             if let Some(o) = &bufs.out {
                 o.download_at(0, &mut id, stream)?;
