@@ -31,6 +31,7 @@ enum Command {
     Ledger(cmd::ledger::Args),
     Bench(cmd::bench::Args),
     Machine(cmd::machine::Args),
+    Tokenize(cmd::tokenize::Args),
 }
 
 fn main() {
@@ -46,6 +47,7 @@ fn main() {
         Command::Ledger(a) => cmd::ledger::main(a),
         Command::Bench(a) => cmd::bench::main(a),
         Command::Machine(a) => cmd::machine::main(a),
+        Command::Tokenize(a) => cmd::tokenize::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

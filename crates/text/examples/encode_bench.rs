@@ -14,7 +14,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = tally_gguf::GgufFile::open(Path::new(vocab))?;
     let t0 = Instant::now();
     let tok = tally_text::Tokenizer::from_gguf(&file)?;
-    println!("loaded {} tokens in {:.0} ms", tok.vocab_size(), t0.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "loaded {} tokens in {:.0} ms",
+        tok.vocab_size(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     let text = match args.get(2) {
         Some(p) => std::fs::read_to_string(p)?,
         None => {

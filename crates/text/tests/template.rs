@@ -40,7 +40,9 @@ fn renders_match_transformers() {
                 // template raises itself, Qwen3's renders nothing but the generation prompt.
                 assert!(name.starts_with("Qwen-Qwen3"), "{name}: {got:?}");
             }
-            (None, Ok(got)) => failures.push(format!("{name} {case}: rendered {got:?}, want error")),
+            (None, Ok(got)) => {
+                failures.push(format!("{name} {case}: rendered {got:?}, want error"))
+            }
             (None, Err(e)) => {
                 let want = c["error"].as_str().unwrap();
                 assert!(matches!(e, TextError::TemplateRender(_)));
@@ -81,7 +83,11 @@ fn thinking_switch_changes_the_generation_prompt() {
         add_generation_prompt: true,
         ..ChatRequest::default()
     };
-    assert!(t.render(&req).unwrap().ends_with("<|im_start|>assistant\n<think>\n"));
+    assert!(
+        t.render(&req)
+            .unwrap()
+            .ends_with("<|im_start|>assistant\n<think>\n")
+    );
     req.enable_thinking = Some(false);
     assert!(t.render(&req).unwrap().ends_with("<think>\n\n</think>\n\n"));
 }

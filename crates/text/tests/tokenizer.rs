@@ -146,14 +146,18 @@ fn files_without_a_usable_vocabulary_are_named_errors() {
         let mut buf = Vec::new();
         let kv: Vec<(String, tally_gguf::MetaValue)> =
             kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        GgufWriter::new(&mut buf, &kv, &[]).unwrap().finish().unwrap();
+        GgufWriter::new(&mut buf, &kv, &[])
+            .unwrap()
+            .finish()
+            .unwrap();
         GgufFile::from_bytes(buf, "test.gguf").unwrap()
     };
     use tally_gguf::MetaValue::String as S;
     let e = Tokenizer::from_gguf(&write(vec![])).unwrap_err();
     assert!(matches!(e, TextError::NoVocabulary { .. }), "{e}");
     assert!(e.to_string().contains("no vocabulary"), "{e}");
-    let e = Tokenizer::from_gguf(&write(vec![("tokenizer.ggml.model", S("none".into()))])).unwrap_err();
+    let e =
+        Tokenizer::from_gguf(&write(vec![("tokenizer.ggml.model", S("none".into()))])).unwrap_err();
     assert!(e.to_string().contains("no vocabulary"), "{e}");
     let toks = tally_gguf::MetaValue::Array(tally_gguf::MetaArray::String(vec!["a".into()]));
     let e = Tokenizer::from_gguf(&write(vec![

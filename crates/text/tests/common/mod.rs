@@ -8,7 +8,9 @@ use tally_gguf::GgufFile;
 use tally_text::Tokenizer;
 
 pub fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 pub fn open(path: &Path) -> Tokenizer {
