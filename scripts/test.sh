@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The tests, as CI runs them: formatting, lints, and every test of the workspace (unit, golden vs
 # transformers, bad input, fuzz properties, NVRTC compilation of every CUDA kernel, the llama.cpp
-# peer on the CPU, end-to-end ledger on the tiny model).
+# peer on the CPU, end-to-end ledger on the tiny model, the tokenizer on llama.cpp's real Qwen
+# vocabularies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 eval "$(scripts/setup-cuda-local.sh --nvrtc-only)"
 export TALLY_REQUIRE_NVRTC=1
+# The real Qwen vocabularies the tokenizer tests check against (they skip, saying so, without).
+eval "$(scripts/setup-llama-vocab.sh)"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features tally/llama -- -D warnings
 cargo test --workspace --features tally/llama

@@ -107,6 +107,16 @@ pub(crate) struct Model {
 impl Model {
     /// Loads a GGUF file; `n_gpu_layers` = 0 keeps everything on the CPU.
     pub(crate) fn load(path: &Path, n_gpu_layers: i32) -> Result<Model, PeerError> {
+        Self::load_with(path, n_gpu_layers, false)
+    }
+
+    /// Loads only the metadata and vocabulary (`vocab_only`): no tensor data is read, so
+    /// vocab-only files load too.
+    pub(crate) fn load_vocab_only(path: &Path) -> Result<Model, PeerError> {
+        Self::load_with(path, 0, true)
+    }
+
+    fn load_with(path: &Path, n_gpu_layers: i32, vocab_only: bool) -> Result<Model, PeerError> {
         init_once();
         let c_path = CString::new(path.to_string_lossy().as_bytes())
             .map_err(|_| PeerError::Load(format!("path {} contains a NUL byte", path.display())))?;
@@ -115,6 +125,7 @@ impl Model {
         let raw = unsafe {
             let mut mp = sys::llama_model_default_params();
             mp.n_gpu_layers = n_gpu_layers;
+            mp.vocab_only = vocab_only;
             sys::llama_model_load_from_file(c_path.as_ptr(), mp)
         };
         NonNull::new(raw).map(|ptr| Model { ptr }).ok_or_else(|| {
@@ -155,6 +166,63 @@ impl Model {
         // SAFETY: the model is alive; the vocab pointer is owned by it.
         let n = unsafe { sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.ptr.as_ptr())) };
         u32::try_from(n).unwrap_or(0)
+    }
+
+    /// Token ids of `text` (bytes, need not be valid UTF-8) by `llama_tokenize`, without BOS.
+    pub(crate) fn tokenize(&self, text: &[u8], parse_special: bool) -> Result<Vec<u32>, PeerError> {
+        let len = i32::try_from(text.len()).map_err(|_| {
+            PeerError::Param(format!("{} bytes is too long to tokenize", text.len()))
+        })?;
+        // Never more tokens than bytes, plus room for what llama.cpp may add.
+        let mut buf = vec![0 as sys::llama_token; text.len() + 8];
+        let cap = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+        // SAFETY: the model (and its vocab) is alive; `text` is readable for `len` bytes and
+        // `buf` writable for `cap` tokens; llama.cpp reads no NUL terminator when given a length.
+        let n = unsafe {
+            sys::llama_tokenize(
+                sys::llama_model_get_vocab(self.ptr.as_ptr()),
+                text.as_ptr().cast(),
+                len,
+                buf.as_mut_ptr(),
+                cap,
+                false,
+                parse_special,
+            )
+        };
+        let n = usize::try_from(n)
+            .map_err(|_| PeerError::Engine(format!("llama_tokenize failed ({n})")))?;
+        buf.truncate(n);
+        Ok(buf.into_iter().map(|t| t as u32).collect())
+    }
+
+    /// The bytes of token `id` by `llama_token_to_piece` (`special`: render control tokens'
+    /// text; without it they are empty).
+    pub(crate) fn token_to_piece(&self, id: u32, special: bool) -> Result<Vec<u8>, PeerError> {
+        let mut buf = vec![0u8; 64];
+        for _ in 0..2 {
+            let cap = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+            // SAFETY: the model is alive; `buf` is writable for `cap` bytes; llama.cpp checks
+            // the id against the vocabulary.
+            let n = unsafe {
+                sys::llama_token_to_piece(
+                    sys::llama_model_get_vocab(self.ptr.as_ptr()),
+                    id as sys::llama_token,
+                    buf.as_mut_ptr().cast(),
+                    cap,
+                    0,
+                    special,
+                )
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return Ok(buf);
+            }
+            // A negative count is the size needed.
+            buf.resize(n.unsigned_abs() as usize, 0);
+        }
+        Err(PeerError::Engine(format!(
+            "llama_token_to_piece({id}) failed"
+        )))
     }
 
     /// Transformer blocks (without MTP blocks).

@@ -7,7 +7,8 @@
 //!   ([`probe`], [`export`], categories from the table in [`catmap`]);
 //! - end-to-end timing as `llama-bench -fa 1` does it ([`timing`]);
 //! - in-graph replay into scratch on a second backend instance ([`replay`]);
-//! - standalone op timing on one-op ggml graphs ([`opbench`]).
+//! - standalone op timing on one-op ggml graphs ([`opbench`]);
+//! - its tokenizer alone, on vocab-only files, as the oracle for tally's ([`vocab`]).
 //!
 //! docs/peer-llama.md explains what each of these sees and does not see.
 
@@ -20,6 +21,7 @@ pub mod opbench;
 mod probe;
 pub mod replay;
 pub mod timing;
+pub mod vocab;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,7 @@ use tally_ledger::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, Subje
 pub use config::ModelConfig;
 pub use replay::ReplayStats;
 pub use timing::BenchResult;
+pub use vocab::LlamaVocab;
 
 use crate::ffi::{Context, CtxConfig, Model};
 use crate::opbench::{OpBench, Recipe};

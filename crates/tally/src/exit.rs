@@ -4,6 +4,7 @@
 use tally_engine::EngineError;
 use tally_gguf::GgufError;
 use tally_model::ModelError;
+use tally_text::TextError;
 
 /// Bad input the user can fix.
 pub const BAD_INPUT: i32 = 2;
@@ -24,6 +25,7 @@ pub fn code(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
         if cause.downcast_ref::<GgufError>().is_some()
             || cause.downcast_ref::<ModelError>().is_some()
+            || cause.downcast_ref::<TextError>().is_some()
         {
             return BAD_INPUT;
         }

@@ -34,6 +34,7 @@ enum Command {
     Machine(cmd::machine::Args),
     Generate(cmd::generate::Args),
     Chat(cmd::chat::Args),
+    Tokenize(cmd::tokenize::Args),
 }
 
 fn main() {
@@ -52,6 +53,7 @@ fn main() {
         Command::Machine(a) => cmd::machine::main(a),
         Command::Generate(a) => cmd::generate::main(a),
         Command::Chat(a) => cmd::chat::main(a),
+        Command::Tokenize(a) => cmd::tokenize::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(words(p, "x \n\n y"), ["x", " \n\n", " y"]);
         assert_eq!(words(p, "1234"), ["1", "2", "3", "4"]);
         assert_eq!(words(p, "I'm DON'T"), ["I", "'m", " DON", "'T"]);
-        assert_eq!(words(p, "f(x);\n"), ["f", "(", "x", ");\n"]);
+        assert_eq!(words(p, "f(x);\n"), ["f", "(x", ");\n"]);
         assert_eq!(words(p, " !!x"), [" !!", "x"]);
     }
 

@@ -495,10 +495,11 @@ impl Tokenizer {
             } else {
                 Cow::Borrowed(text)
             };
-        // The cache borrows words from `text`, which lives only in this call.
-        let mut words: FxHashMap<&str, (u32, u32)> = FxHashMap::default();
-        let Cache { scratch, arena } = cache;
-        arena.clear();
+        let Cache {
+            scratch,
+            arena,
+            words,
+        } = cache;
         self.splitter.split(&text, |w| {
             if w.len() <= CACHE_MAX_WORD_BYTES {
                 if let Some(&(s, l)) = words.get(w) {
@@ -509,7 +510,7 @@ impl Tokenizer {
                 merge_word(w.as_bytes(), &self.byte_ids, &self.merges, scratch, out);
                 let s = arena.len() as u32;
                 arena.extend_from_slice(&out[start..]);
-                words.insert(w, (s, (out.len() - start) as u32));
+                words.insert(w.into(), (s, (out.len() - start) as u32));
             } else {
                 merge_word(w.as_bytes(), &self.byte_ids, &self.merges, scratch, out);
             }
@@ -523,6 +524,8 @@ struct Cache {
     scratch: Scratch,
     /// Ids of cached words, back to back.
     arena: Vec<u32>,
+    /// Word -> its ids in `arena` (start, length); shared by all stretches of the call.
+    words: FxHashMap<Box<str>, (u32, u32)>,
 }
 
 /// `bytes` with each byte that is not part of a valid UTF-8 sequence replaced by U+FFFD.

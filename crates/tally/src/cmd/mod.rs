@@ -11,6 +11,7 @@ pub mod measure;
 pub mod peer;
 pub mod run;
 pub mod synth;
+pub mod tokenize;
 
 /// A bad command-line value that clap cannot catch (exit code 2).
 #[derive(Debug, thiserror::Error)]
