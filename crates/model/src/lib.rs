@@ -62,9 +62,12 @@ pub struct Model {
 }
 
 impl Model {
-    /// Opens and validates a `qwen35moe` GGUF file.
+    /// Opens and validates a `qwen35moe` GGUF file. A file with any tensor of a type tally
+    /// cannot compute with is rejected here, naming every such tensor, before any backend
+    /// allocates or uploads anything.
     pub fn open(path: &std::path::Path) -> Result<Model, ModelError> {
         let file = tally_gguf::GgufFile::open(path)?;
+        file.require_supported_types()?;
         let config = Config::from_gguf(&file)?;
         Ok(Model {
             path: path.to_path_buf(),

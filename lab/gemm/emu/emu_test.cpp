@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe_route.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick]
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces]
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -103,24 +103,35 @@ static int test_f16_operands(int type, int layout, ref::Rng& rng) {
 
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
+    const bool pieces_only = argc > 1 && std::string(argv[1]) == "pieces";
     ref::Rng rng(20260101);
     EmuBackend b;
     int fails = 0;
     std::printf("== pieces and dequant8 (direct calls)\n");
     fails += test_pieces<QT_Q4_K>(rng) + test_pieces<QT_Q5_K>(rng) + test_pieces<QT_Q6_K>(rng) + test_pieces<QT_Q8_0>(rng) +
-             test_pieces<QT_BF16>(rng) + test_pieces<QT_F16>(rng) + test_pieces<QT_F32>(rng);
+             test_pieces<QT_BF16>(rng) + test_pieces<QT_F16>(rng) + test_pieces<QT_F32>(rng) + test_pieces<QT_Q4_0>(rng) +
+             test_pieces<QT_Q4_1>(rng) + test_pieces<QT_Q5_0>(rng) + test_pieces<QT_Q5_1>(rng) +
+             test_pieces<QT_IQ4_NL>(rng) + test_pieces<QT_IQ4_XS>(rng) + test_pieces<QT_MXFP4>(rng) +
+             test_pieces<QT_Q2_K>(rng) + test_pieces<QT_Q3_K>(rng);
     std::printf("== dequant_rows kernel\n");
-    const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
+    const auto& types = ref::ALL_TYPES;
     for (int t : types) fails += !run_dequant_rows_case(b, t, rng);
     std::printf("== dequant_f16 and cast_f16_rows kernels (operands of the cuBLAS path)\n");
     for (int t : types) fails += test_f16_operands(t, 0, rng);
     fails += test_f16_operands(ref::Q4_K, 1, rng) + test_f16_operands(ref::Q6_K, 1, rng);
+    if (pieces_only) {
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     std::printf("== moe_route kernel\n");
     fails += run_route_cases(b, rng, false);
     std::printf("== gemm / gemv kernels\n");
     int n = 0;
     for (const GemmCase& c : correctness_cases(true)) {
-        if (quick && c.type != ref::Q4_K && c.type != ref::Q6_K && c.type != ref::Q8_0) continue;
+        if (quick && c.type != ref::Q4_K && c.type != ref::Q6_K && c.type != ref::Q8_0 && c.type != ref::IQ4_XS &&
+            c.type != ref::MXFP4 && c.type != ref::Q3_K)
+            continue;
         fails += !run_case(b, c, rng, false).pass;
         n++;
         std::fflush(stdout);
