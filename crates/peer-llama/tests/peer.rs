@@ -469,7 +469,15 @@ fn every_synth_mix_loads_and_matches_tally_cpu() {
     let mut report = Vec::new();
     let mut failed = false;
     for name in [
-        "q8_0", "q6_k", "q5_k_m", "iq4_xs", "iq4_nl", "mxfp4_moe", "q4_0", "q3_k_m", "q2_k",
+        "q8_0",
+        "q6_k",
+        "q5_k_m",
+        "iq4_xs",
+        "iq4_nl",
+        "mxfp4_moe",
+        "q4_0",
+        "q3_k_m",
+        "q2_k",
     ] {
         let mix = QuantMix::parse(name).unwrap();
         let path = model(Preset::Tiny, mix, &[]);

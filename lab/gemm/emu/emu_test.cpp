@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe_route.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new]
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv]
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -105,8 +105,10 @@ int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
     const bool pieces_only = argc > 1 && std::string(argv[1]) == "pieces";
-    // `new`: the GEMM/GEMV matrix only for the legacy, codebook and low-bit K formats.
-    const bool new_only = argc > 1 && std::string(argv[1]) == "new";
+    // `new`: the GEMM/GEMV matrix only for the legacy, codebook and low-bit K formats;
+    // `newquick`: of those, only the dense M%BM!=0 and the MoE down cases (every variant).
+    const bool new_quick = argc > 1 && std::string(argv[1]) == "newquick";
+    const bool new_only = new_quick || (argc > 1 && std::string(argv[1]) == "new");
     auto is_new = [](int t) {
         return t == ref::Q4_0 || t == ref::Q4_1 || t == ref::Q5_0 || t == ref::Q5_1 || t == ref::IQ4_NL ||
                t == ref::IQ4_XS || t == ref::MXFP4 || t == ref::Q2_K || t == ref::Q3_K;
@@ -150,6 +152,7 @@ int main(int argc, char** argv) {
             c.type != ref::MXFP4 && c.type != ref::Q3_K)
             continue;
         if (new_only && !is_new(c.type)) continue;
+        if (new_quick && c.name != "dense M%BM!=0 N%BN!=0" && c.name != "moe down random") continue;
         fails += !run_case(b, c, rng, false).pass;
         n++;
         std::fflush(stdout);
