@@ -102,8 +102,16 @@ pub(crate) fn assign(x: &[f32], values: &[i8], d: f32, l_out: &mut [u8]) {
 pub(crate) fn fit_scale_min(x: &[f32], nmax: u8) -> (f32, f32) {
     let mut mn = x.iter().copied().fold(f32::INFINITY, f32::min).min(0.0);
     let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if !(mx > mn) || !mn.is_finite() || !mx.is_finite() {
-        return (0.0, (-mn).max(0.0).min(f32::MAX));
+    if !mn.is_finite() || !mx.is_finite() || mx <= mn {
+        let m = -mn;
+        return (
+            0.0,
+            if m.is_nan() {
+                0.0
+            } else {
+                m.clamp(0.0, f32::MAX)
+            },
+        );
     }
     let nf = f32::from(nmax);
     let mut s = (mx - mn) / nf;
@@ -133,7 +141,7 @@ pub(crate) fn fit_scale_min(x: &[f32], nmax: u8) -> (f32, f32) {
         }
         let ns = (n * sxl - sl * sx) / det;
         let nb = (sx * sl2 - sl * sxl) / det;
-        if !(ns > 0.0) || !ns.is_finite() {
+        if !ns.is_finite() || ns <= 0.0 {
             break;
         }
         if nb > 0.0 {
