@@ -333,8 +333,7 @@ int main(int argc, char** argv) {
                 prop.l2CacheSize >> 20, prop.sharedMemPerBlockOptin >> 10, prop.major, prop.minor);
     {
         // Resource usage of the kernels (what the compiler gave them).
-        const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
-        for (int t : types) {
+        for (int t : ref::ALL_TYPES) {
             std::printf("  regs %-5s:", ref::type_name(t));
             for (int v = 0; v < N_VARIANTS; v++) {
                 cudaFuncAttributes fa;
@@ -450,9 +449,17 @@ int main(int argc, char** argv) {
         note(test_pieces<QT_BF16>(b, rng), "pieces bf16");
         note(test_pieces<QT_F16>(b, rng), "pieces f16");
         note(test_pieces<QT_F32>(b, rng), "pieces f32");
+        note(test_pieces<QT_Q4_0>(b, rng), "pieces q4_0");
+        note(test_pieces<QT_Q4_1>(b, rng), "pieces q4_1");
+        note(test_pieces<QT_Q5_0>(b, rng), "pieces q5_0");
+        note(test_pieces<QT_Q5_1>(b, rng), "pieces q5_1");
+        note(test_pieces<QT_IQ4_NL>(b, rng), "pieces iq4_nl");
+        note(test_pieces<QT_IQ4_XS>(b, rng), "pieces iq4_xs");
+        note(test_pieces<QT_MXFP4>(b, rng), "pieces mxfp4");
+        note(test_pieces<QT_Q2_K>(b, rng), "pieces q2_k");
+        note(test_pieces<QT_Q3_K>(b, rng), "pieces q3_k");
         std::printf("== dequant_rows\n");
-        const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
-        for (int t : types) note(run_dequant_rows_case(b, t, rng), std::string("dequant_rows ") + ref::type_name(t));
+        for (int t : ref::ALL_TYPES) note(run_dequant_rows_case(b, t, rng), std::string("dequant_rows ") + ref::type_name(t));
         std::printf("== moe_route\n");
         const int route_fails = run_route_cases(b, rng, true);
         note(route_fails == 0, "moe_route: " + std::to_string(route_fails) + " failing cases (see above)");

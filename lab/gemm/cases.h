@@ -49,6 +49,15 @@ inline GemmFn gemm_fn(int type, int v) {
         case ref::Q8_0: LAB_KERNELS(q8_0)
         case ref::BF16: LAB_KERNELS(bf16)
         case ref::F16: LAB_KERNELS(f16)
+        case ref::Q4_0: LAB_KERNELS(q4_0)
+        case ref::Q4_1: LAB_KERNELS(q4_1)
+        case ref::Q5_0: LAB_KERNELS(q5_0)
+        case ref::Q5_1: LAB_KERNELS(q5_1)
+        case ref::IQ4_NL: LAB_KERNELS(iq4_nl)
+        case ref::IQ4_XS: LAB_KERNELS(iq4_xs)
+        case ref::MXFP4: LAB_KERNELS(mxfp4)
+        case ref::Q2_K: LAB_KERNELS(q2_k)
+        case ref::Q3_K: LAB_KERNELS(q3_k)
         default: LAB_KERNELS(f32)
     }
 }
@@ -293,8 +302,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 // The correctness matrix: every type x variant over shapes that hit the edge paths.
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
-    const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
-    for (int t : types) {
+    for (int t : ref::ALL_TYPES) {
         for (int v = 0; v < N_VARIANTS; v++) {
             GemmCase c;
             c.type = t;
@@ -450,6 +458,28 @@ inline double f16_bound(int type, const uint8_t* row, int e, double want) {
             const double ds = ref::half_at(b + 208) * double(int8_t(b[192 + 8 * h + 2 * s + l / 16]));
             return std::ldexp(1.0, -10) * (32 * std::fabs(ds) + std::fabs(want)) + std::ldexp(1.0, -24);
         }
+        // One f16 FMA (q * d + m) against the f32 value: half an f16 ulp (double rounding).
+        case ref::Q4_1:
+        case ref::Q5_1: return std::ldexp(1.0, -11) * std::fabs(want) + std::ldexp(1.0, -25);
+        // A scale product rounded to f16, then one f16 product (as the K-quants).
+        case ref::IQ4_XS: {
+            b = row + (e / 256) * 136;
+            const int ib = (e % 256) / 32, sh = b[2] | (b[3] << 8);
+            const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+            return std::ldexp(1.0, -10) * (127 * std::fabs(ref::half_at(b) * (ls - 32)) + std::fabs(want)) + std::ldexp(1.0, -24);
+        }
+        case ref::Q2_K: {
+            b = row + (e / 256) * 84;
+            const int g = 8 * ((e % 256) / 128) + 2 * ((e % 128) / 32) + (e % 32) / 16;
+            return std::ldexp(1.0, -10) * (3 * std::fabs(ref::half_at(b + 80) * (b[g] & 15)) +
+                                           std::fabs(ref::half_at(b + 82) * (b[g] >> 4)) + std::fabs(want)) +
+                   std::ldexp(1.0, -24);
+        }
+        case ref::Q3_K: {
+            b = row + (e / 256) * 110;
+            return std::ldexp(1.0, -10) * (4 * 32 * std::fabs(ref::half_at(b + 108)) + std::fabs(want)) + std::ldexp(1.0, -24);
+        }
+        // Q4_0, Q5_0, IQ4_NL, MXFP4 (and Q8_0, the floats): one rounding, must equal RN16(exact).
         default: return 0.0;
     }
 }

@@ -13,7 +13,12 @@
 namespace ref {
 
 // ---- formats ---------------------------------------------------------------------------------
-enum : int { F32 = 0, F16 = 1, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30 };
+enum : int {
+    F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
+    Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30, MXFP4 = 39
+};
+// Every type the kernels take, in the order the lab runs them.
+constexpr int ALL_TYPES[] = {Q4_K, Q5_K, Q6_K, Q8_0, BF16, F16, F32, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K};
 inline const char* type_name(int t) {
     switch (t) {
         case F32: return "f32";
@@ -23,10 +28,25 @@ inline const char* type_name(int t) {
         case Q4_K: return "q4_k";
         case Q5_K: return "q5_k";
         case Q6_K: return "q6_k";
+        case Q4_0: return "q4_0";
+        case Q4_1: return "q4_1";
+        case Q5_0: return "q5_0";
+        case Q5_1: return "q5_1";
+        case IQ4_NL: return "iq4_nl";
+        case IQ4_XS: return "iq4_xs";
+        case MXFP4: return "mxfp4";
+        case Q2_K: return "q2_k";
+        case Q3_K: return "q3_k";
     }
     return "?";
 }
-inline int block_elems(int t) { return (t == Q4_K || t == Q5_K || t == Q6_K) ? 256 : t == Q8_0 ? 32 : 1; }
+inline int block_elems(int t) {
+    switch (t) {
+        case Q4_K: case Q5_K: case Q6_K: case Q2_K: case Q3_K: case IQ4_XS: return 256;
+        case Q8_0: case Q4_0: case Q4_1: case Q5_0: case Q5_1: case IQ4_NL: case MXFP4: return 32;
+    }
+    return 1;
+}
 inline int block_bytes(int t) {
     switch (t) {
         case F32: return 4;
@@ -36,6 +56,15 @@ inline int block_bytes(int t) {
         case Q4_K: return 144;
         case Q5_K: return 176;
         case Q6_K: return 210;
+        case Q4_0: return 18;
+        case Q4_1: return 20;
+        case Q5_0: return 22;
+        case Q5_1: return 24;
+        case IQ4_NL: return 18;
+        case IQ4_XS: return 136;
+        case MXFP4: return 17;
+        case Q2_K: return 84;
+        case Q3_K: return 110;
     }
     return 0;
 }
@@ -133,6 +162,22 @@ inline std::vector<uint8_t> random_weights(int t, int64_t rows, int64_t K, Rng& 
                 break;
             case Q6_K: put16(b + 208, hf64_to_f16(1e-4 * (1.0 + 2.0 * rng.uniform()))); break;
             case Q8_0: put16(b, hf64_to_f16(1e-3 * (0.5 + rng.uniform()))); break;
+            case Q4_0:
+            case Q5_0:
+            case IQ4_NL: put16(b, hf64_to_f16(1e-2 * (0.5 + rng.uniform()))); break;
+            case Q4_1:
+            case Q5_1:
+                put16(b, hf64_to_f16(1e-2 * (0.5 + rng.uniform())));
+                put16(b + 2, hf64_to_f16(-0.1 * rng.uniform()));
+                break;
+            case IQ4_XS: put16(b, hf64_to_f16(1e-4 * (0.5 + rng.uniform()))); break;
+            // e in 118..123: scales 2^-10 .. 2^-5, inside the f16 range as the f16 decode needs.
+            case MXFP4: b[0] = uint8_t(118 + rng.below(6)); break;
+            case Q2_K:
+                put16(b + 80, hf64_to_f16(2e-3 * (1.0 + rng.uniform())));
+                put16(b + 82, hf64_to_f16(2e-3 * (1.0 + rng.uniform())));
+                break;
+            case Q3_K: put16(b + 108, hf64_to_f16(1e-3 * (0.5 + rng.uniform()))); break;
             case F16: {
                 double v;
                 do v = 0.05 * rng.normal(); while (v == 0.0);
@@ -178,6 +223,11 @@ inline float sub(float a, float b) {
     volatile float r = a - b;
     return r;
 }
+inline float add(float a, float b) {
+    volatile float r = a + b;
+    return r;
+}
+inline void dequant_row_small(int t, const uint8_t* src, int64_t K, float* y);
 inline void dequant_row(int t, const uint8_t* src, int64_t K, float* y) {
     switch (t) {
         case F32:
@@ -247,6 +297,66 @@ inline void dequant_row(int t, const uint8_t* src, int64_t K, float* y) {
                 }
             }
             return;
+        default: dequant_row_small(t, src, K, y); return;
+    }
+}
+
+// The legacy, codebook and low-bit K formats (crates/gguf/src/quants/{legacy,codebook,k_low}.rs).
+inline void dequant_row_small(int t, const uint8_t* src, int64_t K, float* y) {
+    static const int8_t iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    static const int8_t mx[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const int be = block_elems(t), bb = block_bytes(t);
+    for (int64_t bi = 0; bi < K / be; bi++) {
+        const uint8_t* b = src + bb * bi;
+        float* out = y + be * bi;
+        if (be == 32) {
+            const bool five = t == Q5_0 || t == Q5_1, hasm = t == Q4_1 || t == Q5_1;
+            const int qs = t == MXFP4 ? 1 : t == Q4_0 || t == IQ4_NL ? 2 : t == Q4_1 ? 4 : t == Q5_0 ? 6 : 8;
+            uint32_t qh = 0;
+            if (five) std::memcpy(&qh, b + (t == Q5_0 ? 2 : 4), 4);
+            float d;
+            if (t == MXFP4) {
+                const uint32_t e = b[0];
+                d = bits_f32(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+            } else {
+                d = half_at(b);
+            }
+            const float m = hasm ? half_at(b + 2) : 0.0f;
+            for (int l = 0; l < 32; l++) {
+                const int q = ((b[qs + (l & 15)] >> (4 * (l >> 4))) & 15) | (five ? int((qh >> l) & 1) << 4 : 0);
+                switch (t) {
+                    case Q4_0: out[l] = mul(float(q - 8), d); break;
+                    case Q5_0: out[l] = mul(float(q - 16), d); break;
+                    case Q4_1:
+                    case Q5_1: out[l] = add(mul(float(q), d), m); break;
+                    case IQ4_NL: out[l] = mul(d, float(iq4[q])); break;
+                    case MXFP4: out[l] = mul(float(mx[q]), d); break;
+                }
+            }
+        } else if (t == IQ4_XS) {
+            const float d = half_at(b);
+            const int sh = b[2] | (b[3] << 8);
+            for (int ib = 0; ib < 8; ib++) {
+                const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+                const float dl = mul(d, float(ls - 32));
+                for (int l = 0; l < 32; l++) out[32 * ib + l] = mul(dl, float(iq4[(b[8 + 16 * ib + (l & 15)] >> (4 * (l >> 4))) & 15]));
+            }
+        } else {
+            // Q2_K / Q3_K: element 128n + 32j + l, group 8n + 2j + l/16.
+            for (int e = 0; e < 256; e++) {
+                const int n = e / 128, j = (e / 32) % 4, l = e % 32, g = 8 * n + 2 * j + l / 16;
+                if (t == Q2_K) {
+                    const float dl = mul(half_at(b + 80), float(b[g] & 15)), ml = mul(half_at(b + 82), float(b[g] >> 4));
+                    out[e] = sub(mul(dl, float((b[16 + 32 * n + l] >> (2 * j)) & 3)), ml);
+                } else {
+                    const uint8_t* s = b + 96;
+                    const int sc = (g < 8 ? (s[g] & 15) : (s[g - 8] >> 4)) | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
+                    const float dl = mul(half_at(b + 108), float(sc - 32));
+                    const int q = ((b[32 + 32 * n + l] >> (2 * j)) & 3) - ((b[l] >> (4 * n + j)) & 1 ? 0 : 4);
+                    out[e] = mul(dl, float(q));
+                }
+            }
+        }
     }
 }
 

@@ -3,11 +3,13 @@
 
 Run by hand (not in CI):
 
-    python3 -m venv /tmp/qv && /tmp/qv/bin/pip install gguf numpy
+    python3 -m venv /tmp/qv && /tmp/qv/bin/pip install gguf==0.19.0 numpy
+    (or any numpy venv with PYTHONPATH=<llama.cpp>/gguf-py, e.g. the llama-cpp-python 0.3.36
+    sdist's vendor/llama.cpp/gguf-py, which is gguf 0.19.0)
     (cd /work/main && cargo fetch)      # puts llama-cpp-sys-2's vendored ggml in ~/.cargo/registry
     /tmp/qv/bin/python tools/quant-vectors/make_vectors.py
 
-Output: crates/gguf/tests/fixtures/quant_vectors.gguf (about 230 KB), written with the gguf
+Output: crates/gguf/tests/fixtures/quant_vectors.gguf (about 400 KB), written with the gguf
 package's own GGUFWriter, so the Rust reader is also checked against a foreign writer.
 
 Where the expected bytes come from:
@@ -27,7 +29,12 @@ Tensors in the fixture (ggml order, dims[0] = 256 = one super-block row):
   <T>.quant             T     [256, n_cases]   reference quantisation of `input`, T in
                                                Q8_0 Q4_K Q5_K Q6_K
   <T>.dequant           F32   [256, n_cases]   reference dequantisation of <T>.quant
-  <T>.random            T     [256, 4]         random block bytes (f16 scales kept finite)
+  <T>.quant / .dequant  also for T in Q4_0 Q4_1 Q5_0 Q5_1 MXFP4 (ggml's quantiser, which gguf-py
+                                               must reproduce: tally's test requires equal bytes) and
+                                               IQ4_NL IQ4_XS Q2_K Q3_K (ggml's quantiser, dequantised;
+                                               tally's quantiser for these is its own, not compared)
+  <T>.random            T     [256, 4]         random block bytes (f16 scales kept finite), every
+                                               type above
   <T>.random.dequant    F32   [256, 4]         reference dequantisation of <T>.random
   floats.input          F32   [256, 2]         specials for the float formats: zeros, signed
                                                zeros, subnormals, overflow, inf, NaN, exact ties
@@ -77,6 +84,10 @@ static size_t row_bytes(const char * ty, long n) {
     if (!strcmp(ty, "q4_K")) return n / 256 * sizeof(block_q4_K);
     if (!strcmp(ty, "q5_K")) return n / 256 * sizeof(block_q5_K);
     if (!strcmp(ty, "q6_K")) return n / 256 * sizeof(block_q6_K);
+#define ROW(name, blk, qk) if (!strcmp(ty, #name)) return n / qk * sizeof(blk);
+    ROW(q4_0, block_q4_0, 32) ROW(q4_1, block_q4_1, 32) ROW(q5_0, block_q5_0, 32) ROW(q5_1, block_q5_1, 32)
+    ROW(iq4_nl, block_iq4_nl, 32) ROW(mxfp4, block_mxfp4, 32) ROW(iq4_xs, block_iq4_xs, 256)
+    ROW(q2_K, block_q2_K, 256) ROW(q3_K, block_q3_K, 256)
     fprintf(stderr, "unknown type %s\n", ty); exit(2);
 }
 
@@ -105,12 +116,30 @@ int main(int argc, char ** argv) {
     } else if (!strcmp(ty, "q6_K")) {
         if (quant) quantize_row_q6_K_ref(f, (block_q6_K *)q, n); else dequantize_row_q6_K((block_q6_K *)q, f, n);
     }
+#define QD(name, blk) else if (!strcmp(ty, #name)) { \
+        if (quant) quantize_row_##name##_ref(f, (blk *)q, n); else dequantize_row_##name((blk *)q, f, n); }
+    QD(q4_0, block_q4_0) QD(q4_1, block_q4_1) QD(q5_0, block_q5_0) QD(q5_1, block_q5_1)
+    QD(iq4_nl, block_iq4_nl) QD(iq4_xs, block_iq4_xs) QD(mxfp4, block_mxfp4)
+    QD(q2_K, block_q2_K) QD(q3_K, block_q3_K)
     if (quant) fwrite(q, 1, nb, stdout); else fwrite(f, sizeof(float), n, stdout);
     return 0;
 }
 """
 
-C_NAME = {T.F16: "f16", T.BF16: "bf16", T.Q8_0: "q8_0", T.Q4_K: "q4_K", T.Q5_K: "q5_K", T.Q6_K: "q6_K"}
+C_NAME = {T.F16: "f16", T.BF16: "bf16", T.Q8_0: "q8_0", T.Q4_K: "q4_K", T.Q5_K: "q5_K", T.Q6_K: "q6_K",
+          T.Q4_0: "q4_0", T.Q4_1: "q4_1", T.Q5_0: "q5_0", T.Q5_1: "q5_1", T.IQ4_NL: "iq4_nl",
+          T.IQ4_XS: "iq4_xs", T.MXFP4: "mxfp4", T.Q2_K: "q2_K", T.Q3_K: "q3_K"}
+# Types whose quantiser tally reproduces byte for byte (ggml's `_ref`, which gguf-py mirrors):
+# the fixture holds <T>.quant for `input` and the test requires equal bytes.
+EXACT_QUANT = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.MXFP4)
+# Types with dequantisation vectors only (tally's quantiser is its own): <T>.quant is ggml's
+# reference quantisation of `input`, used as realistic blocks to dequantise.
+DEQUANT_ONLY = (T.IQ4_NL, T.IQ4_XS, T.Q2_K, T.Q3_K)
+# Byte ranges of f16 scales per block, kept finite in random blocks.
+F16_SCALES = {T.Q4_K: [(0, 4)], T.Q5_K: [(0, 4)], T.Q6_K: [(208, 210)], T.Q8_0: [(0, 2)],
+              T.Q4_0: [(0, 2)], T.Q4_1: [(0, 4)], T.Q5_0: [(0, 2)], T.Q5_1: [(0, 4)],
+              T.IQ4_NL: [(0, 2)], T.IQ4_XS: [(0, 2)], T.Q2_K: [(80, 84)], T.Q3_K: [(108, 110)],
+              T.MXFP4: []}
 CFLAGS = ["-O2", "-ffp-contract=off", "-DNDEBUG", "-std=gnu11"]
 
 
@@ -238,12 +267,8 @@ def random_blocks(rng: np.random.Generator, ty: T, n_blocks: int) -> np.ndarray:
     size = gguf.GGML_QUANT_SIZES[ty][1]
     b = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
     finite = lambda k: rng.uniform(-2.0, 2.0, (n_blocks, k)).astype(np.float16).view(np.uint8)  # noqa: E731
-    if ty in (T.Q4_K, T.Q5_K):
-        b[:, 0:4] = finite(2)
-    elif ty == T.Q6_K:
-        b[:, 208:210] = finite(1)
-    elif ty == T.Q8_0:
-        b[:, 0:2] = finite(1)
+    for lo, hi in F16_SCALES[ty]:
+        b[:, lo:hi] = finite((hi - lo) // 2)
     return b.reshape(-1)
 
 
@@ -295,6 +320,22 @@ def main() -> None:
             q_c = c.quant(ty, inp)
             if ty == T.Q8_0:
                 same_bits(quants.quantize(inp, ty), q_c, "Q8_0 quantize")
+            d_c = c.dequant(ty, q_c, inp.size)
+            same_bits(quants.dequantize(q_c.reshape(inp.shape[0], -1), ty), d_c, f"{ty.name} dequantize")
+            w.add_tensor(f"{ty.name}.quant", q_c.reshape(inp.shape[0], -1), raw_dtype=ty)
+            w.add_tensor(f"{ty.name}.dequant", d_c.reshape(inp.shape))
+
+            n_rand = 4
+            rb = random_blocks(rng, ty, n_rand * QK_K // gguf.GGML_QUANT_SIZES[ty][0])
+            d_c = c.dequant(ty, rb, n_rand * QK_K)
+            same_bits(quants.dequantize(rb.reshape(n_rand, -1), ty), d_c, f"{ty.name} dequantize random")
+            w.add_tensor(f"{ty.name}.random", rb.reshape(n_rand, -1), raw_dtype=ty)
+            w.add_tensor(f"{ty.name}.random.dequant", d_c.reshape(n_rand, QK_K))
+
+        for ty in EXACT_QUANT + DEQUANT_ONLY:
+            q_c = c.quant(ty, inp)
+            if ty in EXACT_QUANT:
+                same_bits(quants.quantize(inp, ty), q_c, f"{ty.name} quantize")
             d_c = c.dequant(ty, q_c, inp.size)
             same_bits(quants.dequantize(q_c.reshape(inp.shape[0], -1), ty), d_c, f"{ty.name} dequantize")
             w.add_tensor(f"{ty.name}.quant", q_c.reshape(inp.shape[0], -1), raw_dtype=ty)

@@ -69,6 +69,14 @@ pub enum GgufError {
         id: u32,
     },
 
+    /// Tensors of the file have types tally cannot compute with (every one is listed, as
+    /// `name TYPE`, comma-separated).
+    #[error(
+        "unsupported tensor types: {list} ({count} tensor(s)); supported types: {}",
+        crate::types::SUPPORTED_NAMES
+    )]
+    UnsupportedTensorTypes { list: String, count: usize },
+
     /// A conversion (quantize/dequantize) was asked of a type that has none.
     #[error(
         "{op} is not implemented for type {ty}; supported types: {}",

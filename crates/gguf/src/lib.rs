@@ -4,8 +4,9 @@
 //!   data is handed out as slices of the map.
 //! - [`GgufWriter`]: one-pass streaming writer (GGUF v3); only the header is held in memory.
 //! - [`GgmlType`]: every ggml type id with its block geometry.
-//! - [`dequantize_row`] / [`quantize_row`]: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, bit-exact
-//!   with ggml's reference code.
+//! - [`dequantize_row`] / [`quantize_row`]: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+//!   Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4; dequantisation bit-exact with ggml's reference code
+//!   (see [`quants`] for which quantisers are ggml's and which are tally's own).
 
 mod error;
 mod meta;

@@ -207,6 +207,26 @@ impl GgufFile {
         &self.tensors
     }
 
+    /// Errors unless every tensor of the file has a type tally computes with; the error lists
+    /// every offending tensor with its type, in file order. Costs no I/O beyond the header
+    /// already read, so callers run it before allocating or uploading anything.
+    pub fn require_supported_types(&self) -> Result<(), GgufError> {
+        let bad: Vec<String> = self
+            .tensors
+            .iter()
+            .filter(|t| !t.ty.is_supported())
+            .map(|t| format!("{} {}", t.name, t.ty.name()))
+            .collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(GgufError::UnsupportedTensorTypes {
+                count: bad.len(),
+                list: bad.join(", "),
+            })
+        }
+    }
+
     /// A tensor by name (hash lookup).
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])

@@ -45,7 +45,7 @@ pub enum GgmlType {
 }
 
 /// The types tally computes with, as listed in error messages.
-pub(crate) const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K";
+pub(crate) const SUPPORTED_NAMES: &str = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4";
 
 /// (type, GGUF id, name, elements per block, bytes per block), from ggml's `ggml.h` and
 /// `ggml-common.h` block structs.
@@ -130,8 +130,8 @@ impl GgmlType {
         self.row().4
     }
 
-    /// Whether tally can dequantize (and quantize) this type:
-    /// F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K.
+    /// Whether tally can dequantize (and quantize) this type: F32, F16, BF16, Q8_0, the legacy
+    /// Q4_0/Q4_1/Q5_0/Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4.
     pub fn is_supported(self) -> bool {
         matches!(
             self,
@@ -139,9 +139,18 @@ impl GgmlType {
                 | GgmlType::F16
                 | GgmlType::BF16
                 | GgmlType::Q8_0
+                | GgmlType::Q4_0
+                | GgmlType::Q4_1
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
+                | GgmlType::Q2_K
+                | GgmlType::Q3_K
                 | GgmlType::Q4_K
                 | GgmlType::Q5_K
                 | GgmlType::Q6_K
+                | GgmlType::IQ4_NL
+                | GgmlType::IQ4_XS
+                | GgmlType::MXFP4
         )
     }
 

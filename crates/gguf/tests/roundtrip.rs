@@ -274,7 +274,7 @@ fn unsupported_tensor_type_is_named() {
     assert_eq!(
         t.require_supported().unwrap_err().to_string(),
         "tensor 'blk.0.ffn_down.weight' has type IQ2_XXS (id 16), which is not supported; \
-         supported types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K"
+         supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"
     );
     g.tensor("ok").unwrap().require_supported().unwrap();
 }
@@ -364,17 +364,17 @@ fn conversions_reject_wrong_sizes_and_unsupported_types() {
         "32 elements of type Q4_K is not a whole number of 256-element blocks"
     );
     assert_eq!(
-        dequantize_row(GgmlType::Q4_0, &[0; 18], &mut out)
+        dequantize_row(GgmlType::TQ2_0, &[0; 66], &mut [0.0; 256])
             .unwrap_err()
             .to_string(),
-        "dequantize is not implemented for type Q4_0; supported types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K"
+        "dequantize is not implemented for type TQ2_0; supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"
     );
-    let mut q = [0u8; 18];
+    let mut q = [0u8; 66];
     assert_eq!(
-        quantize_row(GgmlType::IQ4_NL, &out, &mut q)
+        quantize_row(GgmlType::IQ2_XXS, &[0.5; 256], &mut q)
             .unwrap_err()
             .to_string(),
-        "quantize is not implemented for type IQ4_NL; supported types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K"
+        "quantize is not implemented for type IQ2_XXS; supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"
     );
 }
 

@@ -84,6 +84,26 @@ fn check(g: &GgufFile, ty: GgmlType, prefix: &str, input: &str, cases_key: &str)
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }
 
+/// Dequantisation only, of ggml's quantisation of `input` (for types whose quantiser in tally
+/// is its own and is not expected to give ggml's bytes).
+fn check_dequant(g: &GgufFile, ty: GgmlType) {
+    let qt = g.tensor(&format!("{ty}.quant")).unwrap();
+    assert_eq!(qt.ty, ty);
+    let want = f32s(g.tensor_data(g.tensor(&format!("{ty}.dequant")).unwrap()));
+    let mut d = vec![f32::NAN; qt.n_elems() as usize];
+    dequantize_row(ty, g.tensor_data(qt), &mut d).unwrap();
+    let cases = row_names(g, "quant_vectors.cases");
+    let n = qt.dims[0] as usize;
+    for (i, (a, b)) in d.iter().zip(&want).enumerate() {
+        assert!(
+            same_f32(*a, *b),
+            "{ty} dequantize '{}' element {}: {a:e} vs {b:e}",
+            cases[i / n],
+            i % n
+        );
+    }
+}
+
 /// Dequantisation of random block bytes (scales of every bit pattern, not only those a
 /// quantiser makes).
 fn check_random(g: &GgufFile, ty: GgmlType) {
@@ -171,4 +191,67 @@ fn q6_k_matches_ggml() {
     let g = fixture();
     check(&g, GgmlType::Q6_K, "", "input", "quant_vectors.cases");
     check_random(&g, GgmlType::Q6_K);
+}
+
+#[test]
+fn q4_0_matches_ggml() {
+    let g = fixture();
+    check(&g, GgmlType::Q4_0, "", "input", "quant_vectors.cases");
+    check_random(&g, GgmlType::Q4_0);
+}
+
+#[test]
+fn q4_1_matches_ggml() {
+    let g = fixture();
+    check(&g, GgmlType::Q4_1, "", "input", "quant_vectors.cases");
+    check_random(&g, GgmlType::Q4_1);
+}
+
+#[test]
+fn q5_0_matches_ggml() {
+    let g = fixture();
+    check(&g, GgmlType::Q5_0, "", "input", "quant_vectors.cases");
+    check_random(&g, GgmlType::Q5_0);
+}
+
+#[test]
+fn q5_1_matches_ggml() {
+    let g = fixture();
+    check(&g, GgmlType::Q5_1, "", "input", "quant_vectors.cases");
+    check_random(&g, GgmlType::Q5_1);
+}
+
+#[test]
+fn mxfp4_matches_ggml() {
+    let g = fixture();
+    check(&g, GgmlType::MXFP4, "", "input", "quant_vectors.cases");
+    check_random(&g, GgmlType::MXFP4);
+}
+
+#[test]
+fn iq4_nl_dequantize_matches_ggml() {
+    let g = fixture();
+    check_dequant(&g, GgmlType::IQ4_NL);
+    check_random(&g, GgmlType::IQ4_NL);
+}
+
+#[test]
+fn iq4_xs_dequantize_matches_ggml() {
+    let g = fixture();
+    check_dequant(&g, GgmlType::IQ4_XS);
+    check_random(&g, GgmlType::IQ4_XS);
+}
+
+#[test]
+fn q2_k_dequantize_matches_ggml() {
+    let g = fixture();
+    check_dequant(&g, GgmlType::Q2_K);
+    check_random(&g, GgmlType::Q2_K);
+}
+
+#[test]
+fn q3_k_dequantize_matches_ggml() {
+    let g = fixture();
+    check_dequant(&g, GgmlType::Q3_K);
+    check_random(&g, GgmlType::Q3_K);
 }

@@ -69,7 +69,9 @@ pub struct Model {
 }
 
 impl Model {
-    /// Opens and validates a `qwen35moe` GGUF file.
+    /// Opens and validates a `qwen35moe` GGUF file. A file with any tensor of a type tally
+    /// cannot compute with is rejected here, naming every such tensor, before any backend
+    /// allocates or uploads anything.
     pub fn open(path: &std::path::Path) -> Result<Model, ModelError> {
         let file = tally_gguf::GgufFile::open(path)?;
         Model::from_file(path, file)
@@ -80,6 +82,7 @@ impl Model {
         path: &std::path::Path,
         mut file: tally_gguf::GgufFile,
     ) -> Result<Model, ModelError> {
+        file.require_supported_types()?;
         let config = Config::from_gguf(&file)?;
         for (name, dims, _) in config.file_tensor_shapes() {
             // Checked equivalent by from_gguf; absent optional tensors stay absent.

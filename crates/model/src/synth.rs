@@ -17,7 +17,10 @@ use crate::ModelError;
 use crate::config::{ARCH, Config, LayerKind};
 use crate::rng::Rng;
 
+mod mix;
 mod tokenizer;
+
+pub use mix::QuantMix;
 
 /// Named model shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,46 +130,6 @@ impl Preset {
                 (2, 8, 64, 64),
                 (16, 3, 256, 512),
             ),
-        }
-    }
-}
-
-/// Which tensor types the file uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuantMix {
-    /// The stock Q4_K_M mix (MODEL.md): Q4_K, with Q6_K for the output head and for attn_qkv /
-    /// attn_v / ffn_down* on the layers llama.cpp gives more bits.
-    Q4KM,
-    /// Every matrix Q8_0.
-    Q8_0,
-    /// Every matrix BF16.
-    Bf16,
-}
-
-impl QuantMix {
-    pub const NAMES: [&'static str; 3] = ["q4_k_m", "q8_0", "bf16"];
-
-    pub fn parse(s: &str) -> Option<QuantMix> {
-        match s {
-            "q4_k_m" => Some(QuantMix::Q4KM),
-            "q8_0" => Some(QuantMix::Q8_0),
-            "bf16" => Some(QuantMix::Bf16),
-            _ => None,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            QuantMix::Q4KM => "q4_k_m",
-            QuantMix::Q8_0 => "q8_0",
-            QuantMix::Bf16 => "bf16",
-        }
-    }
-    /// `general.file_type` (llama.cpp's ftype numbering).
-    fn file_type(self) -> u32 {
-        match self {
-            QuantMix::Q4KM => 15,
-            QuantMix::Q8_0 => 7,
-            QuantMix::Bf16 => 32,
         }
     }
 }
@@ -288,48 +251,12 @@ struct TensorPlan {
     init: Init,
 }
 
-fn weight_type(mix: QuantMix, name: &str, layer: Option<usize>, n_layers: usize) -> GgmlType {
-    let more_bits = |i: usize| {
-        let n = n_layers;
-        i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64).rem_euclid(3) == 2
-    };
-    match mix {
-        QuantMix::Q8_0 => GgmlType::Q8_0,
-        QuantMix::Bf16 => GgmlType::BF16,
-        QuantMix::Q4KM => {
-            if name == "output.weight" {
-                return GgmlType::Q6_K;
-            }
-            let sensitive = name.ends_with("attn_qkv.weight")
-                || name.ends_with("attn_v.weight")
-                || name.contains("ffn_down");
-            match layer {
-                Some(il) if sensitive && more_bits(il) => GgmlType::Q6_K,
-                _ => GgmlType::Q4_K,
-            }
-        }
-    }
-}
-
-/// The type a tensor is written with: the mix's choice if its rows fit the block size, else the
-/// first of Q8_0 / F32 that does.
-fn fit_type(want: GgmlType, row_len: u64) -> GgmlType {
-    [want, GgmlType::Q8_0, GgmlType::F32]
-        .into_iter()
-        .find(|t| row_len % t.block_elems() as u64 == 0)
-        .unwrap_or(GgmlType::F32)
-}
-
 fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
     let mut out = Vec::new();
     let mut fallbacks = Vec::new();
     let d = cfg.hidden as f32;
     let resid = 1.0 / (2.0 * cfg.n_layers as f32).sqrt();
     for (name, dims) in synth_shapes(cfg) {
-        let layer = name
-            .strip_prefix("blk.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|s| s.parse::<usize>().ok());
         let short = name
             .rsplit_once(".weight")
             .map_or(name.as_str(), |(a, _)| a);
@@ -355,13 +282,11 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
             "ssm_conv1d" => Init::Normal(0.5),
             _ => Init::Normal(1.0 / fan_in.sqrt()),
         };
-        let is_vector = dims[1..].iter().all(|&x| x == 1);
-        let never_quantised = is_vector || short == "ffn_gate_inp" || short == "ssm_conv1d";
-        let ty = if never_quantised {
+        let ty = if !mix::is_quantised(&name, &dims) {
             GgmlType::F32
         } else {
-            let want = weight_type(mix, &name, layer, cfg.n_layers);
-            let got = fit_type(want, dims[0]);
+            let want = mix::wanted_type(mix, &name, &dims, cfg.n_layers);
+            let got = mix::fit_type(want, dims[0]);
             if got != want {
                 fallbacks.push(format!(
                     "{name}: rows of {} do not fit {} blocks; wrote {}",

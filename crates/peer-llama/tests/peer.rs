@@ -458,3 +458,50 @@ fn bad_inputs_are_errors_with_clear_text() {
         "{e}"
     );
 }
+
+/// Every quantisation mix `tally synth` writes loads in llama.cpp, and llama.cpp's logits on
+/// it agree with tally's CPU backend on the same file: llama.cpp decodes our blocks to the
+/// values we meant (a layout or codebook mismatch gives uncorrelated logits, relative error
+/// near 1.4). The bound allows for llama.cpp's CPU matmuls quantising activations to 8 bits.
+#[test]
+fn every_synth_mix_loads_and_matches_tally_cpu() {
+    use std::sync::Arc;
+    let mut report = Vec::new();
+    let mut failed = false;
+    for name in [
+        "q8_0",
+        "q6_k",
+        "q5_k_m",
+        "iq4_xs",
+        "iq4_nl",
+        "mxfp4_moe",
+        "q4_0",
+        "q3_k_m",
+        "q2_k",
+    ] {
+        let mix = QuantMix::parse(name).unwrap();
+        let path = model(Preset::Tiny, mix, &[]);
+        let mut p = peer(&path, params());
+        let tokens = prompt(&p, 12, 5);
+        let theirs = p.prefill_logits(&tokens).unwrap();
+        drop(p);
+        let m = Arc::new(tally_model::Model::open(&path).unwrap());
+        let cpu = tally_engine::cpu::CpuBackend::new(m.clone(), 1).unwrap();
+        let ours = tally_engine::Session::new(m, cpu, 12)
+            .unwrap()
+            .prefill(&tokens)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for (a, b) in ours.iter().zip(&theirs) {
+            num += (f64::from(*a) - f64::from(*b)).powi(2);
+            den += f64::from(*b).powi(2);
+        }
+        let err = (num / den.max(1e-300)).sqrt();
+        let ok = ours.len() == theirs.len() && theirs.iter().all(|v| v.is_finite()) && err < 0.1;
+        failed |= !ok;
+        report.push(format!("{name:9} tally vs llama.cpp rel err {err:.4}"));
+    }
+    println!("{}", report.join("\n"));
+    assert!(!failed, "{}", report.join("\n"));
+}

@@ -105,11 +105,16 @@ fn missing_key_is_bad_input() {
 }
 
 #[test]
-fn unsupported_tensor_type_is_bad_input() {
+fn unsupported_tensor_types_are_bad_input_and_all_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let good = synth(dir.path(), "good.gguf", &[]);
     let file = tally_gguf::GgufFile::open(&good).expect("open");
-    // The same model with token_embd re-typed as IQ2_XXS (unsupported).
+    // The same model with three tensors re-typed to types tally does not support.
+    let retype = [
+        ("token_embd.weight", GgmlType::IQ2_XXS),
+        ("blk.0.ffn_down_exps.weight", GgmlType::IQ1_S),
+        ("blk.3.ffn_up_exps.weight", GgmlType::TQ2_0),
+    ];
     let meta: Vec<(String, MetaValue)> = file
         .metadata()
         .iter()
@@ -122,11 +127,10 @@ fn unsupported_tensor_type_is_bad_input() {
         .map(|t| TensorSpec {
             name: t.name.clone(),
             dims: t.dims.clone(),
-            ty: if t.name == "token_embd.weight" {
-                GgmlType::IQ2_XXS
-            } else {
-                t.ty
-            },
+            ty: retype
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .map_or(t.ty, |(_, ty)| *ty),
         })
         .collect();
     let bad = dir.path().join("iq.gguf");
@@ -136,14 +140,24 @@ fn unsupported_tensor_type_is_bad_input() {
         if s.ty == t.ty {
             w.write_data(file.tensor_data(t)).expect("data");
         } else {
-            let n = s.ty.row_bytes(s.dims[0]).expect("rb") * s.dims[1];
+            let rows: u64 = s.dims[1..].iter().product();
+            let n = s.ty.row_bytes(s.dims[0]).expect("rb") * rows;
             w.write_data(&vec![0u8; n as usize]).expect("data");
         }
     }
     w.finish().expect("finish");
-    let o = tally(&["run", "--model", &bad.to_string_lossy(), "--tokens", "4"]);
-    assert_bad_input(&o, "IQ2_XXS");
-    assert!(stderr(&o).contains("token_embd.weight"), "{}", stderr(&o));
+    let bp = bad.to_string_lossy().into_owned();
+    for args in [
+        vec!["run", "--model", bp.as_str(), "--tokens", "4"],
+        vec!["check", "--model", bp.as_str()],
+    ] {
+        let o = tally(&args);
+        assert_bad_input(
+            &o,
+            "unsupported tensor types: token_embd.weight IQ2_XXS, \
+             blk.0.ffn_down_exps.weight IQ1_S, blk.3.ffn_up_exps.weight TQ2_0 (3 tensor(s))",
+        );
+    }
 }
 
 #[test]

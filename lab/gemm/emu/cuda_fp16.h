@@ -263,6 +263,7 @@ inline float __uint_as_float(unsigned u) { return ref::bits_f32(u); }
 inline unsigned __float_as_uint(float f) { return ref::f32_bits(f); }
 inline float __fmul_rn(float a, float b) { return ref::mul(a, b); }
 inline float __fsub_rn(float a, float b) { return ref::sub(a, b); }
+inline float __fadd_rn(float a, float b) { return ref::add(a, b); }
 inline float __expf(float x) { return std::exp(x); }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const uint64_t v = (uint64_t(y) << 32) | x;

@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe_route.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick]
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv]
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -103,6 +103,16 @@ static int test_f16_operands(int type, int layout, ref::Rng& rng) {
 
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
+    const bool pieces_only = argc > 1 && std::string(argv[1]) == "pieces";
+    // `new`: the GEMM/GEMV matrix only for the legacy, codebook and low-bit K formats;
+    // `newquick`: of those, only the dense M%BM!=0 and the MoE down cases (every variant).
+    const bool new_quick = argc > 1 && std::string(argv[1]) == "newquick";
+    const bool new_only = new_quick || (argc > 1 && std::string(argv[1]) == "new");
+    auto is_new = [](int t) {
+        return t == ref::Q4_0 || t == ref::Q4_1 || t == ref::Q5_0 || t == ref::Q5_1 || t == ref::IQ4_NL ||
+               t == ref::IQ4_XS || t == ref::MXFP4 || t == ref::Q2_K || t == ref::Q3_K;
+    };
     // "gemv": only the GEMV kernels (gemv_<t>, mmv_<t>) of the correctness matrix, every type.
     const bool only_gemv = argc > 1 && std::string(argv[1]) == "gemv";
     ref::Rng rng(20260101);
@@ -119,25 +129,37 @@ int main(int argc, char** argv) {
     }
     std::printf("== pieces and dequant8 (direct calls)\n");
     fails += test_pieces<QT_Q4_K>(rng) + test_pieces<QT_Q5_K>(rng) + test_pieces<QT_Q6_K>(rng) + test_pieces<QT_Q8_0>(rng) +
-             test_pieces<QT_BF16>(rng) + test_pieces<QT_F16>(rng) + test_pieces<QT_F32>(rng);
+             test_pieces<QT_BF16>(rng) + test_pieces<QT_F16>(rng) + test_pieces<QT_F32>(rng) + test_pieces<QT_Q4_0>(rng) +
+             test_pieces<QT_Q4_1>(rng) + test_pieces<QT_Q5_0>(rng) + test_pieces<QT_Q5_1>(rng) +
+             test_pieces<QT_IQ4_NL>(rng) + test_pieces<QT_IQ4_XS>(rng) + test_pieces<QT_MXFP4>(rng) +
+             test_pieces<QT_Q2_K>(rng) + test_pieces<QT_Q3_K>(rng);
     std::printf("== dequant_rows kernel\n");
-    const int types[] = {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::BF16, ref::F16, ref::F32};
+    const auto& types = ref::ALL_TYPES;
     for (int t : types) fails += !run_dequant_rows_case(b, t, rng);
     std::printf("== dequant_f16 and cast_f16_rows kernels (operands of the cuBLAS path)\n");
     for (int t : types) fails += test_f16_operands(t, 0, rng);
     fails += test_f16_operands(ref::Q4_K, 1, rng) + test_f16_operands(ref::Q6_K, 1, rng);
+    if (pieces_only) {
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     std::printf("== moe_route kernel\n");
-    fails += run_route_cases(b, rng, false);
+    if (!new_only) fails += run_route_cases(b, rng, false);
     std::printf("== gemm / gemv kernels\n");
     int n = 0;
     for (const GemmCase& c : correctness_cases(true)) {
-        if (quick && c.type != ref::Q4_K && c.type != ref::Q6_K && c.type != ref::Q8_0) continue;
+        if (quick && c.type != ref::Q4_K && c.type != ref::Q6_K && c.type != ref::Q8_0 && c.type != ref::IQ4_XS &&
+            c.type != ref::MXFP4 && c.type != ref::Q3_K)
+            continue;
+        if (new_only && !is_new(c.type)) continue;
+        if (new_quick && c.name != "dense M%BM!=0 N%BN!=0" && c.name != "moe down random") continue;
         fails += !run_case(b, c, rng, false).pass;
         n++;
         std::fflush(stdout);
     }
     std::printf("== f32 SIMT gemm (repeatability across warp orders: emu/simt_test.cpp)\n");
     for (const GemmCase& c : simt_cases()) {
+        if (new_only) break;
         fails += !run_case(b, c, rng, false).pass;
         std::fflush(stdout);
     }

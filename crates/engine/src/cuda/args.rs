@@ -354,6 +354,7 @@ pub fn gemm_smem_bytes(ty: tally_gguf::GgmlType, bm: i64) -> u32 {
         T::Q4_K => 32,
         T::Q5_K | T::Q8_0 => 48,
         T::Q6_K => 80,
+        T::Q3_K => 96,
         T::F32 => 128,
         _ => 64,
     };

@@ -19,6 +19,7 @@ pub struct Source {
 const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("quant.cuh", include_str!("kernels/quant.cuh")),
+    ("quant_small.cuh", include_str!("kernels/quant_small.cuh")),
 ];
 
 /// Every kernel source of the backend.

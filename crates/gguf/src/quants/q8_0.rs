@@ -39,7 +39,7 @@ pub(crate) fn quantize(src: &[f32], dst: &mut [u8]) {
 /// 0x80000000 keeps 0 in its low byte. We return that 0 (the stored f16 scale is 0 anyway, so
 /// every choice decodes to 0; this one keeps the bytes equal to ggml's).
 #[inline]
-fn to_i8_like_x86(r: f32) -> i8 {
+pub(crate) fn to_i8_like_x86(r: f32) -> i8 {
     if r.abs() < 2_147_483_648.0 {
         r as i32 as i8
     } else {

@@ -14,7 +14,9 @@ use super::{Format, InputError};
 ///
 /// Presets: `35b-a3b` (the real shape, ~21 GB at q4_k_m), `mid` (real head counts, 8 layers,
 /// 64 experts), `tiny` (hidden 256, 4 layers, 8 experts top-2) and `tiny-odd` (other head ratios,
-/// odd vocabulary, last layer linear). Quant mixes: `q4_k_m` (the stock mix), `q8_0`, `bf16`.
+/// odd vocabulary, last layer linear). Quant mixes follow llama-quantize's recipe for each file
+/// type: `q4_k_m` (the stock mix), `q5_k_m`, `q6_k`, `q8_0`, `iq4_xs`, `iq4_nl`, `mxfp4_moe`,
+/// `q4_0`, `q3_k_m`, `q2_k`, and `bf16`.
 /// Any shape field can be overridden with `--set key=value` (e.g. `--set n_layers=8`).
 /// `--mtp` adds the multi-token-prediction block after the trunk, in llama.cpp's converter
 /// layout (`block_count` = layers + 1, `nextn_predict_layers` = 1, `blk.N.nextn.*`).
@@ -25,7 +27,8 @@ pub struct Args {
     /// Model shape: 35b-a3b, mid, tiny, tiny-odd.
     #[arg(long, default_value = "tiny")]
     preset: String,
-    /// Quantisation mix: q4_k_m, q8_0, bf16.
+    /// Quantisation mix: q4_k_m, q5_k_m, q6_k, q8_0, iq4_xs, iq4_nl, mxfp4_moe, q4_0, q3_k_m,
+    /// q2_k, bf16.
     #[arg(long, default_value = "q4_k_m")]
     quant: String,
     /// Seed of every random weight.

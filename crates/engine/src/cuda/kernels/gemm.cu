@@ -84,7 +84,7 @@ struct GemmArgs {
 #define GEMM_WSTAGES 3
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
 #define GEMM_SLOT_BYTES(t)                                                                         \
-    ((t) == QT_Q4_K ? 32 : (t) == QT_Q5_K ? 48 : (t) == QT_Q6_K ? 80 : (t) == QT_Q8_0 ? 48 : (t) == QT_F32 ? 128 : 64)
+    ((t) == QT_Q4_K ? 32 : (t) == QT_Q5_K ? 48 : (t) == QT_Q6_K ? 80 : (t) == QT_Q8_0 ? 48 : (t) == QT_F32 ? 128 : (t) == QT_Q3_K ? 96 : 64)
 // Dynamic shared memory: two stages of A [BM][72] and B [128][72] f16, two i32 row tables of BM,
 // then GEMM_WSTAGES stages of raw weight bytes (GEMM_THREADS slots each).
 #define GEMM_SMEM_BYTES(t, bm) \
@@ -586,7 +586,7 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 
 // Blocks per SM the BM = 32 kernels are compiled for: 3 (<= 80 registers) where that fits
 // without spilling; the Q6_K decode needs more registers.
-#define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K ? 2 : 3)
+#define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
 #define TALLY_GEMM_KERNELS(name, T)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(GemmArgs a) {          \
@@ -607,6 +607,15 @@ TALLY_GEMM_KERNELS(q8_0, QT_Q8_0)
 TALLY_GEMM_KERNELS(bf16, QT_BF16)
 TALLY_GEMM_KERNELS(f16, QT_F16)
 TALLY_GEMM_KERNELS(f32, QT_F32)
+TALLY_GEMM_KERNELS(q4_0, QT_Q4_0)
+TALLY_GEMM_KERNELS(q4_1, QT_Q4_1)
+TALLY_GEMM_KERNELS(q5_0, QT_Q5_0)
+TALLY_GEMM_KERNELS(q5_1, QT_Q5_1)
+TALLY_GEMM_KERNELS(iq4_nl, QT_IQ4_NL)
+TALLY_GEMM_KERNELS(iq4_xs, QT_IQ4_XS)
+TALLY_GEMM_KERNELS(mxfp4, QT_MXFP4)
+TALLY_GEMM_KERNELS(q2_k, QT_Q2_K)
+TALLY_GEMM_KERNELS(q3_k, QT_Q3_K)
 
 // ---------------------------------------------------------------------------------------------
 // mmv_<t>: the decode GEMV (few x rows, e.g. one token, or the (token, expert) pairs of one MoE
@@ -626,7 +635,7 @@ TALLY_GEMM_KERNELS(f32, QT_F32)
 // Preconditions (else nothing is written): as gemv_<t>, and K / 32 <= MMV_THREADS (K <= 8192).
 // Precision: the same f32 operations as gemv_<t> in a different summation order (~1e-6).
 #define MMV_THREADS 256
-#define MMV_UNROLL(t) ((t) == QT_Q6_K || (t) == QT_F32 || (t) == QT_F16 || (t) == QT_BF16 ? 2 : 4)
+#define MMV_UNROLL(t) ((t) == QT_Q6_K || (t) == QT_F32 || (t) == QT_F16 || (t) == QT_BF16 || (t) == QT_Q3_K ? 2 : 4)
 __host__ __device__ constexpr int mmv_tpr(int K) {
     int t = 1;
     while (t < K / 32) t <<= 1;
@@ -746,6 +755,15 @@ TALLY_MMV_KERNEL(q8_0, QT_Q8_0)
 TALLY_MMV_KERNEL(bf16, QT_BF16)
 TALLY_MMV_KERNEL(f16, QT_F16)
 TALLY_MMV_KERNEL(f32, QT_F32)
+TALLY_MMV_KERNEL(q4_0, QT_Q4_0)
+TALLY_MMV_KERNEL(q4_1, QT_Q4_1)
+TALLY_MMV_KERNEL(q5_0, QT_Q5_0)
+TALLY_MMV_KERNEL(q5_1, QT_Q5_1)
+TALLY_MMV_KERNEL(iq4_nl, QT_IQ4_NL)
+TALLY_MMV_KERNEL(iq4_xs, QT_IQ4_XS)
+TALLY_MMV_KERNEL(mxfp4, QT_MXFP4)
+TALLY_MMV_KERNEL(q2_k, QT_Q2_K)
+TALLY_MMV_KERNEL(q3_k, QT_Q3_K)
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt(GemmArgs a) {
     simt_body<SIMT_BM, SIMT_BN, 1, SIMT_BK>(a);

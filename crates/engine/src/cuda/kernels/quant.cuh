@@ -35,10 +35,24 @@ constexpr int QT_Q4_K = 12;
 constexpr int QT_Q5_K = 13;
 constexpr int QT_Q6_K = 14;
 constexpr int QT_BF16 = 30;
+// The legacy, low-bit K and codebook formats (layouts at their pieces below).
+constexpr int QT_Q4_0 = 2;
+constexpr int QT_Q4_1 = 3;
+constexpr int QT_Q5_0 = 6;
+constexpr int QT_Q5_1 = 7;
+constexpr int QT_Q2_K = 10;
+constexpr int QT_Q3_K = 11;
+constexpr int QT_IQ4_NL = 20;
+constexpr int QT_IQ4_XS = 23;
+constexpr int QT_MXFP4 = 39;
 
 // Elements per block (1 for the float types).
 __host__ __device__ constexpr int qt_block_elems(int t) {
-    return (t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K) ? 256 : t == QT_Q8_0 ? 32 : 1;
+    return (t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_Q2_K || t == QT_Q3_K || t == QT_IQ4_XS) ? 256
+           : (t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q4_1 || t == QT_Q5_0 || t == QT_Q5_1 || t == QT_IQ4_NL ||
+              t == QT_MXFP4)
+               ? 32
+               : 1;
 }
 // Bytes per block; 0 for an unsupported type.
 __host__ __device__ constexpr int qt_block_bytes(int t) {
@@ -49,6 +63,15 @@ __host__ __device__ constexpr int qt_block_bytes(int t) {
            : t == QT_Q4_K ? 144
            : t == QT_Q5_K ? 176
            : t == QT_Q6_K ? 210
+           : t == QT_Q4_0 ? 18
+           : t == QT_Q4_1 ? 20
+           : t == QT_Q5_0 ? 22
+           : t == QT_Q5_1 ? 24
+           : t == QT_Q2_K ? 84
+           : t == QT_Q3_K ? 110
+           : t == QT_IQ4_NL ? 18
+           : t == QT_IQ4_XS ? 136
+           : t == QT_MXFP4 ? 17
                           : 0;
 }
 __host__ __device__ constexpr bool qt_is_kquant(int t) {
@@ -762,6 +785,8 @@ struct Piece<QT_F32> {
     }
 };
 
+#include "quant_small.cuh"
+
 // ---------------------------------------------------------------------------------------------
 // Row dequantisation: out[i, :] = dequant(W row ids[i] (or row0 + i)), all K elements.
 
@@ -789,6 +814,15 @@ __device__ __forceinline__ bool dequant8_any(int type, const u8* row, int k, flo
         case QT_Q4_K: dequant8<QT_Q4_K>(row, k, v); return true;
         case QT_Q5_K: dequant8<QT_Q5_K>(row, k, v); return true;
         case QT_Q6_K: dequant8<QT_Q6_K>(row, k, v); return true;
+        case QT_Q4_0: dequant8<QT_Q4_0>(row, k, v); return true;
+        case QT_Q4_1: dequant8<QT_Q4_1>(row, k, v); return true;
+        case QT_Q5_0: dequant8<QT_Q5_0>(row, k, v); return true;
+        case QT_Q5_1: dequant8<QT_Q5_1>(row, k, v); return true;
+        case QT_IQ4_NL: dequant8<QT_IQ4_NL>(row, k, v); return true;
+        case QT_IQ4_XS: dequant8<QT_IQ4_XS>(row, k, v); return true;
+        case QT_MXFP4: dequant8<QT_MXFP4>(row, k, v); return true;
+        case QT_Q2_K: dequant8<QT_Q2_K>(row, k, v); return true;
+        case QT_Q3_K: dequant8<QT_Q3_K>(row, k, v); return true;
         default: return false;
     }
 }

@@ -20,6 +20,15 @@ pub(crate) fn mmv_kernel(ty: GgmlType) -> Option<&'static str> {
         GgmlType::BF16 => "mmv_bf16",
         GgmlType::F16 => "mmv_f16",
         GgmlType::F32 => "mmv_f32",
+        GgmlType::Q4_0 => "mmv_q4_0",
+        GgmlType::Q4_1 => "mmv_q4_1",
+        GgmlType::Q5_0 => "mmv_q5_0",
+        GgmlType::Q5_1 => "mmv_q5_1",
+        GgmlType::IQ4_NL => "mmv_iq4_nl",
+        GgmlType::IQ4_XS => "mmv_iq4_xs",
+        GgmlType::MXFP4 => "mmv_mxfp4",
+        GgmlType::Q2_K => "mmv_q2_k",
+        GgmlType::Q3_K => "mmv_q3_k",
         _ => return None,
     })
 }
@@ -35,7 +44,7 @@ fn mmv_rows_per_step(ty: GgmlType, k: usize) -> usize {
         .next_power_of_two()
         .min(MMV_THREADS as usize);
     let unroll = match ty {
-        GgmlType::Q6_K | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 2,
+        GgmlType::Q6_K | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q3_K => 2,
         _ => 4,
     };
     (MMV_THREADS as usize / tpr) * unroll
@@ -70,11 +79,35 @@ pub(crate) fn gemm_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
         GgmlType::BF16 => ["gemm_bf16", "gemm_bf16_m64", "gemm_bf16_m32", "gemv_bf16"],
         GgmlType::F16 => ["gemm_f16", "gemm_f16_m64", "gemm_f16_m32", "gemv_f16"],
         GgmlType::F32 => ["gemm_f32", "gemm_f32_m64", "gemm_f32_m32", "gemv_f32"],
+        GgmlType::Q4_0 => ["gemm_q4_0", "gemm_q4_0_m64", "gemm_q4_0_m32", "gemv_q4_0"],
+        GgmlType::Q4_1 => ["gemm_q4_1", "gemm_q4_1_m64", "gemm_q4_1_m32", "gemv_q4_1"],
+        GgmlType::Q5_0 => ["gemm_q5_0", "gemm_q5_0_m64", "gemm_q5_0_m32", "gemv_q5_0"],
+        GgmlType::Q5_1 => ["gemm_q5_1", "gemm_q5_1_m64", "gemm_q5_1_m32", "gemv_q5_1"],
+        GgmlType::IQ4_NL => [
+            "gemm_iq4_nl",
+            "gemm_iq4_nl_m64",
+            "gemm_iq4_nl_m32",
+            "gemv_iq4_nl",
+        ],
+        GgmlType::IQ4_XS => [
+            "gemm_iq4_xs",
+            "gemm_iq4_xs_m64",
+            "gemm_iq4_xs_m32",
+            "gemv_iq4_xs",
+        ],
+        GgmlType::MXFP4 => [
+            "gemm_mxfp4",
+            "gemm_mxfp4_m64",
+            "gemm_mxfp4_m32",
+            "gemv_mxfp4",
+        ],
+        GgmlType::Q2_K => ["gemm_q2_k", "gemm_q2_k_m64", "gemm_q2_k_m32", "gemv_q2_k"],
+        GgmlType::Q3_K => ["gemm_q3_k", "gemm_q3_k_m64", "gemm_q3_k_m32", "gemv_q3_k"],
         _ => return None,
     })
 }
 
-pub(crate) const GEMM_TYPES: [GgmlType; 7] = [
+pub(crate) const GEMM_TYPES: [GgmlType; 16] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -82,6 +115,15 @@ pub(crate) const GEMM_TYPES: [GgmlType; 7] = [
     GgmlType::BF16,
     GgmlType::F16,
     GgmlType::F32,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
 ];
 
 /// ggml's numeric type id (what quant.cuh's QT_* constants are).
