@@ -4,6 +4,15 @@
 use tally_model::{Plan, View};
 
 use crate::EngineError;
+use crate::sample::SampleStep;
+
+/// How much of one persistent state buffer a snapshot keeps: its first `bytes` (a KV cache keeps
+/// only the rows of the positions filled so far; conv and recurrent states keep everything).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateExtent {
+    pub name: String,
+    pub bytes: usize,
+}
 
 /// Where a dispatch writes its outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +119,37 @@ pub trait Backend {
     ) -> Result<(), EngineError> {
         Ok(())
     }
+
+    /// Chooses the next token from `plan`'s logits after its dispatches (see [`crate::sample`]
+    /// for the procedure). The default reads the logits and samples on the host; a GPU backend
+    /// samples on the device and downloads only the id.
+    fn sample(&mut self, plan: &Plan, step: &SampleStep<'_>) -> Result<u32, EngineError> {
+        self.barrier()?;
+        let logits = self.read(plan, plan.logits)?;
+        Ok(crate::sample::sample_logits(&logits, step))
+    }
+
+    /// Copies the leading `bytes` of each named state buffer into snapshot `slot` (replacing
+    /// what the slot held); returns the bytes the slot now holds. The buffers must exist (a plan
+    /// using them was prepared).
+    fn save_state(&mut self, _slot: u64, _extents: &[StateExtent]) -> Result<usize, EngineError> {
+        Err(EngineError::Unsupported(format!(
+            "the {} backend keeps no state snapshots",
+            self.name()
+        )))
+    }
+
+    /// Copies snapshot `slot` back into the live state buffers (bytes past each saved extent are
+    /// left as they are: a KV cache's rows past the saved positions are written before read).
+    fn restore_state(&mut self, _slot: u64) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported(format!(
+            "the {} backend keeps no state snapshots",
+            self.name()
+        )))
+    }
+
+    /// Frees snapshot `slot` (nothing if it does not exist).
+    fn drop_state(&mut self, _slot: u64) {}
 }
 
 /// A boxed backend is a backend (so the CLI can choose one at run time).
@@ -176,6 +216,18 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         keep: bool,
     ) -> Result<(), EngineError> {
         (**self).segment_end(plan, from, to, keep)
+    }
+    fn sample(&mut self, plan: &Plan, step: &SampleStep<'_>) -> Result<u32, EngineError> {
+        (**self).sample(plan, step)
+    }
+    fn save_state(&mut self, slot: u64, extents: &[StateExtent]) -> Result<usize, EngineError> {
+        (**self).save_state(slot, extents)
+    }
+    fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        (**self).restore_state(slot)
+    }
+    fn drop_state(&mut self, slot: u64) {
+        (**self).drop_state(slot)
     }
 }
 

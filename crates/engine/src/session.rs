@@ -161,6 +161,15 @@ impl<B: Backend> Session<B> {
     /// the plan run as kept segments where the backend keeps them (CUDA graphs), the nodes that
     /// depend on the position are dispatched each time; returns the token's logits.
     pub fn decode(&mut self, id: u32) -> Result<Vec<f32>, EngineError> {
+        let plan = self.decode_run(id)?;
+        self.backend.barrier()?;
+        self.backend.read(&plan, plan.logits)
+    }
+
+    /// [`Session::decode`] without reading the logits: returns the plan whose logits view holds
+    /// them once the (possibly still running) dispatches complete, e.g. for
+    /// [`Backend::sample`](crate::Backend::sample).
+    pub fn decode_run(&mut self, id: u32) -> Result<Arc<Plan>, EngineError> {
         let plan = self.start_decode(id)?;
         if self
             .decode_dynamic
@@ -175,7 +184,8 @@ impl<B: Backend> Session<B> {
             Some(dynamic) => execute_segmented(&mut self.backend, &plan, dynamic)?,
             None => execute(&mut self.backend, &plan, &mut NoHook)?,
         };
-        self.finish_decode(&plan)
+        self.finish_step()?;
+        Ok(plan)
     }
 
     /// The one-token plan at the current position, prepared, with `id` uploaded.
@@ -193,6 +203,13 @@ impl<B: Backend> Session<B> {
 
     /// After `plan`'s dispatches: the token's logits, and the position moves on.
     fn finish_decode(&mut self, plan: &Plan) -> Result<Vec<f32>, EngineError> {
+        self.finish_step()?;
+        self.backend.barrier()?;
+        self.backend.read(plan, plan.logits)
+    }
+
+    /// After a one-token plan's dispatches are issued: the position moves on.
+    fn finish_step(&mut self) -> Result<(), EngineError> {
         // While the device works: build the next position's plan (~0.5 ms of host work for the
         // 35B-A3B that would otherwise sit between two tokens), and drop the previous one (a
         // plan per position would grow without bound over a long generation).
@@ -200,10 +217,8 @@ impl<B: Backend> Session<B> {
             self.plan(1, self.n_past + 1)?;
         }
         self.plans.remove(&(1, self.n_past - 1));
-        self.backend.barrier()?;
-        let logits = self.backend.read(plan, plan.logits)?;
         self.n_past += 1;
-        Ok(logits)
+        Ok(())
     }
 
     fn run(
@@ -215,5 +230,104 @@ impl<B: Backend> Session<B> {
         self.backend.barrier()?;
         let logits = self.backend.read(plan, plan.logits)?;
         Ok((logits, stats))
+    }
+}
+
+/// Resuming a sequence: prompts that continue the current state, and saved states.
+impl<B: Backend> Session<B> {
+    /// Appends `ids` to the sequence (a fresh prefill when it is empty) without reading the
+    /// logits; returns the plan whose logits view holds the last token's once its dispatches
+    /// complete. Several tokens after `n_past > 0` run as one plan of `ids.len()` tokens at
+    /// position `n_past` (a chunked prefill).
+    pub fn extend_run(&mut self, ids: &[u32]) -> Result<Arc<Plan>, EngineError> {
+        if self.n_past == 0 {
+            let plan = self.start_prefill(ids)?;
+            if !self.backend.graph_launch(&plan)? {
+                execute(&mut self.backend, &plan, &mut NoHook)?;
+            }
+            self.n_past = ids.len();
+            return Ok(plan);
+        }
+        match ids {
+            [] => Err(EngineError::Unsupported(
+                "an empty continuation has no logits".into(),
+            )),
+            [id] => self.decode_run(*id),
+            _ => {
+                let plan = self.plan(ids.len(), self.n_past)?;
+                self.backend.prepare(&plan)?;
+                self.upload(&plan, ids)?;
+                execute(&mut self.backend, &plan, &mut NoHook)?;
+                self.n_past += ids.len();
+                Ok(plan)
+            }
+        }
+    }
+
+    /// [`Session::extend_run`], then the last token's logits.
+    pub fn extend(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let plan = self.extend_run(ids)?;
+        self.backend.barrier()?;
+        self.backend.read(&plan, plan.logits)
+    }
+
+    /// The bytes of persistent state that describe the sequence now: for each state buffer of
+    /// `plan`, the KV caches' first `n_past` rows, the conv and recurrent states whole.
+    pub fn state_extents(&self, plan: &Plan) -> Vec<crate::backend::StateExtent> {
+        plan.buffers
+            .iter()
+            .filter(|b| b.kind == tally_model::BufKind::State)
+            .map(|b| {
+                let row = b.cols * b.dtype.size_bytes();
+                let rows = if b.name.ends_with("k_cache") || b.name.ends_with("v_cache") {
+                    self.n_past.min(b.rows)
+                } else {
+                    b.rows
+                };
+                crate::backend::StateExtent {
+                    name: b.name.clone(),
+                    bytes: rows * row,
+                }
+            })
+            .collect()
+    }
+
+    /// A plan at the current position, prepared, so every state buffer exists.
+    fn any_prepared_plan(&mut self) -> Result<Arc<Plan>, EngineError> {
+        let plan = self.plan(1, self.n_past.min(self.max_ctx - 1))?;
+        self.backend.prepare(&plan)?;
+        Ok(plan)
+    }
+
+    /// Saves the sequence's state into backend slot `slot`; returns the bytes saved.
+    pub fn save(&mut self, slot: u64) -> Result<usize, EngineError> {
+        let plan = self.any_prepared_plan()?;
+        let extents = self.state_extents(&plan);
+        self.backend.barrier()?;
+        self.backend.save_state(slot, &extents)
+    }
+
+    /// Restores slot `slot`, saved when the sequence held `n_past` positions.
+    pub fn restore(&mut self, slot: u64, n_past: usize) -> Result<(), EngineError> {
+        if n_past > self.max_ctx {
+            return Err(EngineError::TooLong {
+                tokens: n_past,
+                max: self.max_ctx,
+                why: "this session's context",
+            });
+        }
+        self.n_past = n_past;
+        let restored = self
+            .any_prepared_plan()
+            .and_then(|_| self.backend.restore_state(slot));
+        if restored.is_err() {
+            self.n_past = 0;
+        }
+        restored
+    }
+
+    /// Forgets the sequence (the next extend is a fresh prefill).
+    pub fn clear(&mut self) {
+        self.n_past = 0;
     }
 }

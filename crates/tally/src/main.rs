@@ -31,6 +31,8 @@ enum Command {
     Ledger(cmd::ledger::Args),
     Bench(cmd::bench::Args),
     Machine(cmd::machine::Args),
+    Generate(cmd::generate::Args),
+    Chat(cmd::chat::Args),
 }
 
 fn main() {
@@ -46,6 +48,8 @@ fn main() {
         Command::Ledger(a) => cmd::ledger::main(a),
         Command::Bench(a) => cmd::bench::main(a),
         Command::Machine(a) => cmd::machine::main(a),
+        Command::Generate(a) => cmd::generate::main(a),
+        Command::Chat(a) => cmd::chat::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -6,6 +6,7 @@
 //! every op a plain function of contiguous inputs, at a cost that is small next to the maths.
 
 mod ops;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,6 +65,8 @@ pub struct CpuBackend {
     shapes: Vec<(usize, usize, DType)>,
     state: HashMap<String, Vec<f32>>,
     scratch: Vec<Vec<f32>>,
+    /// Saved sequence states by slot: (state buffer name, its leading elements).
+    snapshots: HashMap<u64, Vec<(String, Vec<f32>)>>,
 }
 
 impl CpuBackend {
@@ -82,6 +85,7 @@ impl CpuBackend {
             shapes: Vec::new(),
             state: HashMap::new(),
             scratch: Vec::new(),
+            snapshots: HashMap::new(),
         })
     }
 
@@ -351,6 +355,22 @@ impl Backend for CpuBackend {
                 cols: view.cols,
             }),
         )
+    }
+
+    fn save_state(
+        &mut self,
+        slot: u64,
+        extents: &[crate::backend::StateExtent],
+    ) -> Result<usize, EngineError> {
+        self.snapshot_save(slot, extents)
+    }
+
+    fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        self.snapshot_restore(slot)
+    }
+
+    fn drop_state(&mut self, slot: u64) {
+        self.snapshots.remove(&slot);
     }
 }
 

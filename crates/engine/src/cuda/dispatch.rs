@@ -24,6 +24,7 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
             "shared_gate",
             "fill_f32",
         ],
+        "sample" => super::sample::KERNELS,
         other => ops_big::kernel_names(other),
     }
 }

@@ -11,6 +11,10 @@ mod dispatch;
 mod launch;
 mod mem;
 mod ops_big;
+#[path = "ops/sample.rs"]
+mod sample;
+#[path = "ops/snapshot.rs"]
+mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -97,6 +101,10 @@ pub struct CudaBackend {
     pub load_seconds: f64,
     /// Bytes of weights on the device.
     pub weight_bytes: u64,
+    /// Device buffers of on-device sampling.
+    sample_bufs: sample::SampleBufs,
+    /// Saved sequence states by slot (see `Backend::save_state`).
+    snapshots: snapshot::Snapshots,
 }
 
 fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
@@ -174,6 +182,8 @@ impl CudaBackend {
             props,
             load_seconds: 0.0,
             weight_bytes: 0,
+            sample_bufs: Default::default(),
+            snapshots: Default::default(),
         };
         dispatch::configure_kernels(&b.kernels)?;
         b.upload_weights()?;
@@ -474,6 +484,30 @@ impl Backend for CudaBackend {
         let g = self.end_capture(true)?;
         self.graph = Some(((plan.n_tokens, plan.n_past), g));
         Ok(())
+    }
+
+    fn sample(
+        &mut self,
+        plan: &Plan,
+        step: &crate::sample::SampleStep<'_>,
+    ) -> Result<u32, EngineError> {
+        self.sample_on_device(plan, step)
+    }
+
+    fn save_state(
+        &mut self,
+        slot: u64,
+        extents: &[crate::backend::StateExtent],
+    ) -> Result<usize, EngineError> {
+        self.snapshot_save(slot, extents)
+    }
+
+    fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        self.snapshot_restore(slot)
+    }
+
+    fn drop_state(&mut self, slot: u64) {
+        self.snapshots.remove(slot);
     }
 }
 

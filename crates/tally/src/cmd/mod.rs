@@ -1,6 +1,8 @@
 pub mod bench;
+pub mod chat;
 pub mod check;
 pub mod common;
+pub mod generate;
 pub mod graph;
 pub mod ledger;
 pub mod machine;
