@@ -51,10 +51,10 @@ pub struct GenRequest {
 
 /// One generated token and the text it completes. `text` is empty while a UTF-8 character is
 /// split across tokens (the engine's stream decoder holds the bytes back), and it never contains
-/// the text of end-of-generation tokens.
+/// the text of end-of-generation tokens. `token` is `None` for a final flush of held-back text.
 #[derive(Debug, Clone, Copy)]
 pub struct Piece<'a> {
-    pub token: u32,
+    pub token: Option<u32>,
     pub text: &'a str,
 }
 

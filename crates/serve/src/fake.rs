@@ -138,7 +138,10 @@ impl Generator for FakeEngine {
                 break EngineFinish::Eos;
             }
             let text = SCRIPT[(offset + n as usize - 1) % SCRIPT.len()];
-            if on_piece(Piece { token: n, text }) == Flow::Stop {
+            if on_piece(Piece {
+                token: Some(n),
+                text,
+            }) == Flow::Stop {
                 break EngineFinish::Stopped;
             }
         };

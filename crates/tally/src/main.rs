@@ -33,6 +33,7 @@ enum Command {
     Machine(cmd::machine::Args),
     Generate(cmd::generate::Args),
     Chat(cmd::chat::Args),
+    Serve(cmd::serve::Args),
 }
 
 fn main() {
@@ -50,6 +51,7 @@ fn main() {
         Command::Machine(a) => cmd::machine::main(a),
         Command::Generate(a) => cmd::generate::main(a),
         Command::Chat(a) => cmd::chat::main(a),
+        Command::Serve(a) => cmd::serve::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

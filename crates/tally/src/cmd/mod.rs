@@ -9,6 +9,7 @@ pub mod machine;
 pub mod measure;
 pub mod peer;
 pub mod run;
+pub mod serve;
 pub mod synth;
 
 /// A bad command-line value that clap cannot catch (exit code 2).
