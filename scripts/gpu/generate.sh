@@ -25,7 +25,7 @@ fail=0
 for spec in "tiny q8_0 1" "tiny-odd bf16 2"; do
   set -- $spec
   f="/tmp/gen-$1-$2.gguf"
-  "$T" synth --preset "$1" --quant "$2" --seed "$3" --set vocab=${TINY_VOCAB:-512} --out "$f" > /dev/null 2>&1
+  "$T" synth --preset "$1" --quant "$2" --seed "$3" --set vocab=${TINY_VOCAB:-427} --out "$f" > /dev/null 2>&1
   for be in cpu cuda; do
     timeout 120 "$T" generate --model "$f" --tokenizer "$VOCAB_TINY" --backend "$be" \
       --prompt "The quick brown fox" --temp 0 -n 64 --ignore-eos -o json > "$OUT/gen-greedy-$1-$be.json" 2> "$OUT/gen-greedy-$1-$be.err"

@@ -20,11 +20,11 @@ use std::time::Instant;
 
 use tally_model::rng::Rng;
 
+use crate::EngineError;
 use crate::backend::Backend;
 use crate::prefix::PrefixCache;
 use crate::sample::{SampleStep, SamplingParams};
 use crate::session::Session;
-use crate::EngineError;
 
 /// What the generator needs from a tokenizer.
 pub trait TokenText {
@@ -350,7 +350,8 @@ impl<'a> Output<'a> {
                 Err(e) => {
                     let (ok, tail) = rest.split_at(e.valid_up_to());
                     // SAFETY-free: `ok` is valid UTF-8 by `valid_up_to`.
-                    self.held.push_str(std::str::from_utf8(ok).unwrap_or_default());
+                    self.held
+                        .push_str(std::str::from_utf8(ok).unwrap_or_default());
                     match e.error_len() {
                         Some(n) => {
                             self.held.push('\u{FFFD}');

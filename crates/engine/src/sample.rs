@@ -152,7 +152,11 @@ pub struct SampleStep<'a> {
 pub fn key(x: f32) -> u32 {
     let x = if x.is_nan() { f32::NEG_INFINITY } else { x };
     let b = x.to_bits();
-    if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
 }
 
 /// The weight of a token of logit `w` under the top logit `m` at temperature `t` (step 6).

@@ -166,7 +166,10 @@ fn top_p_keeps_the_smallest_head_reaching_p() {
     assert_eq!(s, want);
     let kept: f64 = s.iter().map(|&i| probs[i as usize]).sum();
     let without_last = kept - probs[order[head - 1] as usize];
-    assert!(kept >= 0.6 - 1e-6 && without_last < 0.6, "{kept} {without_last}");
+    assert!(
+        kept >= 0.6 - 1e-6 && without_last < 0.6,
+        "{kept} {without_last}"
+    );
     let out = draw(&l, &p, &[], 2000, 3);
     assert!(out.iter().all(|t| s.contains(t)));
 }
@@ -259,8 +262,12 @@ fn validate_names_the_bad_field() {
 
 const THREADS: usize = 1024;
 
-fn radix_select(w: &[f32], target: u64, weight: &mut dyn FnMut(usize, u32, &mut u64) -> u64,
-    eq_before: &[u64]) -> (u32, u64) {
+fn radix_select(
+    w: &[f32],
+    target: u64,
+    weight: &mut dyn FnMut(usize, u32, &mut u64) -> u64,
+    eq_before: &[u64],
+) -> (u32, u64) {
     let chunk = w.len().div_ceil(THREADS);
     let (mut prefix, mut mask, mut rem) = (0u32, 0u32, target);
     for d in (0..4).rev() {
@@ -312,7 +319,8 @@ fn kernel_emulation(logits: &[f32], step: &SampleStep<'_>) -> u32 {
     let chunk = w.len().div_ceil(THREADS);
     let range = |t: usize| (t * chunk).min(w.len())..((t + 1) * chunk).min(w.len());
     let zero = vec![0u64; THREADS];
-    let (mut cut, mut ties, mut eq0, topk) = (0u32, 0u64, zero.clone(), p.top_k > 0 && p.top_k < w.len());
+    let (mut cut, mut ties, mut eq0, topk) =
+        (0u32, 0u64, zero.clone(), p.top_k > 0 && p.top_k < w.len());
     if topk {
         (cut, ties) = radix_select(&w, p.top_k as u64, &mut |_, _, _| 1, &zero);
         let eq: Vec<u64> = (0..THREADS)
@@ -332,7 +340,11 @@ fn kernel_emulation(logits: &[f32], step: &SampleStep<'_>) -> u32 {
         false
     };
     let mut km = |i: usize, k: u32, eq: &mut u64| {
-        if keep_k(k, eq) { mass(w[i], m, p.temperature) } else { 0 }
+        if keep_k(k, eq) {
+            mass(w[i], m, p.temperature)
+        } else {
+            0
+        }
     };
     let topp = p.top_p < 1.0;
     let mut cut_p = 0;
@@ -358,7 +370,10 @@ fn kernel_emulation(logits: &[f32], step: &SampleStep<'_>) -> u32 {
             .collect()
     };
     let per: Vec<Vec<(usize, u64)>> = (0..THREADS).map(&mut kept).collect();
-    let mine: Vec<u64> = per.iter().map(|v| v.iter().map(|&(_, x)| x).sum()).collect();
+    let mine: Vec<u64> = per
+        .iter()
+        .map(|v| v.iter().map(|&(_, x)| x).sum())
+        .collect();
     let before = exclusive(&mine);
     let z: u64 = mine.iter().sum();
     if z == 0 {
@@ -388,16 +403,18 @@ fn arb_params() -> impl Strategy<Value = SamplingParams> {
         prop_oneof![Just(1.0f32), 0.5f32..2.0],
         prop_oneof![Just(0.0f32), -1.0f32..1.0],
     )
-        .prop_map(|(temperature, top_k, top_p, min_p, rep, pres)| SamplingParams {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty: rep,
-            presence_penalty: pres,
-            frequency_penalty: pres / 2.0,
-            ..SamplingParams::default()
-        })
+        .prop_map(
+            |(temperature, top_k, top_p, min_p, rep, pres)| SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty: rep,
+                presence_penalty: pres,
+                frequency_penalty: pres / 2.0,
+                ..SamplingParams::default()
+            },
+        )
 }
 
 proptest! {

@@ -219,7 +219,13 @@ fn engine_runs_requests_on_its_worker_and_bounds_its_queue() {
     .unwrap();
     let p = random_ids(6, vocab, 11);
     let want = Generator::new(session(&model, 64))
-        .generate(&p, &greedy(3), &Ids, &AtomicBool::new(false), &mut continue_flow)
+        .generate(
+            &p,
+            &greedy(3),
+            &Ids,
+            &AtomicBool::new(false),
+            &mut continue_flow,
+        )
         .unwrap();
     // The first request blocks in its callback until released, so the queue fills up.
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();

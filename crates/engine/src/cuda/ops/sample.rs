@@ -64,7 +64,7 @@ impl CudaBackend {
         let (logits, _) = self.view(plan, &plan.logits)?;
         let stream = self.cu_stream();
         let mut bufs = std::mem::take(&mut self.sample_bufs);
-        let result = (|| {
+        let result: Result<i32, EngineError> = (|| {
             let work = at_least(&mut bufs.work, vocab * 4, "sampling work")?;
             let window = at_least(&mut bufs.window, step.window.len() * 4, "sampling window")?;
             let out = at_least(&mut bufs.out, 4, "sampled id")?;
