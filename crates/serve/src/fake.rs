@@ -141,7 +141,8 @@ impl Generator for FakeEngine {
             if on_piece(Piece {
                 token: Some(n),
                 text,
-            }) == Flow::Stop {
+            }) == Flow::Stop
+            {
                 break EngineFinish::Stopped;
             }
         };

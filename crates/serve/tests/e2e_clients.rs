@@ -45,7 +45,9 @@ async fn openai_client_curl_and_load_against_the_fake_engine() {
     let summary = root.join("target/serve-e2e/fake-load.json");
     std::fs::create_dir_all(summary.parent().unwrap()).unwrap();
     let args = vec![
-        root.join("tools/serve/e2e.py").to_string_lossy().into_owned(),
+        root.join("tools/serve/e2e.py")
+            .to_string_lossy()
+            .into_owned(),
         "--base-url".into(),
         format!("http://{}", s.addr),
         "--model".into(),

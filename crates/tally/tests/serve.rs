@@ -58,30 +58,68 @@ fn write_vocab(path: &Path, n_vocab: usize) {
             other => other.as_str().unwrap().to_string(),
         })
         .collect();
-    let eos = tokens.iter().position(|t| t == "<|endoftext|>").expect("eos") as u32;
+    let eos = tokens
+        .iter()
+        .position(|t| t == "<|endoftext|>")
+        .expect("eos") as u32;
     let template =
         std::fs::read_to_string(data.join("templates/Qwen3.5-4B.jinja")).expect("template");
     let meta = vec![
-        ("general.architecture".to_string(), MetaValue::String("qwen35moe".into())),
-        ("tokenizer.ggml.model".into(), MetaValue::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), MetaValue::String("qwen35".into())),
-        ("tokenizer.ggml.tokens".into(), MetaValue::Array(MetaArray::String(tokens))),
-        ("tokenizer.ggml.token_type".into(), MetaValue::Array(MetaArray::I32(types))),
-        ("tokenizer.ggml.merges".into(), MetaValue::Array(MetaArray::String(merges))),
+        (
+            "general.architecture".to_string(),
+            MetaValue::String("qwen35moe".into()),
+        ),
+        (
+            "tokenizer.ggml.model".into(),
+            MetaValue::String("gpt2".into()),
+        ),
+        (
+            "tokenizer.ggml.pre".into(),
+            MetaValue::String("qwen35".into()),
+        ),
+        (
+            "tokenizer.ggml.tokens".into(),
+            MetaValue::Array(MetaArray::String(tokens)),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            MetaValue::Array(MetaArray::I32(types)),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            MetaValue::Array(MetaArray::String(merges)),
+        ),
         ("tokenizer.ggml.eos_token_id".into(), MetaValue::U32(eos)),
-        ("tokenizer.chat_template".into(), MetaValue::String(template)),
+        (
+            "tokenizer.chat_template".into(),
+            MetaValue::String(template),
+        ),
     ];
     let f = std::fs::File::create(path).expect("create vocab");
-    GgufWriter::new(f, &meta, &[]).expect("writer").finish().expect("finish");
+    GgufWriter::new(f, &meta, &[])
+        .expect("writer")
+        .finish()
+        .expect("finish");
 }
 
 fn fixtures(dir: &Path) -> (PathBuf, PathBuf) {
     let model = dir.join("tiny.gguf");
     let o = tally(&[
-        "synth", "--preset", "tiny", "--quant", "q8_0", "--seed", "1", "--out",
+        "synth",
+        "--preset",
+        "tiny",
+        "--quant",
+        "q8_0",
+        "--seed",
+        "1",
+        "--out",
         &model.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "synth: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "synth: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let vocab = dir.join("vocab.gguf");
     write_vocab(&vocab, 512);
     (model, vocab)
@@ -116,7 +154,16 @@ fn serve_on_the_tiny_model_with_real_clients() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tally"))
         .args(["serve", "--model", &model.to_string_lossy(), "--tokenizer"])
         .arg(&vocab)
-        .args(["--host", "127.0.0.1", "--port", "0", "--ctx", "256", "--alias", "tiny"])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--ctx",
+            "2048",
+            "--alias",
+            "tiny",
+        ])
         .args(["--queue", "16", "-t", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -150,7 +197,12 @@ fn serve_on_the_tiny_model_with_real_clients() {
     let out = Command::new(py)
         .arg(root().join("tools/serve/e2e.py"))
         .args(["--base-url", &base, "--model", "tiny", "--streams", "8"])
-        .args(["--seconds", &seconds, "--summary", &summary.to_string_lossy()])
+        .args([
+            "--seconds",
+            &seconds,
+            "--summary",
+            &summary.to_string_lossy(),
+        ])
         .output()
         .expect("run e2e.py");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -193,11 +245,25 @@ fn serve_bad_input_is_exit_2() {
     let (model, vocab) = fixtures(dir.path());
     let (m, v) = (model.to_string_lossy(), vocab.to_string_lossy());
     let missing = dir.path().join("missing.gguf");
-    assert_bad_input(&tally(&["serve", "--model", &missing.to_string_lossy()]), "missing.gguf");
-    // The synthetic model carries no vocabulary.
-    assert_bad_input(&tally(&["serve", "--model", &m, "--port", "0"]), "vocabulary");
     assert_bad_input(
-        &tally(&["serve", "--model", &m, "--tokenizer", &v, "--host", "localhost!"]),
+        &tally(&["serve", "--model", &missing.to_string_lossy()]),
+        "missing.gguf",
+    );
+    // The synthetic model carries no vocabulary.
+    assert_bad_input(
+        &tally(&["serve", "--model", &m, "--port", "0"]),
+        "vocabulary",
+    );
+    assert_bad_input(
+        &tally(&[
+            "serve",
+            "--model",
+            &m,
+            "--tokenizer",
+            &v,
+            "--host",
+            "localhost!",
+        ]),
         "--host",
     );
     assert_bad_input(
@@ -205,7 +271,15 @@ fn serve_bad_input_is_exit_2() {
         "--queue",
     );
     let t = dir.path().join("missing.jinja");
-    let o = tally(&["serve", "--model", &m, "--tokenizer", &v, "--template", &t.to_string_lossy()]);
+    let o = tally(&[
+        "serve",
+        "--model",
+        &m,
+        "--tokenizer",
+        &v,
+        "--template",
+        &t.to_string_lossy(),
+    ]);
     assert_ne!(o.status.code(), Some(0));
 }
 

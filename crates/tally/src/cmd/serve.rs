@@ -71,7 +71,8 @@ struct Real {
 
 fn tokenizer(m: &ModelArgs) -> Result<Tokenizer> {
     let path = m.tokenizer.as_ref().unwrap_or(&m.model);
-    let f = tally_gguf::GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f =
+        tally_gguf::GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
     // A file without a usable vocabulary is bad input (exit 2), like any other unusable file.
     Tokenizer::from_gguf(&f).map_err(|e| {
         InputError(format!(
@@ -275,7 +276,10 @@ pub fn main(a: Args) -> Result<()> {
             .await
             .with_context(|| format!("listening on {addr}"))?;
         let local = listener.local_addr().context("the listening address")?;
-        println!("tally serve: model `{id}` on {device}, context {ctx}, queue {}", a.queue);
+        println!(
+            "tally serve: model `{id}` on {device}, context {ctx}, queue {}",
+            a.queue
+        );
         println!("listening on http://{local}");
         println!(
             "try: curl http://{local}/v1/chat/completions -H 'Content-Type: application/json' \
