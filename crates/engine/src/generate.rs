@@ -413,12 +413,15 @@ impl<'a> Output<'a> {
 
 // ---------------------------------------------------------------------------------------------
 
+/// A token callback that can run on the engine's worker thread.
+pub type OnToken = Box<dyn FnMut(&TokenEvent<'_>) -> ControlFlow<()> + Send>;
+
 /// A request for [`Engine::submit`].
 pub struct Request {
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
     /// Called on the worker thread for each token; `Break` stops this request.
-    pub on_token: Box<dyn FnMut(&TokenEvent<'_>) -> ControlFlow<()> + Send>,
+    pub on_token: OnToken,
 }
 
 /// Why a request was not queued.
@@ -471,8 +474,9 @@ struct Job {
 /// Requests run one at a time in arrival order (batching is a later change behind the same
 /// interface). The queue is bounded: [`Engine::submit`] fails with [`SubmitError::QueueFull`]
 /// past `queue` waiting requests, which a server turns into 429/503. Token callbacks run on the
-/// worker thread, so they must be quick (push into a channel). Dropping the engine finishes the
-/// running request, discards queued ones, and joins the worker.
+/// worker thread, so they must be quick (push into a channel). Dropping the engine closes the
+/// queue, lets the worker finish what was already queued (cancel tickets to cut that short),
+/// and joins it.
 ///
 /// ```ignore
 /// let engine = Engine::spawn(move || Ok(Generator::new(Session::new(model, backend, 4096)?)),

@@ -1,6 +1,9 @@
 //! Tests of the sampling specification, and of the device kernel's algorithm (radix select over
 //! per-thread chunks in id order) emulated on the CPU against the sort-based reference.
 
+// The emulation indexes by thread and id on purpose: it mirrors the kernel's loops.
+#![allow(clippy::needless_range_loop)]
+
 use proptest::prelude::*;
 use tally_model::rng::Rng;
 

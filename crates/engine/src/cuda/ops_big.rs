@@ -30,6 +30,50 @@ fn gemm_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
     })
 }
 
+/// The decode GEMV `mmv_<t>` of a type (gemm.cu): x held in registers across the block's rows.
+fn mmv_kernel(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::Q4_K => "mmv_q4_k",
+        GgmlType::Q5_K => "mmv_q5_k",
+        GgmlType::Q6_K => "mmv_q6_k",
+        GgmlType::Q8_0 => "mmv_q8_0",
+        GgmlType::BF16 => "mmv_bf16",
+        GgmlType::F16 => "mmv_f16",
+        GgmlType::F32 => "mmv_f32",
+        _ => return None,
+    })
+}
+
+/// Threads of `mmv_<t>` per block (MMV_THREADS in gemm.cu).
+const MMV_THREADS: u32 = 256;
+
+/// Rows one `mmv_<t>` block step covers (mmv_rows_per_step in gemm.cu): groups of the pieces
+/// of a row (K/32, rounded up to a power of two) times the rows each thread unrolls.
+fn mmv_rows_per_step(ty: GgmlType, k: usize) -> usize {
+    let tpr = (k / 32).max(1).next_power_of_two().min(MMV_THREADS as usize);
+    let unroll = match ty {
+        GgmlType::Q6_K | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 2,
+        _ => 4,
+    };
+    (MMV_THREADS as usize / tpr) * unroll
+}
+
+/// Whether a one-row-at-a-time product goes to `mmv_<t>` instead of `gemv_<t>`. Measured on
+/// the H200 (lab/gemm/bench.cu --decode, docs/results/2026-12-01-h200-decode/): mmv wins where
+/// a block walks many row steps with its x in registers (the 248,320-row output head: -18%)
+/// and on the MoE down projection (K = 512: gemv_<t> leaves half of each warp's lanes idle,
+/// -44% at Q4_K); elsewhere the two are within a few percent and gemv_<t> stays.
+fn use_mmv(ty: GgmlType, n: usize, k: usize) -> bool {
+    mmv_kernel(ty).is_some() && k % 32 == 0 && k / 32 <= MMV_THREADS as usize && (k <= 1024 || n >= 65536)
+}
+
+/// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
+/// (each walks the steps blockIdx.x, + gridDim.x, ...).
+fn mmv_grid_x(ty: GgmlType, n: usize, k: usize, max_blocks: u32) -> u32 {
+    let steps = n.div_ceil(mmv_rows_per_step(ty, k)).max(1);
+    (steps as u64).min(u64::from(max_blocks.max(1))) as u32
+}
+
 const GEMM_TYPES: [GgmlType; 7] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
@@ -78,6 +122,13 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
             "gemv_f32",
             "gemm_f32_simt",
             "gemm_f32_simt_m32",
+            "mmv_q4_k",
+            "mmv_q5_k",
+            "mmv_q6_k",
+            "mmv_q8_0",
+            "mmv_bf16",
+            "mmv_f16",
+            "mmv_f32",
             "dequant_rows",
             "dequant_f16",
             "cast_f16_rows",
@@ -677,6 +728,12 @@ fn dense_gemm(
         return launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a);
     }
     let v = dense_variant(m, n, k, b.props.sm_count);
+    if v == 3 && use_mmv(ty, n, k) {
+        if let Some(name) = mmv_kernel(ty) {
+            let gx = mmv_grid_x(ty, n, k, 4 * b.props.sm_count);
+            return launch(b.kernel(name)?, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a);
+        }
+    }
     let kern = b.kernel(names[v])?;
     if v == 3 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
@@ -707,11 +764,28 @@ fn moe_bm(pairs: usize, experts: usize) -> i64 {
     }
 }
 
+/// Tiles the routing of `pairs` pairs over `experts` experts can make with tiles of `bm` rows:
+/// each expert's rows in ceil(count / bm) tiles, so at most ceil(pairs / bm) + min(experts,
+/// pairs), and exactly `pairs` for one-row tiles (decode). The MoE GEMM's grid.y: a loose bound
+/// launches blocks that only exit (at decode, 256 + 8 tiles for 8 pairs).
+fn moe_max_tiles(pairs: usize, experts: usize, bm: usize) -> usize {
+    if bm <= 1 {
+        pairs.max(1)
+    } else {
+        pairs.div_ceil(bm) + experts.min(pairs)
+    }
+}
+
 /// Workspace bytes of the MoE routing tables for `pairs` pairs and `experts` experts.
+/// Covers both tile heights a MoE GEMM may route with: `moe_bm`'s, and one-row tiles (taken
+/// when K is not a multiple of the tensor-core K step).
 pub fn moe_work_bytes(pairs: usize, experts: usize) -> usize {
     let bm = moe_bm(pairs, experts) as usize;
-    let max_tiles = pairs.div_ceil(bm) + experts;
-    4 * (experts + pairs + 3 * max_tiles + 2)
+    moe_work_bytes_bm(pairs, experts, bm).max(moe_work_bytes_bm(pairs, experts, 1))
+}
+
+fn moe_work_bytes_bm(pairs: usize, experts: usize, bm: usize) -> usize {
+    4 * (experts + pairs + 3 * moe_max_tiles(pairs, experts, bm) + 2)
 }
 
 fn moe_gemm(
@@ -742,9 +816,9 @@ fn moe_gemm(
     if kk % 64 != 0 {
         bm = 1;
     }
-    let max_tiles = pairs.div_ceil(bm as usize) + e;
+    let max_tiles = moe_max_tiles(pairs, e, bm as usize);
     // Routing tables in the workspace: counts[E], sorted[P], tiles 3 x [max_tiles], err[2].
-    let base = b.workspace(moe_work_bytes(pairs, e).max(4 * (e + pairs + 3 * max_tiles + 2)))?;
+    let base = b.workspace(moe_work_bytes(pairs, e))?;
     let counts = base;
     let sorted = counts + 4 * e as u64;
     let t_exp = sorted + 4 * pairs as u64;
@@ -793,6 +867,15 @@ fn moe_gemm(
         n_head: 0,
     };
     if bm == 1 {
+        if use_mmv(ty, n, kk) {
+            if let Some(name) = mmv_kernel(ty) {
+                // About four waves of blocks over the used tiles (one per pair at decode).
+                let per_tile = (4 * b.props.sm_count).div_ceil(pairs.max(1) as u32);
+                let gx = mmv_grid_x(ty, n, kk, per_tile);
+                let grid = (gx, max_tiles as u32, 1);
+                return launch(b.kernel(name)?, grid, (MMV_THREADS, 1, 1), 0, s, &a);
+            }
+        }
         let grid = (blocks(n as i64, GEMV_ROWS as u32), max_tiles as u32, 1);
         launch(b.kernel(names[3])?, grid, (256, 1, 1), 0, s, &a)
     } else {

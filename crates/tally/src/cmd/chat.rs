@@ -73,29 +73,31 @@ impl Turns<'_> {
             .encode(&self.render(&[("user", user)], true)?, true))
     }
 
-    /// The tokens that follow a finished answer for the next user turn: what the template puts
-    /// after an assistant turn's end token, then the new turn with the assistant's header.
-    /// `None` when the template's renders do not nest (the caller re-renders everything).
+    /// The text that follows a finished answer for the next user turn: what the template puts
+    /// after an assistant turn's end token, then the new turn with the assistant's header. It
+    /// is read off a stand-in conversation (question, answer, the new turn), so earlier turns
+    /// are never re-rendered. `None` when the stand-in answer does not appear verbatim (the
+    /// caller re-renders everything).
     fn next(&self, user: &str) -> Result<Option<String>> {
         const A: &str = "\u{1}stand-in question\u{1}";
         const B: &str = "\u{1}stand-in answer\u{1}";
-        let before = self.render(&[("user", A), ("assistant", B)], false)?;
-        let after = self.render(&[("user", A), ("assistant", B), ("user", user)], true)?;
-        let (Some(delta), Some(at)) = (after.strip_prefix(&before), before.rfind(B)) else {
+        let x = self.render(&[("user", A), ("assistant", B), ("user", user)], true)?;
+        let Some(at) = x.find(B) else {
             return Ok(None);
         };
         // After the answer: the end token (the model wrote it, or we append it), then the rest.
-        let mut tail = &before[at + B.len()..];
+        let mut tail = &x[at + B.len()..];
         for &id in self.text.0.eog_ids() {
             let piece = String::from_utf8_lossy(self.text.0.token_piece(id)).to_string();
-            if !piece.is_empty()
-                && let Some(t) = tail.strip_prefix(piece.as_str())
-            {
+            if piece.is_empty() {
+                continue;
+            }
+            if let Some(t) = tail.strip_prefix(piece.as_str()) {
                 tail = t;
                 break;
             }
         }
-        Ok(Some(format!("{tail}{delta}")))
+        Ok(Some(tail.to_string()))
     }
 }
 
@@ -152,9 +154,8 @@ pub fn main(a: Args) -> Result<()> {
         let prompt = if tokens.is_empty() {
             turns.first(user)?
         } else if let Some(next) = turns.next(user)? {
-            if let Some(end) = end_token
-                && tokens.last().is_none_or(|&t| !text.0.is_eog(t))
-            {
+            let ended = tokens.last().is_some_and(|&t| text.0.is_eog(t));
+            if let (Some(end), false) = (end_token, ended) {
                 tokens.push(end);
             }
             let mut p = tokens.clone();
@@ -172,17 +173,13 @@ pub fn main(a: Args) -> Result<()> {
         if a.no_resume {
             l.generator.reset();
         }
-        let g = l.generator.generate(
-            &prompt,
-            &params,
-            text.as_ref(),
-            &cancel,
-            &mut |ev| {
+        let g = l
+            .generator
+            .generate(&prompt, &params, text.as_ref(), &cancel, &mut |ev| {
                 let _ = stdout.write_all(ev.text.as_bytes());
                 let _ = stdout.flush();
                 ControlFlow::Continue(())
-            },
-        );
+            });
         let g = match g {
             Ok(g) => g,
             Err(e) => {

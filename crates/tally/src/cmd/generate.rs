@@ -10,7 +10,6 @@ use serde::Serialize;
 use tally_engine::Session;
 use tally_engine::generate::{Generation, Generator, TokenText};
 use tally_engine::sample::SamplingParams;
-use tally_model::Model;
 use tally_text::{ChatMessage, ChatRequest, ChatTemplate, Tokenizer};
 
 use super::{Format, InputError};
@@ -119,7 +118,6 @@ impl TokenText for Text {
 
 /// A loaded model with its tokenizer and a generator over the chosen backend.
 pub struct Loaded {
-    pub model: Arc<Model>,
     pub text: Arc<Text>,
     pub generator: Generator<Box<dyn tally_engine::Backend>>,
     pub device: String,
@@ -128,7 +126,9 @@ pub struct Loaded {
 pub fn load(a: &ModelArgs) -> Result<Loaded> {
     let model = super::common::open_model(&a.model)?;
     let tok_file = match &a.tokenizer {
-        Some(p) => tally_gguf::GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?,
+        Some(p) => {
+            tally_gguf::GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?
+        }
         None => tally_gguf::GgufFile::open(&a.model)
             .with_context(|| format!("opening {}", a.model.display()))?,
     };
@@ -151,7 +151,6 @@ pub fn load(a: &ModelArgs) -> Result<Loaded> {
     let device = backend.device();
     let session = Session::new(model.clone(), backend, ctx)?;
     Ok(Loaded {
-        model,
         text: Arc::new(Text(tok)),
         generator: Generator::new(session),
         device,
@@ -269,19 +268,15 @@ pub fn main(a: Args) -> Result<()> {
     let stream = a.output == Format::Text;
     let mut stdout = std::io::stdout().lock();
     let cancel = AtomicBool::new(false);
-    let g = l.generator.generate(
-        &ids,
-        &params,
-        l.text.as_ref(),
-        &cancel,
-        &mut |ev| {
+    let g = l
+        .generator
+        .generate(&ids, &params, l.text.as_ref(), &cancel, &mut |ev| {
             if stream && !ev.text.is_empty() {
                 let _ = stdout.write_all(ev.text.as_bytes());
                 let _ = stdout.flush();
             }
             std::ops::ControlFlow::Continue(())
-        },
-    )?;
+        })?;
     match a.output {
         Format::Json => {
             let r = Report {
@@ -299,6 +294,5 @@ pub fn main(a: Args) -> Result<()> {
             eprintln!("{}", speeds(&g));
         }
     }
-    let _ = &l.model;
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod check;
 pub mod common;
 pub mod generate;
 pub mod graph;
+pub mod info;
 pub mod ledger;
 pub mod machine;
 pub mod measure;
