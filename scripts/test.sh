@@ -10,6 +10,13 @@ eval "$(scripts/setup-cuda-local.sh --nvrtc-only)"
 export TALLY_REQUIRE_NVRTC=1
 # The real Qwen vocabularies the tokenizer tests check against (they skip, saying so, without).
 eval "$(scripts/setup-llama-vocab.sh)"
+# The server's end-to-end tests drive it with the openai Python client and curl.
+TALLY_E2E_PYTHON="$(scripts/lib/serve-venv.sh)"
+export TALLY_E2E_PYTHON
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features tally/llama -- -D warnings
 cargo test --workspace --features tally/llama
+# The server's load tests (N concurrent streams for T seconds): what they measured.
+for f in target/serve-e2e/*.json; do
+    if [ -f "$f" ]; then echo "serve load test ($f): $(tr -d '\n ' < "$f")"; fi
+done

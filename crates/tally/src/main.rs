@@ -35,6 +35,7 @@ enum Command {
     Generate(cmd::generate::Args),
     Chat(cmd::chat::Args),
     Tokenize(cmd::tokenize::Args),
+    Serve(cmd::serve::Args),
 }
 
 fn main() {
@@ -54,6 +55,7 @@ fn main() {
         Command::Generate(a) => cmd::generate::main(a),
         Command::Chat(a) => cmd::chat::main(a),
         Command::Tokenize(a) => cmd::tokenize::main(a),
+        Command::Serve(a) => cmd::serve::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -10,6 +10,7 @@ pub mod machine;
 pub mod measure;
 pub mod peer;
 pub mod run;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;
 
