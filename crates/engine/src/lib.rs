@@ -10,6 +10,7 @@ pub mod backend;
 pub mod cpu;
 pub mod cuda;
 pub mod exec;
+pub mod finite;
 pub mod peaks;
 pub mod session;
 pub mod subject;

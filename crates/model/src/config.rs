@@ -135,6 +135,7 @@ impl Config {
                 return bad(format!("{ARCH}.{name} must be positive, got 0"));
             }
         }
+        crate::limits::check(self)?;
         if self.layers.len() != self.n_layers {
             return bad(format!(
                 "{} layer kinds for {} layers",
@@ -178,7 +179,7 @@ impl Config {
                 self.rms_eps
             ));
         }
-        if self.rope_theta.is_nan() || self.rope_theta <= 1.0 {
+        if !self.rope_theta.is_finite() || self.rope_theta <= 1.0 {
             return bad(format!(
                 "rope.freq_base {} is out of range",
                 self.rope_theta
@@ -199,6 +200,8 @@ impl Config {
         }
         let meta = Meta { file };
         let n_layers = meta.usize("block_count")?;
+        // Before anything per-layer is sized from it.
+        crate::limits::check_layers(n_layers)?;
         let interval = meta.usize_or("full_attention_interval", 4)?;
         let n_v_heads = meta.usize("ssm.time_step_rank")?;
         let inner = meta.usize("ssm.inner_size")?;

@@ -10,6 +10,7 @@
 pub mod build;
 pub mod config;
 pub mod export;
+pub mod limits;
 pub mod plan;
 pub mod rng;
 pub mod synth;

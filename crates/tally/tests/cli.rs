@@ -252,7 +252,15 @@ fn ledger_of_tally_against_itself_writes_every_report() {
         "--out-dir",
         &out.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // 3: measured, but a validation failed or the noise gate ran out of retries (a loaded
+    // machine); then the headline must say so.
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code() == Some(3),
+        stdout.contains("Verdict: NO VERDICT"),
+        "{stdout}"
+    );
     for f in ["ledger-pp8.md", "ledger-pp8.json", "ledger-pp8.svg"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
@@ -280,7 +288,7 @@ fn ledger_of_tally_against_itself_writes_every_report() {
         "--out-dir",
         &out.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
     let o = tally(&["ledger", &a.to_string_lossy(), &p.to_string_lossy()]);
     assert_bad_input(&o, "is not a tally measurement");
 }
@@ -340,7 +348,8 @@ fn ledger_against_llama_cpp_on_the_cpu() {
         "--out-dir",
         &out.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // 3: no verdict on a loaded machine (the reports are still written).
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["a"]["engine"]["engine"], "tally");
     assert_eq!(v["b"]["engine"]["engine"], "llama.cpp");

@@ -35,7 +35,11 @@ fn fake_elf(path: &Path) {
 fn only_the_cpp_interface_is_not_libclang() {
     let root = tempfile::tempdir().expect("tempdir");
     fake_elf(&root.path().join("usr/lib/llvm-14/lib/libclang-cpp.so.14"));
-    fake_elf(&root.path().join("usr/lib/x86_64-linux-gnu/libclang-cpp.so.14"));
+    fake_elf(
+        &root
+            .path()
+            .join("usr/lib/x86_64-linux-gnu/libclang-cpp.so.14"),
+    );
     assert_eq!(detect(root.path()), (false, String::new()));
 }
 
@@ -64,13 +68,19 @@ fn libclang_dev_layouts_are_found() {
     fake_elf(&lib.join("libclang.so.1"));
     let (found, path) = detect(root.path());
     assert!(found);
-    assert!(path.ends_with("usr/lib/llvm-14/lib/libclang.so.1"), "{path}");
+    assert!(
+        path.ends_with("usr/lib/llvm-14/lib/libclang.so.1"),
+        "{path}"
+    );
 
     // The multiarch directory and a `libclang-N.so` name.
     let root = tempfile::tempdir().expect("tempdir");
     let lib = root.path().join("usr/lib/x86_64-linux-gnu");
     fake_elf(&lib.join("libclang-14.so.14.0.6"));
-    std::os::unix::fs::symlink(lib.join("libclang-14.so.14.0.6"), lib.join("libclang-14.so"))
-        .expect("link");
+    std::os::unix::fs::symlink(
+        lib.join("libclang-14.so.14.0.6"),
+        lib.join("libclang-14.so"),
+    )
+    .expect("link");
     assert!(detect(root.path()).0);
 }

@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod check;
+pub mod checks;
 pub mod common;
 pub mod graph;
 pub mod ledger;
@@ -13,6 +14,12 @@ pub mod synth;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct InputError(pub String);
+
+/// The command measured, wrote its report, and the report says "no verdict": a validation failed
+/// or the noise gate ran out of retries (exit code 3, [`crate::exit::NO_VERDICT`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoVerdict(pub String);
 
 /// Output format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
