@@ -15,7 +15,9 @@ fi
 if [ -f "$DIR/nvidia/cu13/lib/libnvrtc.so.13" ] && { [ "${1:-}" = "--nvrtc-only" ] || [ -x "$DIR/nvidia/cu13/bin/nvcc" ]; }; then
   echo "CUDA 13.0 wheels already in $DIR" >&2
 else
-  python3 -m pip install -q --target "$DIR" "${pkgs[@]}" >&2
+  # --upgrade: pip --target otherwise skips a top-level folder that exists (nvidia/, from an
+  # earlier --nvrtc-only install), and nvcc would silently never land.
+  python3 -m pip install -q --upgrade --target "$DIR" "${pkgs[@]}" >&2
 fi
 echo "export LD_LIBRARY_PATH=$DIR/nvidia/cu13/lib:\${LD_LIBRARY_PATH:-}"
 echo "export TALLY_CUDA_INCLUDE=$DIR/nvidia/cu13/include"

@@ -294,10 +294,14 @@ static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& 
 
 int main(int argc, char** argv) {
     bool do_check = true, do_time = true;
+    // --decode: the GEMV kernels only (gemv_<t>, mmv_<t>): their correctness cases, then the
+    // decode shapes of the 35B model, one x row (and 2, 4, 8 for speculative verification).
+    bool decode_only = false;
     for (int i = 1; i < argc; i++) {
         const std::string s = argv[i];
         if (s == "--no-time") do_time = false;
         if (s == "--only-time") do_check = false;
+        if (s == "--decode") decode_only = true;
     }
     const auto t_start = std::chrono::steady_clock::now();
     cudaDeviceProp prop;
@@ -334,6 +338,72 @@ int main(int argc, char** argv) {
     CudaBackend b;
     ref::Rng rng(7);
     int fails = 0;
+    if (decode_only) {
+        mmv_max_blocks = 3;
+        int n = 0, nf = 0;
+        if (do_check) {
+            std::printf("== gemv / mmv correctness (every type)\n");
+            for (const GemmCase& c : correctness_cases(false)) {
+                if (c.variant != V_GEMV && c.variant != V_MMV) continue;
+                const CaseResult r = run_case(b, c, rng, true);
+                n++;
+                if (!r.pass) {
+                    nf++;
+                    char f[200];
+                    std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld", c.name.c_str(),
+                                  ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
+                                  (long long)r.unwritten);
+                    g_failures.push_back(f);
+                }
+            }
+            std::printf("  %d cases, %d failed\n", n, nf);
+        }
+        mmv_max_blocks = 4 * prop.multiProcessorCount;
+        if (do_time) {
+            struct D {
+                const char* name;
+                int N, K, type;
+            };
+            const D ds[] = {{"decode qkv", 8192, 2048, ref::Q4_K},     {"decode qkv", 8192, 2048, ref::Q6_K},
+                            {"decode z-gate", 4096, 2048, ref::Q4_K},  {"decode out", 2048, 4096, ref::Q4_K},
+                            {"decode k/v", 512, 2048, ref::Q4_K},      {"decode beta/alpha", 32, 2048, ref::Q4_K},
+                            {"decode shexp g/u", 512, 2048, ref::Q4_K}, {"decode shexp down", 2048, 512, ref::Q6_K},
+                            {"decode q", 8192, 2048, ref::Q8_0},       {"decode q", 8192, 2048, ref::Q5_K},
+                            {"decode q", 8192, 2048, ref::BF16},       {"output head", 248320, 2048, ref::Q6_K}};
+            for (int M : {1, 4}) {
+                for (const D& d : ds) {
+                    GemmCase c;
+                    c.type = d.type;
+                    c.M = M;
+                    c.N = d.N;
+                    c.K = d.K;
+                    time_shape(b, d.name, c, {V_GEMV, V_MMV}, rng);
+                }
+            }
+            GemmCase c;
+            c.E = 256;
+            c.topk = 8;
+            c.M = 1;
+            c.type = ref::Q4_K;
+            c.N = 512;
+            c.K = 2048;
+            time_shape(b, "decode moe gate/up", c, {V_GEMV, V_MMV}, rng);
+            c.pair_input = true;
+            c.N = 2048;
+            c.K = 512;
+            time_shape(b, "decode moe down", c, {V_GEMV, V_MMV}, rng);
+            c.type = ref::Q6_K;
+            time_shape(b, "decode moe down", c, {V_GEMV, V_MMV}, rng);
+        }
+        std::printf("\n== SUMMARY (decode)\n");
+        for (size_t i = 0; i < g_failures.size() && i < 30; i++) std::printf("  FAIL %s\n", g_failures[i].c_str());
+        std::printf("%-20s %-5s %6s %6s %5s | %-4s %9s %6s %8s | all variants (ms)\n", "shape", "type", "M", "N", "K", "best",
+                    "ms", "GB/s", "rel err");
+        for (const TimeRow& r : g_rows)
+            std::printf("%-20s %-5s %6lld %6lld %5lld | %-4s %9.4f %6.0f %8.1e | %s\n", r.shape.c_str(), r.type.c_str(), r.M, r.N,
+                        r.K, r.best.c_str(), r.ms, r.gbps, r.rel, r.others.c_str());
+        return g_failures.empty() ? 0 : 1;
+    }
     if (do_check) {
         auto note = [&](bool ok, const std::string& what) {
             if (!ok) {

@@ -17,9 +17,9 @@ typedef void (*GemmFn)(GemmArgs);
 
 // Kernel variants: the three tensor-core tile heights and the GEMV (every type: the correctness
 // matrix runs these N_VARIANTS), then the f32 SIMT GEMMs (F32 weights, dense only: simt_cases).
-enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, N_VARIANTS = 4, V_SIMT = 4, V_SIMT_M32 = 5 };
+enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6 };
 inline const char* variant_name(int v) {
-    static const char* n[] = {"m128", "m64", "m32", "gemv", "simt", "simt32"};
+    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32"};
     return n[v];
 }
 inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32; }
@@ -29,13 +29,14 @@ inline int variant_bm(int v) {
     return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 ? 32 : v == V_SIMT ? SIMT_BM : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
-    return v == V_GEMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
+    return v == V_GEMV || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
 #define LAB_KERNELS(name)                                                                      \
     switch (v) {                                                                               \
         case V_M128: return gemm_##name;                                                       \
         case V_M64: return gemm_##name##_m64;                                                  \
         case V_M32: return gemm_##name##_m32;                                                  \
+        case V_MMV: return mmv_##name;                                                         \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -66,6 +67,10 @@ struct GemmCase {
     int check_rows = 0;      // 0: check every row and column; else this many sampled rows
     int check_cols = 0;      //    and at most this many sampled columns
 };
+
+// Row-step blocks of an mmv launch: small in the correctness cases so the grid-stride loop runs
+// several steps per block; the timed cases set it from the SM count.
+inline int mmv_max_blocks = 3;
 
 // Everything a case needs on the host.
 struct Setup {
@@ -242,7 +247,8 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     a.layout = c.layout;
     a.head_dim = c.head_dim;
     a.n_head = c.n_head;
-    const bool gemv = c.variant == V_GEMV;
+    const bool mmv = c.variant == V_MMV;
+    const bool gemv = c.variant == V_GEMV || mmv;
     if (c.E > 0) {
         a.sorted_rows = b.upload(s.routing.sorted);
         a.x_div = c.pair_input ? 1 : c.topk;
@@ -255,6 +261,11 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     }
     d.gx = unsigned(gemv ? (c.N + GEMV_ROWS - 1) / GEMV_ROWS : (c.N + GEMM_BN - 1) / GEMM_BN);
     d.threads = gemv ? GEMV_THREADS : GEMM_THREADS;
+    if (mmv) {  // grid-stride over row steps: at most mmv_max_blocks blocks per x row / tile
+        const int steps = (c.N + mmv_rows_per_step(c.type, c.K) - 1) / mmv_rows_per_step(c.type, c.K);
+        d.gx = unsigned(std::min(steps, mmv_max_blocks));
+        d.threads = MMV_THREADS;
+    }
     if (variant_simt(c.variant)) {  // square block tiles: bm x bm
         d.gx = unsigned((c.N + s.bm - 1) / s.bm);
         d.threads = SIMT_THREADS;
@@ -312,6 +323,28 @@ inline std::vector<GemmCase> correctness_cases(bool small) {
             c.n_head = 2;
             cs.push_back(c);
             c.layout = c.head_dim = c.n_head = 0;
+            if (v == V_GEMV || v == V_MMV) {
+                // Decode shapes: one x row (M = 1, 2), K = 2048 / 4096 (mmv's groups span 2 / 4
+                // warps: the shared-memory reduction), N not a multiple of the row step.
+                c.name = "dense decode K=2048";
+                c.M = 1;
+                c.N = 100;
+                c.K = 2048;
+                cs.push_back(c);
+                c.name = "dense decode K=4096 M=2";
+                c.M = 2;
+                c.N = 70;
+                c.K = 4096;
+                cs.push_back(c);
+                c.name = "moe decode gate K=2048";
+                c.M = 1;
+                c.topk = 4;
+                c.E = 16;
+                c.N = 72;
+                c.K = 2048;
+                cs.push_back(c);
+                c.topk = c.E = 0;
+            }
             // MoE gate/up: one x row per token, random routing.
             c.name = "moe gate random";
             c.M = 29;

@@ -103,9 +103,20 @@ static int test_f16_operands(int type, int layout, ref::Rng& rng) {
 
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    // "gemv": only the GEMV kernels (gemv_<t>, mmv_<t>) of the correctness matrix, every type.
+    const bool only_gemv = argc > 1 && std::string(argv[1]) == "gemv";
     ref::Rng rng(20260101);
     EmuBackend b;
     int fails = 0;
+    if (only_gemv) {
+        for (const GemmCase& c : correctness_cases(true)) {
+            if (c.variant != V_GEMV && c.variant != V_MMV) continue;
+            fails += !run_case(b, c, rng, false).pass;
+            std::fflush(stdout);
+        }
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     std::printf("== pieces and dequant8 (direct calls)\n");
     fails += test_pieces<QT_Q4_K>(rng) + test_pieces<QT_Q5_K>(rng) + test_pieces<QT_Q6_K>(rng) + test_pieces<QT_Q8_0>(rng) +
              test_pieces<QT_BF16>(rng) + test_pieces<QT_F16>(rng) + test_pieces<QT_F32>(rng);

@@ -608,6 +608,145 @@ TALLY_GEMM_KERNELS(bf16, QT_BF16)
 TALLY_GEMM_KERNELS(f16, QT_F16)
 TALLY_GEMM_KERNELS(f32, QT_F32)
 
+// ---------------------------------------------------------------------------------------------
+// mmv_<t>: the decode GEMV (few x rows, e.g. one token, or the (token, expert) pairs of one MoE
+// tile). Same weight front end as everything else (Piece<T>::issue / to_parts), laid out for
+// bandwidth: a thread owns ONE piece index p (32 elements of K) of every row it touches, so its
+// 32 x values and their two segment sums are loaded into registers once per x row and reused
+// for every weight row the block visits, instead of re-read per row as gemv_<t> does (for
+// K = 2048 gemv_<t> moves 3.5x more x bytes through L1 than weight bytes).
+//
+// Geometry: MMV_THREADS threads = groups of tpr = mmv_tpr(K) threads (K/32 rounded up to a power
+// of two); each group owns one row at a time, each thread MMV_UNROLL(T) rows per step (their
+// loads in flight together), so a step covers mmv_rows_per_step(T, K) rows. The block walks row
+// steps blockIdx.x, blockIdx.x + gridDim.x, ... (grid-stride), so the host picks gridDim.x =
+// min(steps, a few waves) and x is loaded once per block. grid.y: dense, the x row (M rows); MoE,
+// the tile (as for gemv_<t>). Partial sums: xor-shuffles inside a group of <= 32, through shared
+// memory across the warps of a larger group (all loops are block-uniform around the barriers).
+// Preconditions (else nothing is written): as gemv_<t>, and K / 32 <= MMV_THREADS (K <= 8192).
+// Precision: the same f32 operations as gemv_<t> in a different summation order (~1e-6).
+#define MMV_THREADS 256
+#define MMV_UNROLL(t) ((t) == QT_Q6_K || (t) == QT_F32 || (t) == QT_F16 || (t) == QT_BF16 ? 2 : 4)
+__host__ __device__ constexpr int mmv_tpr(int K) {
+    int t = 1;
+    while (t < K / 32) t <<= 1;
+    return t;
+}
+__host__ __device__ constexpr int mmv_rows_per_step(int type, int K) {
+    return (MMV_THREADS / (mmv_tpr(K) < MMV_THREADS ? mmv_tpr(K) : MMV_THREADS)) * MMV_UNROLL(type);
+}
+
+template <int T>
+__device__ __forceinline__ void mmv_body(const GemmArgs& a) {
+    constexpr int U = MMV_UNROLL(T);
+    constexpr int NW = MMV_THREADS / 32;
+    if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
+    const int P = a.K / 32;
+    if (P > MMV_THREADS) return;
+    const int tpr = mmv_tpr(a.K);
+    const int groups = MMV_THREADS / tpr;
+    const int g = threadIdx.x / tpr, p = threadIdx.x % tpr;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool active = p < P;
+    const int rows_per_step = groups * U;
+    const int steps = (a.N + rows_per_step - 1) / rows_per_step;
+    const u8* w;
+    int start, rows;
+    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
+    const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+    const bool split = a.layout == 1;
+    const int pp = active ? p : 0;  // idle threads read piece 0 and add nothing
+    const int s0 = piece_seg0<T>(pp), s1 = piece_seg1<T>(pp);
+    __shared__ float red[NW][U];
+
+    for (int i = 0; i < rows; i++) {
+        int xrow, yrow;
+        if (!gemm_row(a, start, i, xrow, yrow)) continue;  // block-uniform
+        const float* xr = a.x + static_cast<i64>(xrow) * a.ldx;
+        float xv[32];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float4 u = ld_x4(xr + s0 + 4 * j, xvec), v = ld_x4(xr + s1 + 4 * j, xvec);
+            xv[4 * j] = u.x;
+            xv[4 * j + 1] = u.y;
+            xv[4 * j + 2] = u.z;
+            xv[4 * j + 3] = u.w;
+            xv[16 + 4 * j] = v.x;
+            xv[16 + 4 * j + 1] = v.y;
+            xv[16 + 4 * j + 2] = v.z;
+            xv[16 + 4 * j + 3] = v.w;
+        }
+        float xs0 = 0.0f, xs1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            xs0 += xv[j];
+            xs1 += xv[16 + j];
+        }
+        for (int step = blockIdx.x; step < steps; step += gridDim.x) {
+            const int n0 = step * rows_per_step + g;  // this thread's rows: n0 + groups * u
+            Piece<T> pc[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = min(n0 + groups * u, a.N - 1);
+                pc[u].issue(w + static_cast<i64>(n) * a.w_row_bytes, pp);
+            }
+            float acc[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float v[32], sc[2], off[2];
+                pc[u].to_parts(pp, v, sc, off);
+                float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    d0 = fmaf(xv[j], v[j], d0);
+                    d1 = fmaf(xv[16 + j], v[16 + j], d1);
+                }
+                acc[u] = active ? sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1 : 0.0f;
+            }
+            if (tpr <= 32) {
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    for (int o = tpr >> 1; o > 0; o >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+                if (p == 0) {
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int n = n0 + groups * u;
+                        if (n < a.N) a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[u];
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const float s = warp_sum(acc[u]);
+                    if (lane == 0) red[warp][u] = s;
+                }
+                __syncthreads();
+                if (p == 0) {
+                    const int wpg = tpr / 32;  // warps per group
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        float s = 0.0f;
+                        for (int j = 0; j < wpg; j++) s += red[g * wpg + j][u];
+                        const int n = n0 + groups * u;
+                        if (n < a.N) a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = s;
+                    }
+                }
+                __syncthreads();
+            }
+        }
+    }
+}
+
+#define TALLY_MMV_KERNEL(name, T) \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) { mmv_body<T>(a); }
+TALLY_MMV_KERNEL(q4_k, QT_Q4_K)
+TALLY_MMV_KERNEL(q5_k, QT_Q5_K)
+TALLY_MMV_KERNEL(q6_k, QT_Q6_K)
+TALLY_MMV_KERNEL(q8_0, QT_Q8_0)
+TALLY_MMV_KERNEL(bf16, QT_BF16)
+TALLY_MMV_KERNEL(f16, QT_F16)
+TALLY_MMV_KERNEL(f32, QT_F32)
+
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt(GemmArgs a) {
     simt_body<SIMT_BM, SIMT_BN, 1, SIMT_BK>(a);
 }
