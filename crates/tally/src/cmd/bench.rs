@@ -50,6 +50,10 @@ pub struct Args {
     /// Also run this engine on the same file, interleaved: llama.cpp.
     #[arg(long)]
     peer: Option<String>,
+    /// Cores other processes may keep busy during a timing window before the noise gate
+    /// discards and re-measures it.
+    #[arg(long, default_value_t = 0.5)]
+    busy_limit: f64,
     /// Directory for bench.json (every field, every window).
     #[arg(long, default_value = "tally-out")]
     out_dir: std::path::PathBuf,
@@ -446,6 +450,7 @@ pub fn main(a: Args) -> Result<()> {
         windows: a.repeats,
         // Two untimed windows on a GPU: llama.cpp captures its CUDA graph on the third call.
         warmup_windows: if a.backend == "cuda" { 2 } else { 1 },
+        max_other_busy_cores: a.busy_limit,
         ..NoiseConfig::default()
     };
     let mut tests: Vec<E2eConfig> = a
@@ -602,7 +607,7 @@ fn peer_common(a: &Args) -> Common {
         repeats: a.repeats,
         op_reps: 10,
         routing: "realistic".into(),
-        busy_limit: 0.5,
+        busy_limit: a.busy_limit,
         out_dir: a.out_dir.clone(),
         output: Format::Text,
     }

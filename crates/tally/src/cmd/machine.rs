@@ -5,8 +5,12 @@ use anyhow::Result;
 use super::Format;
 use super::common::machine;
 
-/// Print the machine's facts and its measured ceilings: memory bandwidth (a large copy, read +
-/// write counted) and matrix rate (on a GPU: an f16 GEMM through cuBLAS).
+/// Print the machine's facts and its measured ceilings: memory bandwidth and matrix rate.
+///
+/// Bandwidth: a large copy, read + write counted. Matrix rate: on a GPU an f16 GEMM through
+/// cuBLAS; on the CPU a blocked f32 GEMM on every thread at once (printed in GFLOP/s there).
+///
+/// Example: tally machine --backend cpu -o md
 #[derive(clap::Args)]
 pub struct Args {
     /// Which ceilings: cpu or cuda.
