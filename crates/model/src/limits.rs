@@ -156,10 +156,15 @@ mod tests {
         // Each value in bounds, the product not.
         let mut c = Preset::Tiny.config();
         c.n_head = 1024;
-        c.n_head_kv = 1;
+        c.n_head_kv = 1024;
         c.head_dim = 4096;
         c.rope_dims = 8;
-        assert!(err(&c).contains("2 x attention.head_count"), "{}", err(&c));
+        c.context_length = 1 << 24;
+        assert!(
+            err(&c).contains("KV cache elements per layer"),
+            "{}",
+            err(&c)
+        );
         let mut c = Preset::Tiny.config();
         c.hidden = 1 << 16;
         c.n_experts = 4096;

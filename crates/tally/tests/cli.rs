@@ -154,7 +154,10 @@ fn token_outside_vocabulary_and_too_long_prompt_are_bad_input() {
     let o = tally(&["run", "--model", &ps, "--token-ids", "1,2,99999"]);
     assert_bad_input(&o, "token id 99999 is outside the vocabulary of 512");
     let o = tally(&["run", "--model", &ps, "--tokens", "40"]);
-    assert_bad_input(&o, "longer than supported");
+    assert_bad_input(
+        &o,
+        "--tokens 40: longer than the model's context of 32 positions",
+    );
 }
 
 #[test]
