@@ -142,6 +142,9 @@ static double median(std::vector<float> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Back-to-back timing (--decode): launches queued without a host round trip between them.
+static bool g_back_to_back = false;
+
 // Median of 20 launches after 3 warm-ups; weight copies rotate so that together they exceed L2.
 static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const std::vector<const u8*>& wcopies) {
     cudaEvent_t e0, e1;
@@ -154,6 +157,26 @@ static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const st
     }
     CK(cudaDeviceSynchronize());
     std::vector<float> ts;
+    if (g_back_to_back) {
+        // Five rounds of 20 launches between two events: the per-launch time as a CUDA graph
+        // sees it (no host launch latency in the measurement); median of the rounds.
+        for (int r = 0; r < 5; r++) {
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < 20; i++) {
+                a.w = wcopies[size_t(i + 3) % wcopies.size()];
+                b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+            }
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ts.push_back(ms / 20);
+        }
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+        b.release();
+        return median(ts);
+    }
     for (int i = 0; i < 20; i++) {
         a.w = wcopies[size_t(i + 3) % wcopies.size()];
         CK(cudaEventRecord(e0));
@@ -359,6 +382,7 @@ int main(int argc, char** argv) {
             std::printf("  %d cases, %d failed\n", n, nf);
         }
         mmv_max_blocks = 4 * prop.multiProcessorCount;
+        g_back_to_back = true;
         if (do_time) {
             struct D {
                 const char* name;
@@ -387,13 +411,20 @@ int main(int argc, char** argv) {
             c.type = ref::Q4_K;
             c.N = 512;
             c.K = 2048;
-            time_shape(b, "decode moe gate/up", c, {V_GEMV, V_MMV}, rng);
-            c.pair_input = true;
-            c.N = 2048;
-            c.K = 512;
-            time_shape(b, "decode moe down", c, {V_GEMV, V_MMV}, rng);
-            c.type = ref::Q6_K;
-            time_shape(b, "decode moe down", c, {V_GEMV, V_MMV}, rng);
+            for (bool tight : {false, true}) {
+                c.tile_rows1 = tight;
+                c.pair_input = false;
+                c.type = ref::Q4_K;
+                c.N = 512;
+                c.K = 2048;
+                time_shape(b, tight ? "dec moe g/u 1-row" : "decode moe gate/up", c, {V_GEMV, V_MMV}, rng);
+                c.pair_input = true;
+                c.N = 2048;
+                c.K = 512;
+                time_shape(b, tight ? "dec moe down 1-row" : "decode moe down", c, {V_GEMV, V_MMV}, rng);
+                c.type = ref::Q6_K;
+                time_shape(b, tight ? "dec moe down 1-row" : "decode moe down", c, {V_GEMV, V_MMV}, rng);
+            }
         }
         std::printf("\n== SUMMARY (decode)\n");
         for (size_t i = 0; i < g_failures.size() && i < 30; i++) std::printf("  FAIL %s\n", g_failures[i].c_str());

@@ -62,6 +62,7 @@ struct GemmCase {
     int E = 0, topk = 0;     // MoE when E > 0
     bool first_k = false;    // MoE routing: every token picks experts 0..topk-1
     bool pair_input = false; // MoE: one x row per pair (down projection), else per token
+    bool tile_rows1 = false; // MoE: one-row tiles (the engine's decode routing), max_tiles = pairs
     int layout = 0, head_dim = 0, n_head = 0;
     int ldx_pad = 4, ldy_pad = 0, x_offset = 0;  // x_offset floats: misaligns x when odd
     int check_rows = 0;      // 0: check every row and column; else this many sampled rows
@@ -110,7 +111,10 @@ inline Setup make_setup(const GemmCase& c, ref::Rng& rng, const std::vector<uint
     s.bm = variant_bm(c.variant);
     if (moe) {
         s.ids = c.first_k ? ref::route_first_k(c.M, c.topk) : ref::route_random(c.M, c.topk, c.E, rng);
-        s.max_tiles = (s.M + s.bm - 1) / s.bm + c.E;
+        // The engine's bound: every expert's rows in ceil(count / bm) tiles, so at most
+        // ceil(M / bm) + min(E, M) tiles, and exactly M for one-row tiles (bm = 1: decode).
+        s.max_tiles = c.tile_rows1 ? s.M : (s.M + s.bm - 1) / s.bm + std::min(c.E, s.M);
+        if (c.tile_rows1) s.bm = 1;
         s.routing = ref::route_host(s.ids, c.E, s.bm, s.max_tiles);
     }
     return s;

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# One call on a fresh GPU machine: the two opt-in paths, checked and measured against the
-# defaults before either becomes the default.
+# One call on a fresh GPU machine: the opt-in cuBLAS path, checked and measured against the
+# defaults before it becomes the default.
 #   TALLY_GEMM=cublas      dense projections through cuBLAS (docs/cuda.md)
-#   TALLY_DECODE_GRAPH=1   decode's position-independent stretches kept as CUDA graphs
+# (Decode graphs are the default now: scripts/gpu/reshape.sh checks and measures them.)
 # Steps:
 #   1. `tally check` (every node against the CPU) with the cuBLAS path on for every projection of
 #      at least 16 rows: tiny, tiny-odd (bf16, the q/gate split), mid;
-#   2. greedy decode of 48 tokens on mid with and without decode graphs: the tokens must match;
-#   3. the 35B-A3B Q4_K_M synth file; `tally bench` pp512/2048/8192 + tg128 for "default" and
-#      "new" (both opt-ins on), alternated default new default new (the env is read when the
+#   2. the 35B-A3B Q4_K_M synth file; `tally bench` pp512/2048/8192 + tg128 for "default" and
+#      "new" (cuBLAS on), alternated default new default new (the options are read when the
 #      backend opens, so each is its own process);
-#   4. `tally opbench` pp512 on both GEMM paths.
+#   3. `tally opbench` pp512 on both GEMM paths.
 # Carry: .carry/bin (scripts/gpu/pack.sh). Writes $OUT/ab-*.txt; prints a short table last.
 set -u
 cd "$(dirname "$0")/../.."
@@ -26,27 +25,15 @@ for spec in "tiny q8_0 1 1,37,100" "tiny-odd bf16 2 1,37,100" "mid q4_k_m 4 1,10
     --tokens "$4" -n 2 > "$OUT/ab-check-$1.txt" 2>&1
   echo "check (cublas) $1 $2 rc=$?"; tail -8 "$OUT/ab-check-$1.txt"
 done
-for g in 0 1; do
-  TALLY_DECODE_GRAPH=$g timeout 60 "$TALLY_NOPEER" run --model /tmp/mid-q4_k_m.gguf --backend cuda --tokens 100 -n 48 \
-    -o json > "$OUT/ab-run-graph$g.json" 2>&1
-done
-python3 - "$OUT" <<'PY'
-import json, sys
-a, b = (json.load(open(f"{sys.argv[1]}/ab-run-graph{g}.json")) for g in (0, 1))
-same = a["decoded"] == b["decoded"]
-print(f"decode graphs: tokens {'identical' if same else 'DIFFER'}; "
-      f"{a['decode_tokens_per_s']:.1f} -> {b['decode_tokens_per_s']:.1f} tok/s (mid, 48 tokens)")
-PY
 wait
 for round in 1 2; do
   for mode in default new; do
-    if [ $mode = new ]; then export TALLY_GEMM=cublas TALLY_DECODE_GRAPH=1; else unset TALLY_GEMM TALLY_DECODE_GRAPH; fi
+    if [ $mode = new ]; then export TALLY_GEMM=cublas; else unset TALLY_GEMM; fi
     timeout 150 "$TALLY_NOPEER" bench --model "$BIG" --backend cuda -p 512,2048,8192 -n 128 -r 5 \
       --out-dir "/tmp/ab-$mode-$round" > "$OUT/ab-bench-$mode-$round.txt" 2>&1
     echo "bench $mode round $round rc=$?"
   done
 done
-unset TALLY_DECODE_GRAPH
 for mode in own cublas; do
   if [ $mode = cublas ]; then export TALLY_GEMM=cublas; else unset TALLY_GEMM; fi
   timeout 120 "$TALLY_NOPEER" opbench --model "$BIG" --backend cuda -p 512 --out-dir "/tmp/ab-op-$mode" \

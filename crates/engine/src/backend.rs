@@ -4,6 +4,15 @@
 use tally_model::{Plan, View};
 
 use crate::EngineError;
+use crate::sample::SampleStep;
+
+/// How much of one persistent state buffer a snapshot keeps: its first `bytes` (a KV cache keeps
+/// only the rows of the positions filled so far; conv and recurrent states keep everything).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateExtent {
+    pub name: String,
+    pub bytes: usize,
+}
 
 /// Where a dispatch writes its outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +21,38 @@ pub enum Target {
     Real,
     /// Scratch buffers of the same shapes: an in-graph replay that must not change real outputs.
     Scratch,
+}
+
+/// What a kept graph holds against what its capture launched into it: the probe that a graph
+/// run did all of the plan's work (a launch that never reached the capture, or a node that
+/// launched nothing, shows here).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphCount {
+    /// Plan nodes dispatched while capturing.
+    pub dispatches: u64,
+    /// Of those, nodes that launched nothing at all.
+    pub silent: u64,
+    /// Kernel launches the dispatches made (the engine's own kernels).
+    pub launches: u64,
+    /// Library calls (cuBLAS) made into the capture; each adds kernels of its own.
+    pub library_calls: u64,
+    /// Kernel nodes the captured graph holds.
+    pub kernel_nodes: u64,
+}
+
+impl GraphCount {
+    /// Work the graph lacks, in dispatches: launches that are not among its kernel nodes, plus
+    /// nodes that launched nothing (0 when the graph holds every launch). Without library calls
+    /// the counts must be equal: extra kernel nodes count too.
+    pub fn missing(&self) -> u64 {
+        let short = (self.launches + self.library_calls).saturating_sub(self.kernel_nodes);
+        let extra = if self.library_calls == 0 {
+            self.kernel_nodes.saturating_sub(self.launches)
+        } else {
+            0
+        };
+        short + extra + self.silent
+    }
 }
 
 pub trait Backend {
@@ -62,54 +103,72 @@ pub trait Backend {
         None
     }
 
-    /// Launches the captured graph of `plan` if the backend holds one; `false` if it does not.
+    /// The backend's switches in effect, `name=value` (recorded in every measurement).
+    fn options(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The counts of the kept graph of `plan` (see [`GraphCount`]), if the backend holds one.
+    fn graph_count(&self, _plan: &Plan) -> Option<GraphCount> {
+        None
+    }
+
+    /// Fills every activation buffer and scratch or workspace memory with NaN (state, token ids
+    /// and the position are left alone), so an output that a kernel forgets to write shows in a
+    /// check. Backends whose dispatches poison their own outputs (the CPU) do nothing.
+    fn poison(&mut self) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    /// Launches the kept graph of `plan` if the backend holds one; `false` if it does not. A
+    /// plan holds no position (the session writes it into the plan's position buffer), so one
+    /// kept graph serves every position.
     fn graph_launch(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
         Ok(false)
     }
 
-    /// Starts capturing the dispatches of `plan` into a graph; `false` if graphs are unsupported.
+    /// Starts capturing the dispatches of `plan` into a graph; `false` if graphs are unsupported
+    /// (or turned off for this plan).
     fn capture_begin(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
         Ok(false)
     }
 
-    /// Ends the capture started by `capture_begin`, keeps the graph and launches it once.
-    fn capture_end(&mut self, _plan: &Plan) -> Result<(), EngineError> {
+    /// Ends the capture started by `capture_begin`: with `keep`, keeps the graph and launches it
+    /// once; without (a dispatch failed), throws it away unlaunched.
+    fn capture_end(&mut self, _plan: &Plan, _keep: bool) -> Result<(), EngineError> {
         Ok(())
     }
 
-    /// Launches the kept graph of nodes `from..to` of a plan of `plan.n_tokens` tokens, if the
-    /// backend holds one; `false` if it does not. Segments hold only nodes that are the same at
-    /// every position (see [`crate::exec::execute_segmented`]), so the key leaves out `n_past`.
-    fn segment_launch(
-        &mut self,
-        _plan: &Plan,
-        _from: usize,
-        _to: usize,
-    ) -> Result<bool, EngineError> {
-        Ok(false)
+    /// Chooses the next token from `plan`'s logits after its dispatches (see [`crate::sample`]
+    /// for the procedure). The default reads the logits and samples on the host; a GPU backend
+    /// samples on the device and downloads only the id.
+    fn sample(&mut self, plan: &Plan, step: &SampleStep<'_>) -> Result<u32, EngineError> {
+        self.barrier()?;
+        let logits = self.read(plan, plan.logits)?;
+        Ok(crate::sample::sample_logits(&logits, step))
     }
 
-    /// Starts capturing nodes `from..to`; `false` if the backend does not keep segments.
-    fn segment_begin(
-        &mut self,
-        _plan: &Plan,
-        _from: usize,
-        _to: usize,
-    ) -> Result<bool, EngineError> {
-        Ok(false)
+    /// Copies the leading `bytes` of each named state buffer into snapshot `slot` (replacing
+    /// what the slot held); returns the bytes the slot now holds. The buffers must exist (a plan
+    /// using them was prepared).
+    fn save_state(&mut self, _slot: u64, _extents: &[StateExtent]) -> Result<usize, EngineError> {
+        Err(EngineError::Unsupported(format!(
+            "the {} backend keeps no state snapshots",
+            self.name()
+        )))
     }
 
-    /// Ends the capture started by `segment_begin`: with `keep`, keeps the graph and launches it
-    /// once; without (a dispatch failed), throws it away.
-    fn segment_end(
-        &mut self,
-        _plan: &Plan,
-        _from: usize,
-        _to: usize,
-        _keep: bool,
-    ) -> Result<(), EngineError> {
-        Ok(())
+    /// Copies snapshot `slot` back into the live state buffers (bytes past each saved extent are
+    /// left as they are: a KV cache's rows past the saved positions are written before read).
+    fn restore_state(&mut self, _slot: u64) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported(format!(
+            "the {} backend keeps no state snapshots",
+            self.name()
+        )))
     }
+
+    /// Frees snapshot `slot` (nothing if it does not exist).
+    fn drop_state(&mut self, _slot: u64) {}
 }
 
 /// A boxed backend is a backend (so the CLI can choose one at run time).
@@ -153,29 +212,35 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn memory_in_use(&self) -> Option<u64> {
         (**self).memory_in_use()
     }
+    fn options(&self) -> Vec<String> {
+        (**self).options()
+    }
+    fn graph_count(&self, plan: &Plan) -> Option<GraphCount> {
+        (**self).graph_count(plan)
+    }
+    fn poison(&mut self) -> Result<(), EngineError> {
+        (**self).poison()
+    }
     fn memory_peak(&self) -> Option<u64> {
         (**self).memory_peak()
     }
     fn capture_begin(&mut self, plan: &Plan) -> Result<bool, EngineError> {
         (**self).capture_begin(plan)
     }
-    fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
-        (**self).capture_end(plan)
+    fn capture_end(&mut self, plan: &Plan, keep: bool) -> Result<(), EngineError> {
+        (**self).capture_end(plan, keep)
     }
-    fn segment_launch(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
-        (**self).segment_launch(plan, from, to)
+    fn sample(&mut self, plan: &Plan, step: &SampleStep<'_>) -> Result<u32, EngineError> {
+        (**self).sample(plan, step)
     }
-    fn segment_begin(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
-        (**self).segment_begin(plan, from, to)
+    fn save_state(&mut self, slot: u64, extents: &[StateExtent]) -> Result<usize, EngineError> {
+        (**self).save_state(slot, extents)
     }
-    fn segment_end(
-        &mut self,
-        plan: &Plan,
-        from: usize,
-        to: usize,
-        keep: bool,
-    ) -> Result<(), EngineError> {
-        (**self).segment_end(plan, from, to, keep)
+    fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        (**self).restore_state(slot)
+    }
+    fn drop_state(&mut self, slot: u64) {
+        (**self).drop_state(slot)
     }
 }
 

@@ -31,6 +31,8 @@ pub struct ExecStats {
     pub dispatches: u64,
     /// Extra dispatches into scratch made by replay.
     pub replays: u64,
+    /// A graph run: what the graph holds against what its capture launched.
+    pub graph: Option<crate::backend::GraphCount>,
 }
 
 /// Runs every node of `plan` in order through `hook`.
@@ -45,69 +47,6 @@ pub fn execute(
         b.dispatch(plan, i, Target::Real)?;
         stats.dispatches += 1;
         hook.after(b, plan, i)?;
-    }
-    Ok(stats)
-}
-
-/// Which nodes of a one-token plan depend on the position: those that differ between the plans
-/// at two neighbouring positions (`plan` and `neighbour`, same shape). In this model they are the
-/// full-attention layers' cache writes, RoPE and attention; everything else is the same at every
-/// position.
-pub fn position_dependent(plan: &Plan, neighbour: &Plan) -> Option<Vec<bool>> {
-    if plan.nodes.len() != neighbour.nodes.len() || plan.buffers != neighbour.buffers {
-        return None;
-    }
-    Some(
-        plan.nodes
-            .iter()
-            .zip(&neighbour.nodes)
-            .map(|(a, b)| a != b)
-            .collect(),
-    )
-}
-
-/// [`execute`] for a plain run whose position-independent stretches the backend may keep as
-/// captured segments: each maximal run of nodes with `dynamic[i] == false` is launched from the
-/// backend's kept segment, or captured into one, or (backends without segments) dispatched node
-/// by node; position-dependent nodes are dispatched every time. Every node is counted once.
-pub fn execute_segmented(
-    b: &mut dyn Backend,
-    plan: &Plan,
-    dynamic: &[bool],
-) -> Result<ExecStats, EngineError> {
-    if dynamic.len() != plan.nodes.len() {
-        return Err(EngineError::Internal(format!(
-            "segment mask of {} nodes for a plan of {}",
-            dynamic.len(),
-            plan.nodes.len()
-        )));
-    }
-    let mut stats = ExecStats::default();
-    let mut i = 0;
-    while i < plan.nodes.len() {
-        if dynamic[i] {
-            b.dispatch(plan, i, Target::Real)?;
-            stats.dispatches += 1;
-            i += 1;
-            continue;
-        }
-        let j = (i..plan.nodes.len())
-            .find(|&k| dynamic[k])
-            .unwrap_or(plan.nodes.len());
-        if !b.segment_launch(plan, i, j)? {
-            let capturing = b.segment_begin(plan, i, j)?;
-            let run = (i..j).try_for_each(|k| b.dispatch(plan, k, Target::Real));
-            if capturing {
-                // End the capture even when a dispatch failed, so the stream is usable again.
-                let end = b.segment_end(plan, i, j, run.is_ok());
-                run?;
-                end?;
-            } else {
-                run?;
-            }
-        }
-        stats.dispatches += (j - i) as u64;
-        i = j;
     }
     Ok(stats)
 }

@@ -4,18 +4,24 @@
 //!   replay, probes, captures) that attach to it;
 //! - [`backend`]: the narrow trait a backend implements;
 //! - [`cpu`]: the reference backend (f32, multi-threaded);
-//! - [`session`]: prefill and decode of a sequence on a backend, with plans cached per shape.
+//! - [`session`]: prefill and decode of a sequence on a backend, with plans cached per shape;
+//! - [`sample`]: the sampling specification (CPU reference) every backend follows;
+//! - [`generate`]: prompt in, streamed tokens out, with stop rules, timings and the thread-safe
+//!   [`generate::Engine`] handle; [`prefix`]: the LRU cache of saved sequence states.
 
 pub mod backend;
 pub mod cpu;
 pub mod cuda;
 pub mod exec;
 pub mod finite;
+pub mod generate;
 pub mod peaks;
+pub mod prefix;
+pub mod sample;
 pub mod session;
 pub mod subject;
 
-pub use backend::{Backend, Target};
+pub use backend::{Backend, GraphCount, StateExtent, Target};
 pub use session::Session;
 
 /// Errors of the engine. Input-dependent failures (token ids, lengths) have their own variants

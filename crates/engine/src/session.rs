@@ -1,14 +1,16 @@
-//! A sequence on a backend: prefill from a fresh state, then decode one token at a time. Plans are
-//! built once per (batch, past) shape and cached.
+//! A sequence on a backend: prefill from a fresh state, then more tokens (a prompt in chunks, a
+//! later turn, or decode one token at a time) after what the state already holds. Plans hold no
+//! position (it is device data, written before each run), so one plan per batch length serves
+//! every position; they are built once and cached.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tally_model::{Model, Plan, PlanOptions, build_plan};
+use tally_model::{Model, Plan, PlanOptions, View, build_plan};
 
 use crate::EngineError;
 use crate::backend::Backend;
-use crate::exec::{ExecStats, Hook, NoHook, execute, execute_segmented, position_dependent};
+use crate::exec::{ExecStats, Hook, NoHook, execute};
 
 pub struct Session<B: Backend> {
     pub model: Arc<Model>,
@@ -16,9 +18,10 @@ pub struct Session<B: Backend> {
     pub opts: PlanOptions,
     max_ctx: usize,
     n_past: usize,
-    plans: HashMap<(usize, usize), Arc<Plan>>,
-    /// Which nodes of the one-token plan depend on the position (computed once).
-    decode_dynamic: Option<Vec<bool>>,
+    /// One plan per batch length.
+    plans: HashMap<usize, Arc<Plan>>,
+    /// Poison activations before every run (checks: an unwritten output shows as NaN).
+    pub poison: bool,
 }
 
 impl<B: Backend> Session<B> {
@@ -39,56 +42,68 @@ impl<B: Backend> Session<B> {
             max_ctx,
             n_past: 0,
             plans: HashMap::new(),
-            decode_dynamic: None,
+            poison: false,
         })
     }
 
     pub fn max_ctx(&self) -> usize {
         self.max_ctx
     }
+    /// Tokens the state holds: the position of the next batch.
     pub fn n_past(&self) -> usize {
         self.n_past
     }
 
-    /// The plan for `n_tokens` new tokens after `n_past` (built on first use).
-    pub fn plan(&mut self, n_tokens: usize, n_past: usize) -> Result<Arc<Plan>, EngineError> {
-        if let Some(p) = self.plans.get(&(n_tokens, n_past)) {
+    /// The plan for batches of `n_tokens` tokens, at any position (built on first use).
+    pub fn plan(&mut self, n_tokens: usize) -> Result<Arc<Plan>, EngineError> {
+        if let Some(p) = self.plans.get(&n_tokens) {
             return Ok(p.clone());
         }
-        if n_past + n_tokens > self.max_ctx {
-            return Err(EngineError::TooLong {
-                tokens: n_past + n_tokens,
-                max: self.max_ctx,
-                why: "this session's context",
-            });
+        if n_tokens > self.max_ctx {
+            return Err(self.too_long(n_tokens));
         }
         let p = Arc::new(build_plan(
             &self.model.config,
             n_tokens,
-            n_past,
             self.max_ctx,
             &self.opts,
         )?);
-        // Decode plans differ for every position; keep the cache from growing without bound.
-        if self.plans.len() > 64 {
-            self.plans.clear();
-        }
-        self.plans.insert((n_tokens, n_past), p.clone());
+        self.plans.insert(n_tokens, p.clone());
         Ok(p)
     }
 
-    /// The plan of a fresh prompt, its buffers prepared, the state cleared, the ids uploaded.
-    fn start_prefill(&mut self, ids: &[u32]) -> Result<Arc<Plan>, EngineError> {
+    fn too_long(&self, tokens: usize) -> EngineError {
+        EngineError::TooLong {
+            tokens,
+            max: self.max_ctx,
+            why: "this session's context",
+        }
+    }
+
+    /// The plan of a batch of `ids` at position `n_past` (0 for a fresh sequence, whose state
+    /// is cleared), its buffers prepared, the ids and the position uploaded.
+    fn start(&mut self, ids: &[u32], n_past: usize) -> Result<Arc<Plan>, EngineError> {
         if ids.is_empty() {
             return Err(EngineError::Unsupported(
-                "an empty prompt has no logits".into(),
+                "an empty batch has no logits".into(),
             ));
         }
-        let plan = self.plan(ids.len(), 0)?;
+        if n_past + ids.len() > self.max_ctx {
+            return Err(self.too_long(n_past + ids.len()));
+        }
+        let plan = self.plan(ids.len())?;
         self.backend.prepare(&plan)?;
-        self.backend.reset_state()?;
-        self.n_past = 0;
+        if n_past == 0 {
+            self.backend.reset_state()?;
+        }
+        if self.poison {
+            self.backend.poison()?;
+        }
+        self.n_past = n_past;
         self.upload(&plan, ids)?;
+        let pos = i32::try_from(n_past).map_err(|_| self.too_long(n_past))?;
+        self.backend
+            .write_i32(&plan, View::all(plan.pos, plan.buf(plan.pos)), &[pos])?;
         Ok(plan)
     }
 
@@ -105,7 +120,7 @@ impl<B: Backend> Session<B> {
                 }
             })
             .collect::<Result<Vec<i32>, _>>()?;
-        let v = tally_model::View::all(plan.tokens, plan.buf(plan.tokens));
+        let v = View::all(plan.tokens, plan.buf(plan.tokens));
         self.backend.write_i32(plan, v, &data)
     }
 
@@ -115,105 +130,216 @@ impl<B: Backend> Session<B> {
         ids: &[u32],
         hook: &mut dyn Hook,
     ) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        let plan = self.start_prefill(ids)?;
-        let out = self.run(&plan, hook)?;
-        self.n_past = ids.len();
-        Ok(out)
+        let plan = self.start(ids, 0)?;
+        self.run_with(&plan, hook)
     }
 
     /// Runs `ids` as a fresh prompt on the backend's fastest path (a captured graph where the
     /// backend has one); returns the last token's logits and the dispatch count.
     pub fn prefill_plain(&mut self, ids: &[u32]) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        let plan = self.start_prefill(ids)?;
-        let stats = if self.backend.graph_launch(&plan)? {
-            ExecStats {
-                dispatches: plan.nodes.len() as u64,
-                replays: 0,
-            }
-        } else if self.backend.capture_begin(&plan)? {
-            let stats = execute(&mut self.backend, &plan, &mut NoHook);
-            // End the capture even when a dispatch failed, so the stream is usable again.
-            let end = self.backend.capture_end(&plan);
-            let stats = stats?;
-            end?;
-            stats
-        } else {
-            execute(&mut self.backend, &plan, &mut NoHook)?
-        };
-        self.backend.barrier()?;
-        let logits = self.backend.read(&plan, plan.logits)?;
-        self.n_past = ids.len();
-        Ok((logits, stats))
+        let plan = self.start(ids, 0)?;
+        self.run_plain(&plan)
     }
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
         Ok(self.prefill_plain(ids)?.0)
     }
 
-    /// Appends one token to the sequence; returns its logits.
+    /// Appends `ids` to the sequence (the next chunk of a prompt, a later turn) through `hook`;
+    /// returns the last token's logits. On a fresh session it is a prefill.
+    pub fn append_with(
+        &mut self,
+        ids: &[u32],
+        hook: &mut dyn Hook,
+    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        let plan = self.start(ids, self.n_past)?;
+        self.run_with(&plan, hook)
+    }
+
+    /// Appends `ids` to the sequence on the backend's fastest path; returns the last token's
+    /// logits and the dispatch count.
+    pub fn append(&mut self, ids: &[u32]) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        let plan = self.start(ids, self.n_past)?;
+        self.run_plain(&plan)
+    }
+
+    /// Appends one token to the sequence through `hook`; returns its logits.
     pub fn decode_with(&mut self, id: u32, hook: &mut dyn Hook) -> Result<Vec<f32>, EngineError> {
-        let plan = self.start_decode(id)?;
-        execute(&mut self.backend, &plan, hook)?;
-        self.finish_decode(&plan)
+        self.check_decode()?;
+        Ok(self.append_with(&[id], hook)?.0)
     }
 
-    /// Appends one token on the backend's fastest path: the position-independent stretches of
-    /// the plan run as kept segments where the backend keeps them (CUDA graphs), the nodes that
-    /// depend on the position are dispatched each time; returns the token's logits.
+    /// Appends one token on the backend's fastest path (the one-token plan's captured graph,
+    /// relaunched at every position, where the backend has graphs); returns its logits.
     pub fn decode(&mut self, id: u32) -> Result<Vec<f32>, EngineError> {
-        let plan = self.start_decode(id)?;
-        if self
-            .decode_dynamic
-            .as_ref()
-            .is_none_or(|d| d.len() != plan.nodes.len())
-        {
-            // The neighbouring position below always fits the context.
-            let neighbour = self.plan(1, self.n_past - 1)?;
-            self.decode_dynamic = position_dependent(&plan, &neighbour);
-        }
-        match &self.decode_dynamic {
-            Some(dynamic) => execute_segmented(&mut self.backend, &plan, dynamic)?,
-            None => execute(&mut self.backend, &plan, &mut NoHook)?,
-        };
-        self.finish_decode(&plan)
+        let plan = self.decode_run(id)?;
+        self.backend.barrier()?;
+        self.backend.read(&plan, plan.logits)
     }
 
-    /// The one-token plan at the current position, prepared, with `id` uploaded.
-    fn start_decode(&mut self, id: u32) -> Result<Arc<Plan>, EngineError> {
+    /// [`Session::decode`] without reading the logits: returns the plan whose logits view holds
+    /// them once the (possibly still running) dispatches complete, e.g. for
+    /// [`Backend::sample`](crate::Backend::sample).
+    pub fn decode_run(&mut self, id: u32) -> Result<Arc<Plan>, EngineError> {
+        self.check_decode()?;
+        let plan = self.start(&[id], self.n_past)?;
+        self.dispatch_plain(&plan)?;
+        Ok(plan)
+    }
+
+    fn check_decode(&self) -> Result<(), EngineError> {
         if self.n_past == 0 {
             return Err(EngineError::Unsupported(
                 "decode needs a prefill first".into(),
             ));
         }
-        let plan = self.plan(1, self.n_past)?;
-        self.backend.prepare(&plan)?;
-        self.upload(&plan, &[id])?;
-        Ok(plan)
+        Ok(())
     }
 
-    /// After `plan`'s dispatches: the token's logits, and the position moves on.
-    fn finish_decode(&mut self, plan: &Plan) -> Result<Vec<f32>, EngineError> {
-        // While the device works: build the next position's plan (~0.5 ms of host work for the
-        // 35B-A3B that would otherwise sit between two tokens), and drop the previous one (a
-        // plan per position would grow without bound over a long generation).
-        if self.n_past + 2 <= self.max_ctx {
-            self.plan(1, self.n_past + 1)?;
-        }
-        self.plans.remove(&(1, self.n_past - 1));
-        self.backend.barrier()?;
-        let logits = self.backend.read(plan, plan.logits)?;
-        self.n_past += 1;
-        Ok(logits)
-    }
-
-    fn run(
+    /// Every node through `hook`, then the logits; the position moves on.
+    fn run_with(
         &mut self,
         plan: &Plan,
         hook: &mut dyn Hook,
     ) -> Result<(Vec<f32>, ExecStats), EngineError> {
         let stats = execute(&mut self.backend, plan, hook)?;
+        self.finish(plan, stats)
+    }
+
+    /// The plan's kept graph, or its capture (launched once), or a plain pass; then the logits.
+    /// A graph run counts as dispatched the nodes its capture dispatched, less the work the
+    /// graph turns out to lack ([`crate::backend::GraphCount::missing`]): so the ledger's probe
+    /// check (dispatches = work nodes) fails when a launch is lost.
+    fn run_plain(&mut self, plan: &Plan) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        let stats = self.dispatch_plain(plan)?;
+        self.read_logits(plan, stats)
+    }
+
+    /// Issues `plan`'s work on the fastest path (kept graph, capture, or node by node) without
+    /// waiting for it; the position moves on by the plan's tokens.
+    fn dispatch_plain(&mut self, plan: &Plan) -> Result<ExecStats, EngineError> {
+        let launched = self.backend.graph_launch(plan)?;
+        let captured = !launched && self.backend.capture_begin(plan)?;
+        let mut stats = if launched {
+            ExecStats::default()
+        } else if captured {
+            let stats = execute(&mut self.backend, plan, &mut NoHook);
+            // End the capture even when a dispatch failed, so the stream is usable again.
+            let end = self.backend.capture_end(plan, stats.is_ok());
+            let stats = stats?;
+            end?;
+            stats
+        } else {
+            execute(&mut self.backend, plan, &mut NoHook)?
+        };
+        if launched || captured {
+            let g = self.backend.graph_count(plan).ok_or_else(|| {
+                EngineError::Internal("a graph run without the graph's counts".into())
+            })?;
+            stats.dispatches = g.dispatches.saturating_sub(g.missing());
+            stats.graph = Some(g);
+        }
+        self.n_past += plan.n_tokens;
+        Ok(stats)
+    }
+
+    /// Waits for `plan`'s work and reads its logits.
+    fn read_logits(
+        &mut self,
+        plan: &Plan,
+        stats: ExecStats,
+    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
         self.backend.barrier()?;
         let logits = self.backend.read(plan, plan.logits)?;
         Ok((logits, stats))
+    }
+
+    fn finish(
+        &mut self,
+        plan: &Plan,
+        stats: ExecStats,
+    ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        self.n_past += plan.n_tokens;
+        self.read_logits(plan, stats)
+    }
+}
+
+/// Resuming a sequence: prompts that continue the current state, and saved states.
+impl<B: Backend> Session<B> {
+    /// Appends `ids` to the sequence (a fresh prefill when it is empty) without reading the
+    /// logits; returns the plan whose logits view holds the last token's once its dispatches
+    /// complete. Several tokens after `n_past > 0` run as one plan of `ids.len()` tokens at
+    /// position `n_past` (a chunked prefill).
+    pub fn extend_run(&mut self, ids: &[u32]) -> Result<Arc<Plan>, EngineError> {
+        let plan = self.start(ids, self.n_past)?;
+        self.dispatch_plain(&plan)?;
+        Ok(plan)
+    }
+
+    /// [`Session::extend_run`], then the last token's logits.
+    pub fn extend(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let plan = self.extend_run(ids)?;
+        self.backend.barrier()?;
+        self.backend.read(&plan, plan.logits)
+    }
+
+    /// The bytes of persistent state that describe the sequence now: for each state buffer of
+    /// `plan`, the KV caches' first `n_past` rows, the conv and recurrent states whole.
+    pub fn state_extents(&self, plan: &Plan) -> Vec<crate::backend::StateExtent> {
+        plan.buffers
+            .iter()
+            .filter(|b| b.kind == tally_model::BufKind::State)
+            .map(|b| {
+                let row = b.cols * b.dtype.size_bytes();
+                let rows = if b.name.ends_with("k_cache") || b.name.ends_with("v_cache") {
+                    self.n_past.min(b.rows)
+                } else {
+                    b.rows
+                };
+                crate::backend::StateExtent {
+                    name: b.name.clone(),
+                    bytes: rows * row,
+                }
+            })
+            .collect()
+    }
+
+    /// A plan at the current position, prepared, so every state buffer exists.
+    fn any_prepared_plan(&mut self) -> Result<Arc<Plan>, EngineError> {
+        let plan = self.plan(1)?;
+        self.backend.prepare(&plan)?;
+        Ok(plan)
+    }
+
+    /// Saves the sequence's state into backend slot `slot`; returns the bytes saved.
+    pub fn save(&mut self, slot: u64) -> Result<usize, EngineError> {
+        let plan = self.any_prepared_plan()?;
+        let extents = self.state_extents(&plan);
+        self.backend.barrier()?;
+        self.backend.save_state(slot, &extents)
+    }
+
+    /// Restores slot `slot`, saved when the sequence held `n_past` positions.
+    pub fn restore(&mut self, slot: u64, n_past: usize) -> Result<(), EngineError> {
+        if n_past > self.max_ctx {
+            return Err(EngineError::TooLong {
+                tokens: n_past,
+                max: self.max_ctx,
+                why: "this session's context",
+            });
+        }
+        self.n_past = n_past;
+        let restored = self
+            .any_prepared_plan()
+            .and_then(|_| self.backend.restore_state(slot));
+        if restored.is_err() {
+            self.n_past = 0;
+        }
+        restored
+    }
+
+    /// Forgets the sequence (the next extend is a fresh prefill).
+    pub fn clear(&mut self) {
+        self.n_past = 0;
     }
 }

@@ -98,6 +98,7 @@ impl<B: Backend> Subject for TallySubject<B> {
             backend: self.session.backend.name().into(),
             device: self.session.backend.device(),
             threads: self.session.backend.threads(),
+            options: self.session.backend.options(),
             model: ModelFacts {
                 path: m.path.display().to_string(),
                 file_bytes: m.file.file_bytes(),
@@ -111,11 +112,12 @@ impl<B: Backend> Subject for TallySubject<B> {
     }
 
     fn graph(&mut self, n_tokens: usize) -> Result<GraphExport, SubjectError> {
-        let plan = self.session.plan(n_tokens, 0).map_err(|e| self.err(e))?;
+        let plan = self.session.plan(n_tokens).map_err(|e| self.err(e))?;
         self.graph_tokens = Some(n_tokens);
         let info = self.info();
         let m = self.model();
-        Ok(export_graph(&plan, &m.config, &m.file, info))
+        // A prefill from a fresh state: the position is 0.
+        Ok(export_graph(&plan, 0, &m.config, &m.file, info))
     }
 
     fn prefill(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, SubjectError> {
@@ -148,7 +150,7 @@ impl<B: Backend> Subject for TallySubject<B> {
             last = self.session.decode(id).map_err(|e| self.err(e))?;
             dispatches += self
                 .session
-                .plan(1, self.session.n_past() - 1)
+                .plan(1)
                 .map(|p| p.nodes.len() as u64)
                 .unwrap_or(0);
         }
@@ -173,7 +175,7 @@ impl<B: Backend> Subject for TallySubject<B> {
                 "time_op before graph(): the node's plan is unknown".into(),
             ))
         })?;
-        let plan = self.session.plan(n_tokens, 0).map_err(|e| self.err(e))?;
+        let plan = self.session.plan(n_tokens).map_err(|e| self.err(e))?;
         let i = req.node.index as usize;
         if plan.nodes.get(i).is_none_or(|n| n.name != req.node.name) {
             return Err(self.err(EngineError::Internal(format!(

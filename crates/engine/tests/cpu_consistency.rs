@@ -78,7 +78,7 @@ fn replay_leaves_outputs_bit_identical() {
     });
     let (replayed, stats) = s.prefill_with(&ids, &mut hook).expect("replay");
     assert_eq!(base, replayed, "replay changed the logits");
-    let plan = s.plan(7, 0).expect("plan");
+    let plan = s.plan(7).expect("plan");
     assert_eq!(stats.dispatches, plan.nodes.len() as u64);
     assert_eq!(hook.replays, 2 * plan.nodes.len() as u64);
 }
@@ -89,7 +89,7 @@ fn activations_stay_finite_and_alive_through_layers() {
     let model = synth_model(&dir, Preset::Tiny, QuantMix::Q4KM, 7);
     let ids = random_ids(16, model.config.vocab, 7);
     let mut s = session(&model, 16);
-    let plan = s.plan(16, 0).expect("plan");
+    let plan = s.plan(16).expect("plan");
     let mut cap = Capture::layer_outputs(&plan);
     s.prefill_with(&ids, &mut cap).expect("prefill");
     assert_eq!(cap.values.len(), model.config.n_layers);
@@ -105,184 +105,270 @@ fn activations_stay_finite_and_alive_through_layers() {
 
 use tally_engine::Backend;
 
-/// A CPU backend that keeps "segments" the way the CUDA backend keeps graphs: a kept segment is
-/// replayed by dispatching its nodes again, and every call is recorded.
-struct Segments {
+/// A CPU backend that keeps "graphs" the way the CUDA backend does: dispatches during a capture
+/// are recorded, not run; ending the capture keeps the list and runs it once; a kept graph is
+/// relaunched by running its list again. So the work reads the position buffer when a graph is
+/// launched, as a device graph does, never when it was captured.
+struct Graphs {
     inner: tally_engine::cpu::CpuBackend,
-    kept: std::collections::BTreeSet<(usize, usize, usize)>,
-    launched: Vec<(usize, usize)>,
-    captured: Vec<(usize, usize)>,
-    direct: Vec<usize>,
-    capturing: bool,
+    kept: std::collections::HashMap<usize, (Vec<usize>, GraphCount)>,
+    recording: Option<(Vec<usize>, GraphCount)>,
+    /// A node whose launch never reaches the graph (as a launch on the wrong stream would).
+    drop: Option<usize>,
+    captures: usize,
+    launches: usize,
+    direct: usize,
 }
 
-impl tally_engine::Backend for Segments {
-    fn name(&self) -> &'static str {
-        "cpu-segments"
-    }
-    fn device(&self) -> String {
-        self.inner.device()
-    }
-    fn prepare(&mut self, plan: &tally_model::Plan) -> Result<(), tally_engine::EngineError> {
-        self.inner.prepare(plan)
-    }
-    fn reset_state(&mut self) -> Result<(), tally_engine::EngineError> {
-        self.inner.reset_state()
-    }
-    fn dispatch(
-        &mut self,
-        plan: &tally_model::Plan,
-        index: usize,
-        target: tally_engine::Target,
-    ) -> Result<(), tally_engine::EngineError> {
-        if !self.capturing {
-            self.direct.push(index);
+impl Graphs {
+    fn new(model: &std::sync::Arc<tally_model::Model>) -> Graphs {
+        Graphs {
+            inner: tally_engine::cpu::CpuBackend::new(model.clone(), 0).expect("backend"),
+            kept: Default::default(),
+            recording: None,
+            drop: None,
+            captures: 0,
+            launches: 0,
+            direct: 0,
         }
-        self.inner.dispatch(plan, index, target)
     }
-    fn barrier(&mut self) -> Result<(), tally_engine::EngineError> {
-        self.inner.barrier()
-    }
-    fn read(
-        &mut self,
-        plan: &tally_model::Plan,
-        view: tally_model::View,
-    ) -> Result<Vec<f32>, tally_engine::EngineError> {
-        self.inner.read(plan, view)
-    }
-    fn read_i32(
-        &mut self,
-        plan: &tally_model::Plan,
-        view: tally_model::View,
-    ) -> Result<Vec<i32>, tally_engine::EngineError> {
-        self.inner.read_i32(plan, view)
-    }
-    fn write_i32(
-        &mut self,
-        plan: &tally_model::Plan,
-        view: tally_model::View,
-        data: &[i32],
-    ) -> Result<(), tally_engine::EngineError> {
-        self.inner.write_i32(plan, view, data)
-    }
-    fn write(
-        &mut self,
-        plan: &tally_model::Plan,
-        view: tally_model::View,
-        data: &[f32],
-    ) -> Result<(), tally_engine::EngineError> {
-        self.inner.write(plan, view, data)
-    }
-    fn segment_launch(
-        &mut self,
-        plan: &tally_model::Plan,
-        from: usize,
-        to: usize,
-    ) -> Result<bool, tally_engine::EngineError> {
-        if !self.kept.contains(&(plan.n_tokens, from, to)) {
-            return Ok(false);
-        }
-        self.launched.push((from, to));
-        for i in from..to {
-            self.inner.dispatch(plan, i, tally_engine::Target::Real)?;
-        }
-        Ok(true)
-    }
-    fn segment_begin(
-        &mut self,
-        _plan: &tally_model::Plan,
-        from: usize,
-        to: usize,
-    ) -> Result<bool, tally_engine::EngineError> {
-        self.captured.push((from, to));
-        self.capturing = true;
-        Ok(true)
-    }
-    fn segment_end(
-        &mut self,
-        plan: &tally_model::Plan,
-        from: usize,
-        to: usize,
-        keep: bool,
-    ) -> Result<(), tally_engine::EngineError> {
-        self.capturing = false;
-        if keep {
-            self.kept.insert((plan.n_tokens, from, to));
+    fn run(&mut self, plan: &tally_model::Plan, list: &[usize]) -> Result<(), EngineError> {
+        for &i in list {
+            self.inner.dispatch(plan, i, Target::Real)?;
         }
         Ok(())
     }
 }
 
-/// Decode keeps the position-independent stretches of the one-token plan as segments and
-/// dispatches only the full-attention layers' cache writes, RoPE and attention each step; the
-/// logits equal plain decoding's.
-#[test]
-fn segmented_decode_runs_only_position_dependent_nodes_directly() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 7);
-    let ids = random_ids(12, model.config.vocab, 70);
-    let mut plain = session(&model, 16);
-    plain.prefill(&ids[..8]).expect("prefill");
-    let mut want = Vec::new();
-    for &id in &ids[8..] {
-        let plan = plain.plan(1, plain.n_past()).expect("plan");
-        plain.backend.prepare(&plan).expect("prepare");
-        want.push(
-            plain
-                .decode_with(id, &mut tally_engine::exec::NoHook)
-                .expect("decode"),
-        );
+use tally_engine::{EngineError, GraphCount, Target};
+use tally_model::{Plan, View};
+
+impl Backend for Graphs {
+    fn name(&self) -> &'static str {
+        "cpu-graphs"
     }
-    let inner = tally_engine::cpu::CpuBackend::new(model.clone(), 0).expect("backend");
-    let seg = Segments {
-        inner,
-        kept: Default::default(),
-        launched: Vec::new(),
-        captured: Vec::new(),
-        direct: Vec::new(),
-        capturing: false,
-    };
-    let mut s = tally_engine::Session::new(model.clone(), seg, 16).expect("session");
-    s.prefill(&ids[..8]).expect("prefill");
-    for (step, &id) in ids[8..].iter().enumerate() {
-        s.backend.direct.clear();
-        s.backend.launched.clear();
-        let got = s.decode(id).expect("decode");
-        assert_eq!(got, want[step], "step {step}: segmented decode differs");
-        let plan = s.plan(1, s.n_past() - 1).expect("plan");
-        let names: Vec<&str> = s
-            .backend
-            .direct
-            .iter()
-            .map(|&i| plan.nodes[i].name.as_str())
-            .collect();
-        let full: Vec<usize> = (0..model.config.layers.len())
-            .filter(|&il| model.config.layers[il] == tally_model::LayerKind::Full)
-            .collect();
-        assert!(!full.is_empty());
-        let mut expected: Vec<String> = Vec::new();
-        for il in &full {
-            for n in ["attn_v", "attn_q_rope", "attn_k_rope", "attn"] {
-                expected.push(format!("blk.{il}.{n}"));
+    fn device(&self) -> String {
+        self.inner.device()
+    }
+    fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        self.inner.prepare(plan)
+    }
+    fn reset_state(&mut self) -> Result<(), EngineError> {
+        self.inner.reset_state()
+    }
+    fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
+        match &mut self.recording {
+            Some((list, count)) => {
+                count.dispatches += 1;
+                count.launches += 1;
+                if self.drop != Some(index) {
+                    list.push(index);
+                }
+                Ok(())
+            }
+            None => {
+                self.direct += 1;
+                self.inner.dispatch(plan, index, target)
             }
         }
-        let mut got_names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        if step == 0 {
-            // The first step captures every segment (its dispatches are not direct).
-            assert!(!s.backend.captured.is_empty());
-            assert!(s.backend.launched.is_empty());
-        } else {
-            // Captured once, at step 0; every later step relaunches each kept segment.
-            assert_eq!(
-                s.backend.launched, s.backend.captured,
-                "every segment relaunched"
-            );
-        }
-        got_names.sort();
-        expected.sort();
-        assert_eq!(
-            got_names, expected,
-            "step {step}: directly dispatched nodes"
-        );
     }
+    fn barrier(&mut self) -> Result<(), EngineError> {
+        self.inner.barrier()
+    }
+    fn read(&mut self, plan: &Plan, view: View) -> Result<Vec<f32>, EngineError> {
+        self.inner.read(plan, view)
+    }
+    fn read_i32(&mut self, plan: &Plan, view: View) -> Result<Vec<i32>, EngineError> {
+        self.inner.read_i32(plan, view)
+    }
+    fn write_i32(&mut self, plan: &Plan, view: View, data: &[i32]) -> Result<(), EngineError> {
+        self.inner.write_i32(plan, view, data)
+    }
+    fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError> {
+        self.inner.write(plan, view, data)
+    }
+    fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
+        let Some((list, _)) = self.kept.get(&plan.n_tokens).cloned() else {
+            return Ok(false);
+        };
+        self.launches += 1;
+        self.run(plan, &list)?;
+        Ok(true)
+    }
+    fn capture_begin(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
+        self.captures += 1;
+        self.recording = Some((Vec::new(), GraphCount::default()));
+        Ok(true)
+    }
+    fn capture_end(&mut self, plan: &Plan, keep: bool) -> Result<(), EngineError> {
+        let (list, count) = self.recording.take().unwrap_or_default();
+        if keep {
+            self.run(plan, &list)?;
+            let count = GraphCount {
+                kernel_nodes: list.len() as u64,
+                ..count
+            };
+            self.kept.insert(plan.n_tokens, (list, count));
+        }
+        Ok(())
+    }
+    fn graph_count(&self, plan: &Plan) -> Option<GraphCount> {
+        self.kept.get(&plan.n_tokens).map(|(_, c)| *c)
+    }
+}
+
+/// One decode plan serves every position: the session hands out the same plan at every step,
+/// and a plan built for one position equals a plan built for another (the position is data).
+#[test]
+fn one_decode_plan_serves_every_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 8);
+    let ids = random_ids(12, model.config.vocab, 80);
+    let mut s = session(&model, 16);
+    s.prefill(&ids[..8]).expect("prefill");
+    let first = s.plan(1).expect("plan");
+    for &id in &ids[8..] {
+        s.decode(id).expect("decode");
+        assert!(std::sync::Arc::ptr_eq(&first, &s.plan(1).expect("plan")));
+    }
+    // Two fresh sessions, one at position 3 and one at position 11: the plans are equal.
+    let mut a = session(&model, 16);
+    a.prefill(&ids[..3]).expect("prefill 3");
+    let mut b = session(&model, 16);
+    b.prefill(&ids[..11]).expect("prefill 11");
+    assert_eq!(*a.plan(1).expect("a"), *b.plan(1).expect("b"));
+}
+
+/// Decode on a backend with graphs captures the one-token plan once and relaunches it at every
+/// later position; the logits are bit-identical to dispatching node by node.
+#[test]
+fn graph_decode_captures_once_and_relaunches_at_every_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 7);
+    let ids = random_ids(13, model.config.vocab, 70);
+    let mut plain = session(&model, 16);
+    plain.prefill(&ids[..8]).expect("prefill");
+    let want: Vec<Vec<f32>> = ids[8..]
+        .iter()
+        .map(|&id| {
+            plain
+                .decode_with(id, &mut tally_engine::exec::NoHook)
+                .expect("decode")
+        })
+        .collect();
+    let mut s = tally_engine::Session::new(model.clone(), Graphs::new(&model), 16).expect("s");
+    s.prefill(&ids[..8]).expect("prefill");
+    assert_eq!((s.backend.captures, s.backend.launches), (1, 0));
+    for (step, &id) in ids[8..].iter().enumerate() {
+        let got = s.decode(id).expect("decode");
+        assert_eq!(got, want[step], "step {step}: graph decode differs");
+        // The prefill's graph and the decode graph, each captured once.
+        assert_eq!(s.backend.captures, 2, "step {step}");
+        assert_eq!(s.backend.launches, step, "step {step}");
+    }
+    assert_eq!(s.backend.direct, 0, "nothing dispatched outside a graph");
+}
+
+/// A prompt in chunks gives the logits of the whole prompt at once, and of token-by-token
+/// decoding after the first chunk: prefill of T tokens after n_past > 0 is the same plan shape.
+#[test]
+fn chunked_prefill_equals_one_prefill_and_decoding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (preset, quant, seed) in [
+        (Preset::Tiny, QuantMix::Q8_0, 11),
+        (Preset::TinyOdd, QuantMix::Bf16, 12),
+    ] {
+        let model = synth_model(&dir, preset, quant, seed);
+        let ids = random_ids(14, model.config.vocab, seed);
+        let mut whole = session(&model, 16);
+        let want = whole.prefill(&ids).expect("prefill 14");
+        let mut chunks = session(&model, 16);
+        chunks.prefill(&ids[..5]).expect("prefill 5");
+        chunks.append(&ids[5..9]).expect("append 4");
+        let (got, _) = chunks.append(&ids[9..]).expect("append 5");
+        assert_eq!(chunks.n_past(), 14);
+        let err = rel_err(&got, &want);
+        assert!(
+            err < 1e-5,
+            "{preset:?}: chunks vs one prefill rel err {err}"
+        );
+        let mut steps = session(&model, 16);
+        steps.prefill(&ids[..5]).expect("prefill 5");
+        let mut last = Vec::new();
+        for &id in &ids[5..] {
+            last = steps.decode(id).expect("decode");
+        }
+        let err = rel_err(&got, &last);
+        assert!(err < 1e-5, "{preset:?}: chunks vs decoding rel err {err}");
+        // Past the context: an error, not a write outside the cache.
+        assert!(chunks.append(&ids[..3]).is_err());
+    }
+}
+
+/// The probe check can fail: a graph that lacks one launch reports one dispatch fewer than the
+/// plan's nodes (what the ledger compares with the work nodes), on capture and on relaunch.
+#[test]
+fn a_graph_missing_a_launch_fails_the_dispatch_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 9);
+    let ids = random_ids(6, model.config.vocab, 90);
+    for drop in [None, Some(3)] {
+        let mut backend = Graphs::new(&model);
+        backend.drop = drop;
+        let mut s = tally_engine::Session::new(model.clone(), backend, 8).expect("session");
+        let n = s.plan(6).expect("plan").nodes.len() as u64;
+        let lost = u64::from(drop.is_some());
+        for run in ["capture", "relaunch"] {
+            let (_, stats) = s.prefill_plain(&ids).expect("prefill");
+            let g = stats.graph.expect("a graph run");
+            assert_eq!((g.dispatches, g.launches), (n, n), "{run}");
+            assert_eq!(g.kernel_nodes, n - lost, "{run}");
+            assert_eq!(g.missing(), lost, "{run}");
+            assert_eq!(stats.dispatches, n - lost, "{run}: dispatches reported");
+        }
+    }
+}
+
+#[test]
+fn graph_count_missing_counts_lost_extra_and_silent_work() {
+    let ok = GraphCount {
+        dispatches: 10,
+        silent: 0,
+        launches: 14,
+        library_calls: 0,
+        kernel_nodes: 14,
+    };
+    assert_eq!(ok.missing(), 0);
+    assert_eq!(
+        GraphCount {
+            kernel_nodes: 12,
+            ..ok
+        }
+        .missing(),
+        2
+    );
+    assert_eq!(
+        GraphCount {
+            kernel_nodes: 15,
+            ..ok
+        }
+        .missing(),
+        1
+    );
+    assert_eq!(GraphCount { silent: 1, ..ok }.missing(), 1);
+    // cuBLAS adds kernels of its own: at least one per call.
+    let blas = GraphCount {
+        library_calls: 2,
+        kernel_nodes: 19,
+        ..ok
+    };
+    assert_eq!(blas.missing(), 0);
+    assert_eq!(
+        GraphCount {
+            kernel_nodes: 15,
+            ..blas
+        }
+        .missing(),
+        1
+    );
 }

@@ -80,7 +80,7 @@ fn check(golden: &str, preset: Preset, quant: QuantMix, seed: u64) {
     let d = model.config.hidden;
     let layers = model.config.n_layers;
     let mut s = session(&model, t + decode_ids.len());
-    let plan = s.plan(t, 0).expect("plan");
+    let plan = s.plan(t).expect("plan");
     let mut cap = Capture::layer_outputs(&plan);
     cap.points
         .push((0, plan.nodes[0].outputs[0], "hidden.0".to_string()));
@@ -103,7 +103,7 @@ fn check(golden: &str, preset: Preset, quant: QuantMix, seed: u64) {
     assert!(e < TOL, "{golden} logits: rel err {e:.3e}");
     worst = worst.max(e);
     for (j, &id) in decode_ids.iter().enumerate() {
-        let plan = s.plan(1, t + j).expect("decode plan");
+        let plan = s.plan(1).expect("decode plan");
         let mut cap = Capture::layer_outputs(&plan);
         let got_logits = s.decode_with(id, &mut cap).expect("decode");
         for (name, got) in &cap.values {

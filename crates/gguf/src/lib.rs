@@ -17,6 +17,6 @@ mod writer;
 pub use error::GgufError;
 pub use meta::{MetaArray, MetaValue};
 pub use quants::{dequantize_row, quantize_row};
-pub use reader::{DEFAULT_ALIGNMENT, GgufFile, MAX_DIMS, TensorInfo};
+pub use reader::{DEFAULT_ALIGNMENT, GgufFile, MAX_DIMS, TensorInfo, same_ggml_shape};
 pub use types::GgmlType;
 pub use writer::{GgufWriter, MAX_TENSOR_NAME_BYTES, TensorSpec, WRITE_VERSION};

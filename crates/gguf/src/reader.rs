@@ -41,6 +41,17 @@ pub struct TensorInfo {
     pub offset: u64,
 }
 
+/// Whether two ggml shapes describe the same tensor: ggml pads every shape to four dimensions
+/// with 1s, so trailing dimensions of 1 do not count (`[256, 1]` is `[256]`; `[]` is `[1]`).
+/// This is how llama.cpp's loader compares a file's shape with the one it expects.
+pub fn same_ggml_shape(a: &[u64], b: &[u64]) -> bool {
+    fn trim(d: &[u64]) -> &[u64] {
+        let n = d.iter().rposition(|&x| x != 1).map_or(0, |i| i + 1);
+        &d[..n]
+    }
+    trim(a) == trim(b)
+}
+
 impl TensorInfo {
     /// Number of elements (product of `dims`; saturates at `u64::MAX`, which cannot happen for
     /// infos read by [`GgufFile::open`], whose products are checked).
@@ -224,6 +235,23 @@ impl GgufFile {
     /// A tensor by name (hash lookup).
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// Rewrites a tensor's dims to `dims`, an equivalent spelling of the same shape (see
+    /// [`same_ggml_shape`]): a loader that has checked a file against the shapes it expects calls
+    /// this so that every later reader sees its own spelling (`[256]`, not the converter's
+    /// `[256, 1]`). Element count, bytes and offset are unchanged. Returns false (and changes
+    /// nothing) when the tensor is absent or the shapes differ.
+    pub fn respell_dims(&mut self, name: &str, dims: &[u64]) -> bool {
+        let Some(&i) = self.tensor_index.get(name) else {
+            return false;
+        };
+        let t = &mut self.tensors[i];
+        if dims.is_empty() || dims.len() > MAX_DIMS || !same_ggml_shape(&t.dims, dims) {
+            return false;
+        }
+        t.dims = dims.to_vec();
+        true
     }
 
     /// The tensor's data bytes: a slice of the map, `t.n_bytes()` long. `t` must be one of this

@@ -377,3 +377,33 @@ fn conversions_reject_wrong_sizes_and_unsupported_types() {
         "quantize is not implemented for type IQ4_NL; supported types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K"
     );
 }
+
+#[test]
+fn shapes_compare_the_ggml_way_and_respell() {
+    use tally_gguf::same_ggml_shape;
+    assert!(same_ggml_shape(&[256, 1], &[256]));
+    assert!(same_ggml_shape(&[64, 8, 1, 1], &[64, 8]));
+    assert!(same_ggml_shape(&[1], &[]));
+    assert!(!same_ggml_shape(&[1, 256], &[256]));
+    assert!(!same_ggml_shape(&[256, 2], &[256]));
+    assert!(!same_ggml_shape(&[8, 1, 4], &[8, 4]));
+
+    let spec = TensorSpec {
+        name: "v".into(),
+        dims: vec![32, 1],
+        ty: GgmlType::F32,
+    };
+    let mut w = GgufWriter::new(Vec::new(), &[], std::slice::from_ref(&spec)).unwrap();
+    w.write_data(&[0u8; 32 * 4]).unwrap();
+    let mut g = GgufFile::from_bytes(w.finish().unwrap(), "mem").unwrap();
+    assert!(
+        !g.respell_dims("v", &[32, 2]),
+        "a different shape is refused"
+    );
+    assert!(!g.respell_dims("absent", &[32]));
+    assert_eq!(g.tensor("v").unwrap().dims, vec![32, 1]);
+    assert!(g.respell_dims("v", &[32]));
+    let t = g.tensor("v").unwrap().clone();
+    assert_eq!(t.dims, vec![32]);
+    assert_eq!(g.tensor_data(&t).len(), 32 * 4);
+}

@@ -386,6 +386,7 @@ fn toy_engine(cfg: &ToyGraph) -> EngineInfo {
         backend: "cpu".into(),
         device: "fake device".into(),
         threads: Some(1),
+        options: Vec::new(),
         model: ModelFacts {
             path: "toy.gguf".into(),
             file_bytes: 0,

@@ -26,6 +26,10 @@ pub struct EngineInfo {
     pub device: String,
     /// Threads used on the CPU (None on a GPU backend).
     pub threads: Option<usize>,
+    /// The backend's switches in effect, `name=value` (e.g. tally's CUDA backend:
+    /// `gemm=kernels`, `decode_graph=on`), read once when it opened. Empty where it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
     /// The model file measured.
     pub model: ModelFacts,
 }

@@ -25,24 +25,25 @@ impl Default for PlanOptions {
     }
 }
 
-/// Builds the plan for `n_tokens` new tokens after `n_past`, with state sized for `max_ctx`.
+/// Builds the plan for batches of `n_tokens` new tokens, with state sized for `max_ctx`
+/// positions. The plan holds no position: it serves a batch after any `n_past` with
+/// `n_past + n_tokens <= max_ctx` (the caller writes `n_past` into [`Plan::pos`] and checks
+/// that bound before each run).
 pub fn build_plan(
     cfg: &Config,
     n_tokens: usize,
-    n_past: usize,
     max_ctx: usize,
     opts: &PlanOptions,
 ) -> Result<Plan, ModelError> {
     if n_tokens == 0 {
         return Err(ModelError::Batch("a batch needs at least one token".into()));
     }
-    let needed = n_past + n_tokens;
-    if needed > max_ctx {
+    if n_tokens > max_ctx {
         return Err(ModelError::Batch(format!(
-            "{n_past} past + {n_tokens} new tokens exceed the context of {max_ctx} positions"
+            "{n_tokens} new tokens exceed the context of {max_ctx} positions"
         )));
     }
-    let mut b = Builder::new(cfg, n_tokens, n_past, max_ctx);
+    let mut b = Builder::new(cfg, n_tokens, max_ctx);
     b.build(opts);
     Ok(b.finish())
 }
@@ -64,6 +65,7 @@ struct Acts {
     // full attention
     qg: BufId,
     k: BufId,
+    v: BufId,
     o_att: BufId,
     // moe
     rlogits: BufId,
@@ -83,20 +85,21 @@ struct Acts {
 struct Builder<'a> {
     cfg: &'a Config,
     t: usize,
-    n_past: usize,
     max_ctx: usize,
+    /// The position buffer (made first by `build`).
+    pos: BufId,
     buffers: Vec<BufDesc>,
     nodes: Vec<Node>,
     layer_outputs: Vec<(usize, View)>,
 }
 
 impl<'a> Builder<'a> {
-    fn new(cfg: &'a Config, t: usize, n_past: usize, max_ctx: usize) -> Self {
+    fn new(cfg: &'a Config, t: usize, max_ctx: usize) -> Self {
         Builder {
             cfg,
             t,
-            n_past,
             max_ctx,
+            pos: BufId(0),
             buffers: Vec::new(),
             nodes: Vec::new(),
             layer_outputs: Vec::new(),
@@ -177,6 +180,7 @@ impl<'a> Builder<'a> {
             o_lin: self.act("delta_out", lin(t), c.ssm_value_dim()),
             qg: self.act("q_gate", full(t), c.q_proj_dim()),
             k: self.act("k", full(t), c.kv_dim()),
+            v: self.act("v", full(t), c.kv_dim()),
             o_att: self.act("attn_out", full(t), c.attn_dim()),
             rlogits: self.act("router_logits", t, c.n_experts),
             ids: self.buf("expert_ids", t, k, DType::I32, BufKind::Activation),
@@ -201,6 +205,7 @@ impl<'a> Builder<'a> {
         let c = self.cfg;
         let t = self.t;
         let tokens = self.buf("tokens", t, 1, DType::I32, BufKind::Tokens);
+        self.pos = self.buf("pos", 1, 1, DType::I32, BufKind::Position);
         let acts = self.acts();
         let x_all = self.all(acts.x);
         self.node(
@@ -414,12 +419,11 @@ impl<'a> Builder<'a> {
         self.residual(il, "attn_residual", x.rows(r0, nr), mix);
     }
 
-    /// Full-attention mixer: K/V for every token (they go to the cache), the query side for the
-    /// rows `r0..r0+nr` only.
+    /// Full-attention mixer: K/V for every token (they go to the cache at the batch position),
+    /// the query side for the rows `r0..r0+nr` only.
     fn full_mixer(&mut self, il: usize, a: &Acts, r0: usize, nr: usize) {
         let c = self.cfg;
-        let t = self.t;
-        let pos0 = self.n_past;
+        let pos = self.all(self.pos);
         let x = self.all(a.x);
         let xn = self.all(a.xn);
         self.norm(il, "attn_norm", "attn_norm.weight", x, xn, c.hidden);
@@ -440,6 +444,8 @@ impl<'a> Builder<'a> {
         );
         let k = self.all(a.k);
         self.matmul(il, "attn_k", Category::DenseProj, xn, k);
+        let v = self.all(a.v);
+        self.matmul(il, "attn_v", Category::DenseProj, xn, v);
         let kc = self.buf(
             &format!("blk.{il}.k_cache"),
             self.max_ctx,
@@ -454,40 +460,46 @@ impl<'a> Builder<'a> {
             DType::F32,
             BufKind::State,
         );
-        let kc_new = self.all(kc).rows(pos0, t);
-        let vc_new = self.all(vc).rows(pos0, t);
-        // V goes straight into the cache: no layout copy.
-        self.matmul(il, "attn_v", Category::DenseProj, xn, vc_new);
+        let (kc, vc) = (self.all(kc), self.all(vc));
         let q = qg.cols(0, c.attn_dim());
         let gate = qg.cols(c.attn_dim(), c.attn_dim());
         self.norm(il, "attn_q_norm", "attn_q_norm.weight", q, q, c.head_dim);
         self.norm(il, "attn_k_norm", "attn_k_norm.weight", k, k, c.head_dim);
-        let rope = |pos0| Op::Rope {
+        let rope = |offset| Op::Rope {
             head_dim: c.head_dim,
             dims: c.rope_dims,
             theta: c.rope_theta,
-            pos0,
+            offset,
         };
         self.node(
             format!("blk.{il}.attn_q_rope"),
-            rope(pos0 + r0),
+            rope(r0),
             Category::Rope,
             Some(il),
-            vec![q],
+            vec![q, pos],
             vec![],
             vec![q],
         );
-        // K goes through RoPE straight into the cache.
         self.node(
             format!("blk.{il}.attn_k_rope"),
-            rope(pos0),
+            rope(0),
             Category::Rope,
             Some(il),
-            vec![k],
+            vec![k, pos],
             vec![],
-            vec![kc_new],
+            vec![k],
         );
-        let p = pos0 + r0 + nr;
+        // Rows pos..pos+T of the caches: where they go is device data, so this plan serves
+        // every position.
+        self.node(
+            format!("blk.{il}.attn_kv_store"),
+            Op::KvStore,
+            Category::Layout,
+            Some(il),
+            vec![k, v, pos],
+            vec![],
+            vec![kc, vc],
+        );
         let o = self.top(a.o_att, nr);
         self.node(
             format!("blk.{il}.attn"),
@@ -496,11 +508,11 @@ impl<'a> Builder<'a> {
                 n_head_kv: c.n_head_kv,
                 head_dim: c.head_dim,
                 scale: 1.0 / (c.head_dim as f32).sqrt(),
-                q_pos0: pos0 + r0,
+                q_offset: r0,
             },
             Category::Attention,
             Some(il),
-            vec![q, self.all(kc).rows(0, p), self.all(vc).rows(0, p)],
+            vec![q, kc, vc, pos],
             vec![],
             vec![o],
         );
@@ -654,11 +666,11 @@ impl<'a> Builder<'a> {
         let logits = View::all(logits_id, &self.buffers[logits_id.0 as usize]);
         Plan {
             n_tokens: self.t,
-            n_past: self.n_past,
             max_ctx: self.max_ctx,
             buffers: self.buffers,
             nodes: self.nodes,
             tokens,
+            pos: self.pos,
             logits,
             layer_outputs: self.layer_outputs,
         }

@@ -22,7 +22,14 @@ pub enum LayerKind {
 /// Shape of the model. Every field is a count of elements (not bytes).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Config {
+    /// Trunk layers: the decoder blocks prefill and decode run (`block_count` minus
+    /// `nextn_predict_layers`).
     pub n_layers: usize,
+    /// Multi-token-prediction blocks stored after the trunk (`nextn_predict_layers`; 0 or 1 in
+    /// the files people download). Parsed and validated ([`crate::mtp`]), never run by plain
+    /// decoding. The file's `block_count` is `n_layers + n_mtp_layers`.
+    #[serde(default)]
+    pub n_mtp_layers: usize,
     /// Width of the residual stream.
     pub hidden: usize,
     pub vocab: usize,
@@ -96,6 +103,10 @@ impl Config {
             .iter()
             .filter(|k| **k == LayerKind::Linear)
             .count()
+    }
+    /// `block_count` as the file writes it: the trunk plus the MTP blocks.
+    pub fn block_count(&self) -> usize {
+        self.n_layers + self.n_mtp_layers
     }
     /// Layer kinds from the `full_attention_interval` rule: layer i is full iff (i+1) % n == 0.
     pub fn layers_from_interval(n_layers: usize, interval: usize) -> Vec<LayerKind> {
@@ -199,9 +210,17 @@ impl Config {
             return Err(ModelError::UnsupportedArch(arch));
         }
         let meta = Meta { file };
-        let n_layers = meta.usize("block_count")?;
+        let block_count = meta.usize("block_count")?;
         // Before anything per-layer is sized from it.
-        crate::limits::check_layers(n_layers)?;
+        crate::limits::check_layers(block_count)?;
+        let n_mtp_layers = meta.usize_or("nextn_predict_layers", 0)?;
+        if n_mtp_layers >= block_count.max(1) {
+            return Err(ModelError::Config(format!(
+                "{ARCH}.nextn_predict_layers {n_mtp_layers} leaves no trunk layers of block_count {block_count}"
+            )));
+        }
+        // MTP blocks come after the trunk (llama.cpp's `n_layer()` is the same difference).
+        let n_layers = block_count - n_mtp_layers;
         let interval = meta.usize_or("full_attention_interval", 4)?;
         let n_v_heads = meta.usize("ssm.time_step_rank")?;
         let inner = meta.usize("ssm.inner_size")?;
@@ -218,17 +237,25 @@ impl Config {
             )));
         }
         let layers = match file.get(&format!("{ARCH}.attention.recurrent_layers")) {
-            Some(MetaValue::Array(MetaArray::Bool(flags))) => flags
-                .iter()
-                .take(n_layers)
-                .map(|r| {
-                    if *r {
-                        LayerKind::Linear
-                    } else {
-                        LayerKind::Full
-                    }
-                })
-                .collect(),
+            Some(MetaValue::Array(MetaArray::Bool(flags))) => {
+                // The converter marks MTP blocks non-recurrent: they are full attention.
+                if let Some(il) = (n_layers..block_count).find(|&il| flags.get(il) == Some(&true)) {
+                    return Err(ModelError::Config(format!(
+                        "{ARCH}.attention.recurrent_layers marks MTP block {il} recurrent; an MTP block is full attention"
+                    )));
+                }
+                flags
+                    .iter()
+                    .take(n_layers)
+                    .map(|r| {
+                        if *r {
+                            LayerKind::Linear
+                        } else {
+                            LayerKind::Full
+                        }
+                    })
+                    .collect()
+            }
             Some(_) => {
                 return Err(ModelError::KeyType {
                     key: format!("{ARCH}.attention.recurrent_layers"),
@@ -239,6 +266,7 @@ impl Config {
         };
         let cfg = Config {
             n_layers,
+            n_mtp_layers,
             hidden: meta.usize("embedding_length")?,
             vocab,
             context_length: meta.usize_or("context_length", 262_144)?,
@@ -277,7 +305,8 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Every tensor the forward pass reads, with its ggml dims (row length first).
+    /// Every tensor the forward pass reads (the trunk; MTP blocks in [`crate::mtp`]), with its
+    /// ggml dims (row length first).
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<u64>)> {
         let d = self.hidden as u64;
         let mut out = vec![
@@ -285,59 +314,87 @@ impl Config {
             ("output_norm.weight".to_string(), vec![d]),
             ("output.weight".to_string(), vec![d, self.vocab as u64]),
         ];
+        for (il, kind) in self.layers.iter().enumerate() {
+            out.extend(self.block_shapes(il, *kind));
+        }
+        out
+    }
+
+    /// The tensors of decoder block `il` of mixer `kind` (the norms, the mixer, the MoE), with
+    /// their ggml dims. An MTP block is a full-attention block plus its `nextn.*` tensors.
+    pub fn block_shapes(&self, il: usize, kind: LayerKind) -> Vec<(String, Vec<u64>)> {
+        let d = self.hidden as u64;
         let e = self.n_experts as u64;
         let f = self.expert_ffn as u64;
         let fs = self.shared_ffn as u64;
-        for (il, kind) in self.layers.iter().enumerate() {
-            let p = |s: &str| format!("blk.{il}.{s}");
-            out.push((p("attn_norm.weight"), vec![d]));
-            out.push((p("post_attention_norm.weight"), vec![d]));
-            match kind {
-                LayerKind::Linear => {
-                    let conv = self.conv_channels() as u64;
-                    let vd = self.ssm_value_dim() as u64;
-                    let hv = self.ssm_v_heads as u64;
-                    out.push((p("attn_qkv.weight"), vec![d, conv]));
-                    out.push((p("attn_gate.weight"), vec![d, vd]));
-                    out.push((p("ssm_beta.weight"), vec![d, hv]));
-                    out.push((p("ssm_alpha.weight"), vec![d, hv]));
-                    out.push((p("ssm_conv1d.weight"), vec![self.conv_kernel as u64, conv]));
-                    out.push((p("ssm_dt.bias"), vec![hv]));
-                    out.push((p("ssm_a"), vec![hv]));
-                    out.push((p("ssm_norm.weight"), vec![self.ssm_v_dim as u64]));
-                    out.push((p("ssm_out.weight"), vec![vd, d]));
-                }
-                LayerKind::Full => {
-                    out.push((p("attn_q.weight"), vec![d, self.q_proj_dim() as u64]));
-                    out.push((p("attn_k.weight"), vec![d, self.kv_dim() as u64]));
-                    out.push((p("attn_v.weight"), vec![d, self.kv_dim() as u64]));
-                    out.push((p("attn_output.weight"), vec![self.attn_dim() as u64, d]));
-                    out.push((p("attn_q_norm.weight"), vec![self.head_dim as u64]));
-                    out.push((p("attn_k_norm.weight"), vec![self.head_dim as u64]));
-                }
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let mut out = vec![
+            (p("attn_norm.weight"), vec![d]),
+            (p("post_attention_norm.weight"), vec![d]),
+        ];
+        match kind {
+            LayerKind::Linear => {
+                let conv = self.conv_channels() as u64;
+                let vd = self.ssm_value_dim() as u64;
+                let hv = self.ssm_v_heads as u64;
+                out.push((p("attn_qkv.weight"), vec![d, conv]));
+                out.push((p("attn_gate.weight"), vec![d, vd]));
+                out.push((p("ssm_beta.weight"), vec![d, hv]));
+                out.push((p("ssm_alpha.weight"), vec![d, hv]));
+                out.push((p("ssm_conv1d.weight"), vec![self.conv_kernel as u64, conv]));
+                out.push((p("ssm_dt.bias"), vec![hv]));
+                out.push((p("ssm_a"), vec![hv]));
+                out.push((p("ssm_norm.weight"), vec![self.ssm_v_dim as u64]));
+                out.push((p("ssm_out.weight"), vec![vd, d]));
             }
-            out.push((p("ffn_gate_inp.weight"), vec![d, e]));
-            if self.gate_up_fused {
-                out.push((p("ffn_gate_up_exps.weight"), vec![d, 2 * f, e]));
-            } else {
-                out.push((p("ffn_gate_exps.weight"), vec![d, f, e]));
-                out.push((p("ffn_up_exps.weight"), vec![d, f, e]));
+            LayerKind::Full => {
+                out.push((p("attn_q.weight"), vec![d, self.q_proj_dim() as u64]));
+                out.push((p("attn_k.weight"), vec![d, self.kv_dim() as u64]));
+                out.push((p("attn_v.weight"), vec![d, self.kv_dim() as u64]));
+                out.push((p("attn_output.weight"), vec![self.attn_dim() as u64, d]));
+                out.push((p("attn_q_norm.weight"), vec![self.head_dim as u64]));
+                out.push((p("attn_k_norm.weight"), vec![self.head_dim as u64]));
             }
-            out.push((p("ffn_down_exps.weight"), vec![f, d, e]));
-            out.push((p("ffn_gate_inp_shexp.weight"), vec![d]));
-            out.push((p("ffn_gate_shexp.weight"), vec![d, fs]));
-            out.push((p("ffn_up_shexp.weight"), vec![d, fs]));
-            out.push((p("ffn_down_shexp.weight"), vec![fs, d]));
+        }
+        out.push((p("ffn_gate_inp.weight"), vec![d, e]));
+        if self.gate_up_fused {
+            out.push((p("ffn_gate_up_exps.weight"), vec![d, 2 * f, e]));
+        } else {
+            out.push((p("ffn_gate_exps.weight"), vec![d, f, e]));
+            out.push((p("ffn_up_exps.weight"), vec![d, f, e]));
+        }
+        out.push((p("ffn_down_exps.weight"), vec![f, d, e]));
+        out.push((p("ffn_gate_inp_shexp.weight"), vec![d]));
+        out.push((p("ffn_gate_shexp.weight"), vec![d, fs]));
+        out.push((p("ffn_up_shexp.weight"), vec![d, fs]));
+        out.push((p("ffn_down_shexp.weight"), vec![fs, d]));
+        out
+    }
+
+    /// Every tensor a file of this config must or may hold: the trunk's, then each MTP block's,
+    /// as `(name, ggml dims, required)`.
+    pub fn file_tensor_shapes(&self) -> Vec<(String, Vec<u64>, bool)> {
+        let mut out: Vec<_> = self
+            .tensor_shapes()
+            .into_iter()
+            .map(|(n, d)| (n, d, true))
+            .collect();
+        for il in self.n_layers..self.block_count() {
+            out.extend(crate::mtp::block_shapes(self, il));
         }
         out
     }
 
     fn check_tensors(&self, file: &GgufFile) -> Result<(), ModelError> {
-        for (name, dims) in self.tensor_shapes() {
-            let t = file
-                .tensor(&name)
-                .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
-            if t.dims != dims {
+        for (name, dims, required) in self.file_tensor_shapes() {
+            let Some(t) = file.tensor(&name) else {
+                if required {
+                    return Err(ModelError::MissingTensor(name));
+                }
+                continue;
+            };
+            // ggml's comparison: the converter writes `[d, 1]` where the loader expects `[d]`.
+            if !tally_gguf::same_ggml_shape(&t.dims, &dims) {
                 return Err(ModelError::TensorShape {
                     name,
                     expected: dims,

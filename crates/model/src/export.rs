@@ -40,8 +40,9 @@ fn view_bytes(v: &View) -> u64 {
     (v.elems() * 4) as u64
 }
 
-/// Cost of a node; weight sizes come from the model file.
-pub fn node_cost(node: &Node, cfg: &Config, file: &GgufFile) -> NodeCost {
+/// Cost of a node of a batch after `n_past` tokens (attention's visible keys and the cache
+/// rows it reads depend on it); weight sizes come from the model file.
+pub fn node_cost(node: &Node, cfg: &Config, file: &GgufFile, n_past: usize) -> NodeCost {
     let mut c = NodeCost {
         bytes_read: node.inputs.iter().map(view_bytes).sum(),
         bytes_written: node.outputs.iter().map(view_bytes).sum(),
@@ -86,12 +87,28 @@ pub fn node_cost(node: &Node, cfg: &Config, file: &GgufFile) -> NodeCost {
         Op::Attention {
             n_head,
             head_dim,
-            q_pos0,
+            q_offset,
             ..
         } => {
             let r = rows;
-            let keys: u64 = (0..r).map(|i| *q_pos0 as u64 + i + 1).sum();
+            let q0 = (n_past + q_offset) as u64;
+            let keys: u64 = (0..r).map(|i| q0 + i + 1).sum();
             c.flops = 4 * keys * (*n_head * *head_dim) as u64 + 5 * keys * *n_head as u64;
+            // The caches are whole views; the kernel reads the visible rows only.
+            let visible = (q0 + r) as usize;
+            c.bytes_read = node
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match i {
+                    1 | 2 => (visible.min(v.rows) * v.cols * 4) as u64,
+                    _ => view_bytes(v),
+                })
+                .sum();
+        }
+        Op::KvStore => {
+            // Rows pos..pos+T of the (whole) cache views: what the inputs hold.
+            c.bytes_written = node.inputs.iter().take(2).map(view_bytes).sum();
         }
         Op::DeltaRule {
             v_heads,
@@ -148,7 +165,8 @@ pub fn node_cost(node: &Node, cfg: &Config, file: &GgufFile) -> NodeCost {
 fn row_deps(op: &Op, n_inputs: usize) -> Vec<RowDep> {
     let mut deps = vec![RowDep::Same; n_inputs];
     match op {
-        Op::ConvSilu => deps.iter_mut().for_each(|d| *d = RowDep::All),
+        Op::ConvSilu | Op::KvStore => deps.iter_mut().for_each(|d| *d = RowDep::All),
+        Op::Rope { .. } => deps.iter_mut().skip(1).for_each(|d| *d = RowDep::All),
         Op::DeltaRule { .. } | Op::Attention { .. } => {
             deps.iter_mut().skip(1).for_each(|d| *d = RowDep::All)
         }
@@ -240,6 +258,13 @@ pub fn expected_counts(cfg: &Config) -> Vec<ExpectedCount> {
             format!("{full} full-attention layers"),
         ),
         e(
+            "KV cache stores",
+            Category::Layout,
+            Some("kv_store"),
+            full,
+            format!("{full} full-attention layers x 1 (k and v at the batch position)"),
+        ),
+        e(
             "RoPE applications",
             Category::Rope,
             None,
@@ -265,8 +290,15 @@ fn tensor_desc_view(plan: &Plan, v: &View) -> TensorDesc {
     }
 }
 
-/// Exports the plan for the ledger. `engine` says which backend and build produced it.
-pub fn export_graph(plan: &Plan, cfg: &Config, file: &GgufFile, engine: EngineInfo) -> GraphExport {
+/// Exports the plan as run after `n_past` tokens for the ledger. `engine` says which backend
+/// and build produced it.
+pub fn export_graph(
+    plan: &Plan,
+    n_past: usize,
+    cfg: &Config,
+    file: &GgufFile,
+    engine: EngineInfo,
+) -> GraphExport {
     // The last node that wrote each region, to connect inputs to their producers.
     let mut writes: HashMap<u32, Vec<(View, u32)>> = HashMap::new();
     let mut nodes = Vec::with_capacity(plan.nodes.len());
@@ -302,7 +334,7 @@ pub fn export_graph(plan: &Plan, cfg: &Config, file: &GgufFile, engine: EngineIn
             }
         }
         let out = node.outputs[0];
-        let cost = node_cost(node, cfg, file);
+        let cost = node_cost(node, cfg, file, n_past);
         let per_token = plan.buf(out.buf).rows_per_token.max(1);
         let persistent = node
             .outputs
@@ -338,7 +370,7 @@ pub fn export_graph(plan: &Plan, cfg: &Config, file: &GgufFile, engine: EngineIn
         schema: SCHEMA_VERSION,
         engine,
         n_tokens: plan.n_tokens as u64,
-        n_past: plan.n_past as u64,
+        n_past: n_past as u64,
         nodes,
         expected: expected_counts(cfg),
         notes: vec![

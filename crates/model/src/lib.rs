@@ -5,12 +5,14 @@
 //! - [`plan`] and [`build`]: the forward pass as an explicit plan of nodes over named buffers;
 //! - [`export`]: the plan as a ledger graph export (bytes, FLOPs, rows, sources), with the counts
 //!   the architecture implies;
+//! - [`mtp`]: the multi-token-prediction blocks real files carry after the trunk (parsed, kept);
 //! - [`synth`]: synthetic models of the real shape (or tiny ones) with random weights.
 
 pub mod build;
 pub mod config;
 pub mod export;
 pub mod limits;
+pub mod mtp;
 pub mod plan;
 pub mod rng;
 pub mod synth;
@@ -55,22 +57,41 @@ pub enum ModelError {
     },
 }
 
-/// A model file opened for inference: the memory-mapped GGUF and its validated config.
+/// A model file opened for inference: the memory-mapped GGUF, its validated config and its MTP
+/// blocks. Every tensor the config names has, in `file`, exactly the dims the config gives
+/// (a converter's equivalent spelling such as `[d, 1]` for `[d]` is rewritten at open).
 pub struct Model {
     pub path: std::path::PathBuf,
     pub file: tally_gguf::GgufFile,
     pub config: Config,
+    /// The multi-token-prediction blocks (empty for a file without them); not run by prefill
+    /// or decode.
+    pub mtp: Vec<mtp::Mtp>,
 }
 
 impl Model {
     /// Opens and validates a `qwen35moe` GGUF file.
     pub fn open(path: &std::path::Path) -> Result<Model, ModelError> {
         let file = tally_gguf::GgufFile::open(path)?;
+        Model::from_file(path, file)
+    }
+
+    /// Validates an opened GGUF file as a `qwen35moe` model.
+    pub fn from_file(
+        path: &std::path::Path,
+        mut file: tally_gguf::GgufFile,
+    ) -> Result<Model, ModelError> {
         let config = Config::from_gguf(&file)?;
+        for (name, dims, _) in config.file_tensor_shapes() {
+            // Checked equivalent by from_gguf; absent optional tensors stay absent.
+            file.respell_dims(&name, &dims);
+        }
+        let mtp = mtp::Mtp::from_file(&config, &file)?;
         Ok(Model {
             path: path.to_path_buf(),
             file,
             config,
+            mtp,
         })
     }
 

@@ -1,7 +1,9 @@
 //! The forward pass as an explicit plan: a list of nodes over named buffers.
 //!
-//! A plan is built once per (prompt length, past length) from the config. Backends execute plans;
-//! they never decide what the model computes. Graph export, dead-work analysis, replay and probes
+//! A plan is built once per batch length from the config; the position of the batch (how many
+//! tokens are already in the state) is device data, the plan's [`BufKind::Position`] buffer, so
+//! one plan serves every position (one decode plan, one captured CUDA graph). Backends execute
+//! plans; they never decide what the model computes. Graph export, dead-work analysis, replay and probes
 //! are functions of the plan and of the one executor loop that runs it.
 //!
 //! Conventions: every buffer is a row-major matrix `[rows, cols]`; rows are tokens (or cache
@@ -37,6 +39,9 @@ impl DType {
 pub enum BufKind {
     /// Token ids of the batch (`[T, 1]`, i32).
     Tokens,
+    /// The batch's first position (`[1, 1]`, i32): `n_past`, the tokens already in the state.
+    /// Written before each run, like the token ids; the ops that depend on the position read it.
+    Position,
     /// Intermediate activations of one run; reused across layers.
     Activation,
     /// Persistent state that survives between runs: KV cache, conv state, recurrent state.
@@ -165,23 +170,32 @@ pub enum Op {
     /// `out = x * sigmoid(z)`. in: `[x, z]`, out: `[y]` (may alias x).
     MulSigmoid,
     /// NeoX RoPE on the first `dims` columns of every head of `head_dim`; row r is at position
-    /// `pos0 + r`; frequencies `theta^(-2i/dims)`. in: `[x (R, heads*head_dim)]`, out: `[y]`.
+    /// `pos + offset + r` (`pos` the batch position); frequencies `theta^(-2i/dims)`.
+    /// in: `[x (R, heads*head_dim), pos (1,1) i32]`, out: `[y]` (may alias x).
     Rope {
         head_dim: usize,
         dims: usize,
         theta: f32,
-        pos0: usize,
+        /// Rows of the batch before the first row of x (the pruned last layer's query side
+        /// starts at the last token).
+        offset: usize,
     },
+    /// Writes the batch's keys and values into rows `pos..pos+T` of the caches (`pos` the batch
+    /// position); every other row is left as it was. in: `[k (T, Hkv*d), v (T, Hkv*d),
+    /// pos (1,1) i32]`, out: `[k_cache (max_ctx, Hkv*d), v_cache (max_ctx, Hkv*d)]` (whole).
+    KvStore,
     /// Causal softmax attention with grouped KV heads (query head h reads KV head
-    /// `h / (n_head / n_head_kv)`); query row r is at position `q_pos0 + r` and sees cache rows
-    /// `0..=q_pos0 + r`. in: `[q (R, H*d), k_cache (P, Hkv*d), v_cache (P, Hkv*d)]` where the
-    /// cache views hold the first P = q_pos0 + R positions, out: `[o (R, H*d)]`.
+    /// `h / (n_head / n_head_kv)`); query row r is at position `p = pos + q_offset + r` and sees
+    /// cache rows `0..=p`. in: `[q (R, H*d), k_cache (max_ctx, Hkv*d), v_cache (max_ctx, Hkv*d),
+    /// pos (1,1) i32]` (the caches whole: how many rows are valid is the position, device
+    /// data), out: `[o (R, H*d)]`.
     Attention {
         n_head: usize,
         n_head_kv: usize,
         head_dim: usize,
         scale: f32,
-        q_pos0: usize,
+        /// Rows of the batch before the first query row.
+        q_offset: usize,
     },
     /// Router: softmax over experts (f32), top-k, renormalised to sum 1.
     /// in: `[logits (T,E)]`, out: `[ids (T,k) i32, weights (T,k)]`.
@@ -215,6 +229,7 @@ impl Op {
             Op::MulSilu => "mul_silu",
             Op::MulSigmoid => "mul_sigmoid",
             Op::Rope { .. } => "rope",
+            Op::KvStore => "kv_store",
             Op::Attention { .. } => "attention",
             Op::TopK { .. } => "topk",
             Op::MoeMatMul { .. } => "moe_matmul",
@@ -239,17 +254,19 @@ pub struct Node {
     pub outputs: Vec<View>,
 }
 
-/// The forward pass for one batch: `n_tokens` new tokens after `n_past` already in the state.
+/// The forward pass for one batch of `n_tokens` new tokens, at any position: how many tokens are
+/// already in the state is the [`Plan::pos`] buffer, written before each run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub n_tokens: usize,
-    pub n_past: usize,
     /// Capacity of the KV cache (positions) the state buffers are sized for.
     pub max_ctx: usize,
     pub buffers: Vec<BufDesc>,
     pub nodes: Vec<Node>,
     /// The token-id input buffer.
     pub tokens: BufId,
+    /// The position input buffer (`[1, 1]` i32, [`BufKind::Position`]).
+    pub pos: BufId,
     /// The logits output view (`[1, vocab]`, last token).
     pub logits: View,
     /// After which node each layer's residual stream is final, and the rows that are valid then

@@ -67,6 +67,7 @@ impl Preset {
         ) -> Config {
             Config {
                 n_layers,
+                n_mtp_layers: 0,
                 hidden,
                 vocab,
                 context_length: 262_144,
@@ -324,7 +325,7 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
     let mut fallbacks = Vec::new();
     let d = cfg.hidden as f32;
     let resid = 1.0 / (2.0 * cfg.n_layers as f32).sqrt();
-    for (name, dims) in cfg.tensor_shapes() {
+    for (name, dims) in synth_shapes(cfg) {
         let layer = name
             .strip_prefix("blk.")
             .and_then(|r| r.split('.').next())
@@ -341,7 +342,10 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
             | "output_norm"
             | "attn_q_norm"
             | "attn_k_norm"
-            | "ssm_norm" => Init::AroundOne(0.05),
+            | "ssm_norm"
+            | "enorm"
+            | "hnorm"
+            | "shared_head_norm" => Init::AroundOne(0.05),
             "ssm_a" => Init::SsmA,
             "bias" => Init::Normal(0.5), // ssm_dt.bias
             "ffn_gate_inp" => Init::Router(2.0 / d.sqrt()),
@@ -351,7 +355,7 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
             "ssm_conv1d" => Init::Normal(0.5),
             _ => Init::Normal(1.0 / fan_in.sqrt()),
         };
-        let is_vector = dims.len() == 1;
+        let is_vector = dims[1..].iter().all(|&x| x == 1);
         let never_quantised = is_vector || short == "ffn_gate_inp" || short == "ssm_conv1d";
         let ty = if never_quantised {
             GgmlType::F32
@@ -374,6 +378,33 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
         });
     }
     (out, fallbacks)
+}
+
+/// The tensors a synthetic file holds: the trunk, then (with MTP blocks) each block's required
+/// tensors and `nextn.shared_head_norm`, as the converter writes them from a Qwen3.5/3.6
+/// checkpoint (`mtp.norm` becomes `shared_head_norm`; the checkpoints have no separate MTP
+/// embedding or head). A file with MTP blocks also spells the shared-expert gate vectors as the
+/// converter does, `[d, 1]`.
+fn synth_shapes(cfg: &Config) -> Vec<(String, Vec<u64>)> {
+    let mut out = cfg.tensor_shapes();
+    for il in cfg.n_layers..cfg.block_count() {
+        out.extend(
+            crate::mtp::block_shapes(cfg, il)
+                .into_iter()
+                .filter(|(n, _, required)| {
+                    *required || n.ends_with("nextn.shared_head_norm.weight")
+                })
+                .map(|(n, d, _)| (n, d)),
+        );
+    }
+    if cfg.n_mtp_layers > 0 {
+        for (name, dims) in &mut out {
+            if name.ends_with("ffn_gate_inp_shexp.weight") {
+                dims.push(1);
+            }
+        }
+    }
+    out
 }
 
 fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
@@ -408,7 +439,7 @@ fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
             "tally.synth.preset".to_string(),
             MetaValue::String(spec.preset.name().into()),
         ),
-        (k("block_count"), u(c.n_layers)),
+        (k("block_count"), u(c.block_count())),
         (k("context_length"), u(c.context_length)),
         (k("embedding_length"), u(c.hidden)),
         (k("feed_forward_length"), u(c.expert_ffn)),
@@ -437,6 +468,17 @@ fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
         k("rope.dimension_sections"),
         MetaValue::Array(tally_gguf::MetaArray::I32(rope_sections(c.rope_dims))),
     ));
+    if c.n_mtp_layers > 0 {
+        // As the converter writes them: the MTP count, and the mixer of every block with the
+        // MTP blocks marked non-recurrent.
+        m.push((k("nextn_predict_layers"), u(c.n_mtp_layers)));
+        let mut recurrent: Vec<bool> = c.layers.iter().map(|l| *l == LayerKind::Linear).collect();
+        recurrent.resize(c.block_count(), false);
+        m.push((
+            k("attention.recurrent_layers"),
+            MetaValue::Array(tally_gguf::MetaArray::Bool(recurrent)),
+        ));
+    }
     m.extend(tokenizer::metadata(c.vocab));
     m
 }

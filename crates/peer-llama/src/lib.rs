@@ -188,6 +188,7 @@ impl LlamaPeer {
             backend,
             device,
             threads,
+            options: Vec::new(),
             model: ModelFacts {
                 path: path.display().to_string(),
                 file_bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),

@@ -60,7 +60,9 @@ pub fn code(e: &anyhow::Error) -> i32 {
                 FAILURE
             };
         }
-        if cause.downcast_ref::<crate::cmd::InputError>().is_some() {
+        if cause.downcast_ref::<tally_text::TextError>().is_some()
+            || cause.downcast_ref::<crate::cmd::InputError>().is_some()
+        {
             return BAD_INPUT;
         }
         if cause.downcast_ref::<crate::cmd::NoVerdict>().is_some() {

@@ -40,6 +40,7 @@ enum Command {
     Run(cmd::run::Args),
     Check(cmd::check::Args),
     Graph(cmd::graph::Args),
+    Info(cmd::info::Args),
     /// Standalone timing of every op of the plan, per category (the ledger's opbench protocol).
     ///
     /// Each op runs alone on synthetic inputs of its real shape, --op-reps times per window,
@@ -60,6 +61,8 @@ enum Command {
     Ledger(cmd::ledger::Args),
     Bench(cmd::bench::Args),
     Machine(cmd::machine::Args),
+    Generate(cmd::generate::Args),
+    Chat(cmd::chat::Args),
 }
 
 fn main() {
@@ -70,12 +73,15 @@ fn main() {
         Command::Run(a) => cmd::run::main(a),
         Command::Check(a) => cmd::check::main(a),
         Command::Graph(a) => cmd::graph::main(a),
+        Command::Info(a) => cmd::info::main(a),
         Command::Opbench(a) => cmd::measure::main(a, cmd::measure::Protocols::Opbench),
         Command::Replay(a) => cmd::measure::main(a, cmd::measure::Protocols::Replay),
         Command::Measure(a) => cmd::measure::main(a, cmd::measure::Protocols::All),
         Command::Ledger(a) => cmd::ledger::main(a),
         Command::Bench(a) => cmd::bench::main(a),
         Command::Machine(a) => cmd::machine::main(a),
+        Command::Generate(a) => cmd::generate::main(a),
+        Command::Chat(a) => cmd::chat::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", exit::render(&e));

@@ -360,3 +360,158 @@ fn ledger_against_llama_cpp_on_the_cpu() {
     assert!(rows.iter().any(|r| r["category"] == "moe_gate_up"));
     assert!(out.join("ledger-pp16.svg").exists());
 }
+
+/// Copies a GGUF, letting `edit` change the tensor list (names, dims; same bytes per tensor).
+fn rewrite(src: &Path, dst: &Path, edit: impl Fn(&mut TensorSpec)) {
+    let g = tally_gguf::GgufFile::open(src).expect("open");
+    let specs: Vec<TensorSpec> = g
+        .tensors()
+        .iter()
+        .map(|t| {
+            let mut s = TensorSpec {
+                name: t.name.clone(),
+                dims: t.dims.clone(),
+                ty: t.ty,
+            };
+            edit(&mut s);
+            s
+        })
+        .collect();
+    let f = std::fs::File::create(dst).expect("create");
+    let mut w = GgufWriter::new(f, g.metadata(), &specs).expect("writer");
+    for t in g.tensors() {
+        w.write_data(g.tensor_data(t)).expect("data");
+    }
+    w.finish().expect("finish");
+}
+
+#[test]
+fn info_describes_trunk_mtp_and_types() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "mtp.gguf", &["--mtp"]);
+    let ps = p.to_string_lossy().into_owned();
+    let o = tally(&["info", "--model", &ps]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "block_count 5 = 4 trunk (3 linear, 1 full attention) + 1 MTP",
+        "Q8_0",
+        "MTP block blk.4",
+        "not used by plain decoding",
+        "tokenizer: none",
+        "chat template: absent",
+    ] {
+        assert!(out.contains(want), "info lacks `{want}`:\n{out}");
+    }
+    let o = tally(&["info", "--model", &ps, "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["architecture"], "qwen35moe");
+    assert_eq!(v["trunk_layers"], 4);
+    assert_eq!(v["mtp_layers"], 1);
+    assert_eq!(v["block_count"], 5);
+    assert_eq!(v["types"]["Q8_0"]["bits_per_weight"], 8.5);
+    assert_eq!(v["types"]["F32"]["bits_per_weight"], 32.0);
+    assert_eq!(v["tokenizer"]["model"], "none");
+    assert!(v["chat_template_bytes"].is_null());
+    assert_eq!(v["unused_tensors"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn info_on_a_bad_file_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("x.gguf");
+    std::fs::write(&p, b"GGUF but then nothing sensible").expect("write");
+    let o = tally(&["info", "--model", &p.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn mtp_file_runs_the_trunk_like_its_twin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = synth(dir.path(), "plain.gguf", &[]);
+    let mtp = synth(dir.path(), "mtp.gguf", &["--mtp"]);
+    let run = |p: &Path| {
+        let o = tally(&[
+            "run",
+            "--model",
+            &p.to_string_lossy(),
+            "--tokens",
+            "6",
+            "-n",
+            "3",
+            "-o",
+            "json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        (v["decoded"].clone(), v["top_logits"].clone())
+    };
+    let a = run(&plain);
+    assert!(
+        a.0.is_array() && a.1.is_array(),
+        "run -o json has `decoded`, `top_logits`"
+    );
+    assert_eq!(a, run(&mtp));
+}
+
+#[test]
+fn broken_mtp_tensor_is_bad_input_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = synth(dir.path(), "mtp.gguf", &["--mtp"]);
+    // eh_proj [2d, d] spelled [d, 2d]: same bytes, wrong shape.
+    let bad = dir.path().join("bad-shape.gguf");
+    rewrite(&src, &bad, |s| {
+        if s.name == "blk.4.nextn.eh_proj.weight" {
+            s.dims.swap(0, 1);
+        }
+    });
+    let o = tally(&["run", "--model", &bad.to_string_lossy(), "--tokens", "4"]);
+    assert_bad_input(
+        &o,
+        "tensor `blk.4.nextn.eh_proj.weight` has shape [256, 512]",
+    );
+    let o = tally(&["info", "--model", &bad.to_string_lossy()]);
+    assert_bad_input(&o, "blk.4.nextn.eh_proj.weight");
+    // A required MTP tensor renamed away is missing.
+    let gone = dir.path().join("missing.gguf");
+    rewrite(&src, &gone, |s| {
+        if s.name == "blk.4.nextn.hnorm.weight" {
+            s.name = "blk.4.nextn.hnorm_x.weight".into();
+        }
+    });
+    let o = tally(&["run", "--model", &gone.to_string_lossy(), "--tokens", "4"]);
+    assert_bad_input(&o, "missing tensor `blk.4.nextn.hnorm.weight`");
+}
+
+#[test]
+fn info_reads_a_converter_files_real_metadata() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/converter/conv-a-mtp-q8_0.gguf");
+    let o = tally(&["info", "--model", &p.to_string_lossy(), "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["tokenizer"]["model"], "gpt2");
+    assert_eq!(v["tokenizer"]["pre"], "qwen35");
+    assert_eq!(v["tokenizer"]["tokens"], 320);
+    assert!(v["tokenizer"]["merges"].as_u64().is_some_and(|n| n > 0));
+    assert!(v["chat_template_bytes"].as_u64().is_some_and(|n| n > 0));
+    assert!(v["size_label"].is_string() && v["name"].is_string());
+    assert_eq!(v["file_type"], 7); // llama.cpp's MOSTLY_Q8_0
+    assert_eq!(
+        (v["trunk_layers"].as_u64(), v["mtp_layers"].as_u64()),
+        (Some(4), Some(1))
+    );
+    assert!(
+        v["types"]["Q8_0"]["tensors"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    let o = tally(&["info", "--model", &p.to_string_lossy()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("tokenizer: gpt2 (320 tokens, pre-tokenizer qwen35)"),
+        "{out}"
+    );
+    assert!(out.contains("chat template: present"), "{out}");
+}

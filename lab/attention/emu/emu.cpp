@@ -3,6 +3,7 @@
 // Build and run: lab/attention/emu/run.sh
 #include "shim.h"
 #include "attention_emu.inc"  // attention.cu through gen.py
+#include "../variants.cu"     // the variants the engine does not load
 
 #include <string>
 #include <thread>
@@ -89,6 +90,9 @@ struct Variant {
     std::string name;
     Kind kind;
     int n_split, kv_chunk;
+    // The position as device data (AttnArgs.pos), as the engine passes it: q_pos0 holds at most
+    // 3 rows of offset, *pos the rest.
+    bool dev_pos = false;
 };
 
 static int fails = 0, checks = 0;
@@ -109,6 +113,12 @@ static void run(const Problem& p, const std::vector<double>& ref, const Variant&
     a.o = o.data(), a.ldo = p.ldo, a.R = p.R, a.P = p.P, a.H = p.H, a.Hkv = p.Hkv, a.d = p.d, a.q_pos0 = p.q_pos0;
     a.scale = p.scale, a.n_split = V.n_split, a.kv_chunk = V.kv_chunk, a.ws = ws.data();
     a.k16 = k16.data(), a.v16 = v16.data(), a.ld16 = (long long)p.Hkv * p.d;
+    int pos = 0;
+    if (V.dev_pos) {
+        a.q_pos0 = std::min(p.q_pos0, 3);
+        pos = p.q_pos0 - a.q_pos0;
+        a.pos = &pos;
+    }
     if (V.kind == H8 || V.kind == H4) {
         const long long n8 = (long long)p.pvis() * p.Hkv * p.d / 8;
         emu::launch(attn_kv_to_f16, dim3s{unsigned((n8 + 255) / 256), 2, 1}, 256, a);
@@ -161,6 +171,8 @@ int main(int argc, char** argv) {
         {20, 0, 16, 2, 256, 0, 0},  {20, 3, 16, 2, 256, 37, 4}, {1, 0, 16, 2, 256, 100, 0}, {7, 0, 8, 4, 64, 37, 0},
         {40, 0, 8, 4, 64, 0, 0},    {9, 2, 12, 4, 32, 70, 1},   {1, 0, 8, 4, 128, 0, 0},    {70, 0, 4, 4, 32, 3, 0},
         {5, 0, 16, 2, 128, 150, 4}, {130, 0, 2, 2, 32, 0, 0},   {24, 0, 16, 2, 256, 90, 0},
+        // Decode against a cache much larger than what it holds (the engine's whole-cache views).
+        {1, 500, 16, 2, 256, 100, 0}, {1, 300, 16, 2, 256, 0, 0},
     };
     if (quick) cfgs.resize(3);
     unsigned seed = 1;
@@ -176,11 +188,15 @@ int main(int argc, char** argv) {
             {"f16-w4", H4, 1, 64},
             {"f32-w8 s3x64", P8, 3, 64},
             {"f16-w4 s2", H4, 2, r64((p.pvis() + 1) / 2)},
+            {"f32-w8 pos", P8, 1, 64, true},
         };
         if (p.rows() <= 8) {
             vs.push_back({"decode 1", DEC, 1, 64});
             vs.push_back({"decode s2x64", DEC, 2, 64});
             vs.push_back({"decode s3", DEC, 3, r64((p.pvis() + 2) / 3)});
+            // The engine's decode: a grid fixed by the cache capacity, chunks from the device.
+            vs.push_back({"decode pos s3", DEC, 3, 0, true});
+            vs.push_back({"decode pos s9", DEC, 9, 0, true});
         }
         for (const Variant& v : vs) {
             run(p, ref, v, false);

@@ -6,12 +6,13 @@
 //! every op a plain function of contiguous inputs, at a cost that is small next to the maths.
 
 mod ops;
+mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tally_gguf::GgmlType;
-use tally_model::{BufKind, DType, Model, Plan, View};
+use tally_model::{BufKind, DType, Model, Op, Plan, View};
 
 use crate::EngineError;
 use crate::backend::{Backend, Target};
@@ -64,6 +65,8 @@ pub struct CpuBackend {
     shapes: Vec<(usize, usize, DType)>,
     state: HashMap<String, Vec<f32>>,
     scratch: Vec<Vec<f32>>,
+    /// Saved sequence states by slot: (state buffer name, its leading elements).
+    snapshots: HashMap<u64, Vec<(String, Vec<f32>)>>,
 }
 
 impl CpuBackend {
@@ -82,6 +85,7 @@ impl CpuBackend {
             shapes: Vec::new(),
             state: HashMap::new(),
             scratch: Vec::new(),
+            snapshots: HashMap::new(),
         })
     }
 
@@ -172,6 +176,59 @@ impl CpuBackend {
         Ok(())
     }
 
+    /// The batch position: the plan's position buffer, as the session wrote it.
+    fn position(&self, plan: &Plan) -> Result<usize, EngineError> {
+        let v = View::all(plan.pos, plan.buf(plan.pos));
+        let p = self
+            .gather(plan, &v)?
+            .i()?
+            .data
+            .first()
+            .copied()
+            .unwrap_or(-1);
+        usize::try_from(p).map_err(|_| EngineError::Internal(format!("batch position {p}")))
+    }
+
+    /// The views a node reads and writes at the current position. The plan's cache views are
+    /// whole; the rows a position selects are narrowed to here, once, so the ops stay plain
+    /// functions of contiguous matrices: `KvStore` writes rows `pos..pos+T` of the caches (and
+    /// only those), `Attention` reads the rows its last query sees.
+    fn at_position(
+        &self,
+        plan: &Plan,
+        node: &tally_model::Node,
+    ) -> Result<(Vec<View>, Vec<View>), EngineError> {
+        let (mut ins, mut outs) = (node.inputs.clone(), node.outputs.clone());
+        match &node.op {
+            Op::KvStore => {
+                let (pos, t) = (self.position(plan)?, node.inputs[0].rows);
+                for v in outs.iter_mut() {
+                    if pos + t > v.rows {
+                        return Err(EngineError::Internal(format!(
+                            "{t} rows at position {pos} past the cache's {} rows",
+                            v.rows
+                        )));
+                    }
+                    *v = v.rows(pos, t);
+                }
+            }
+            Op::Attention { q_offset, .. } => {
+                let seen = self.position(plan)? + q_offset + node.inputs[0].rows;
+                for v in ins.iter_mut().skip(1).take(2) {
+                    if seen > v.rows {
+                        return Err(EngineError::Internal(format!(
+                            "attention over {seen} positions of a cache of {}",
+                            v.rows
+                        )));
+                    }
+                    *v = v.rows(0, seen);
+                }
+            }
+            _ => {}
+        }
+        Ok((ins, outs))
+    }
+
     fn weight(&self, name: &str) -> Result<Weight<'_>, EngineError> {
         let (t, bytes) = self.model.weight(name)?;
         Ok(Weight {
@@ -249,13 +306,14 @@ impl Backend for CpuBackend {
 
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         let node = &plan.nodes[index];
-        let ins = node
-            .inputs
+        let (in_views, out_views) = self
+            .at_position(plan, node)
+            .map_err(|e| e.in_node(&node.name))?;
+        let ins = in_views
             .iter()
             .map(|v| self.gather(plan, v))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut outs: Vec<Output> = node
-            .outputs
+        let mut outs: Vec<Output> = out_views
             .iter()
             .map(|v| match plan.buf(v.buf).dtype {
                 // Poisoned, so an element an op forgets to write shows up as NaN.
@@ -279,7 +337,7 @@ impl Backend for CpuBackend {
         }
         match target {
             Target::Real => {
-                for (v, o) in node.outputs.iter().zip(&outs) {
+                for (v, o) in out_views.iter().zip(&outs) {
                     self.scatter(plan, v, o)?;
                 }
             }
@@ -351,6 +409,22 @@ impl Backend for CpuBackend {
                 cols: view.cols,
             }),
         )
+    }
+
+    fn save_state(
+        &mut self,
+        slot: u64,
+        extents: &[crate::backend::StateExtent],
+    ) -> Result<usize, EngineError> {
+        self.snapshot_save(slot, extents)
+    }
+
+    fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        self.snapshot_restore(slot)
+    }
+
+    fn drop_state(&mut self, slot: u64) {
+        self.snapshots.remove(&slot);
     }
 }
 

@@ -32,6 +32,25 @@ pub struct RopeArgs {
     pub dims: i32,
     pub pos0: i32,
     pub theta: f32,
+    /// The batch position (`[1, 1]` i32), added to `pos0` on the device.
+    pub pos: DPtr,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct KvStoreArgs {
+    pub k: DPtr,
+    pub ldk: i64,
+    pub v: DPtr,
+    pub ldv: i64,
+    pub kc: DPtr,
+    pub ldkc: i64,
+    pub vc: DPtr,
+    pub ldvc: i64,
+    pub pos: DPtr,
+    pub rows: i32,
+    pub cols: i32,
+    pub cap: i32,
 }
 
 #[repr(C)]
@@ -234,6 +253,8 @@ pub struct AttnArgs {
     pub k16: DPtr,
     pub v16: DPtr,
     pub ld16: i64,
+    /// The batch position (`[1, 1]` i32), added to `q_pos0` on the device.
+    pub pos: DPtr,
 }
 
 /// Mirror of `ATTN_SMEM_BYTES(D, NW, KV16)` in attention.cu (dynamic shared memory of the

@@ -47,6 +47,10 @@ pub const SOURCES: &[Source] = &[
         name: "attention",
         text: include_str!("kernels/attention.cu"),
     },
+    Source {
+        name: "sample",
+        text: include_str!("kernels/sample.cu"),
+    },
 ];
 
 /// Replaces `#include "x"` lines of local headers by their text, each header once.

@@ -18,12 +18,13 @@ pub fn kernel_names(source: &str) -> &'static [&'static str] {
         "ops" => &[
             "norm_rows",
             "rope_neox",
+            "kv_store",
             "binary_map",
             "router_topk",
             "moe_combine",
             "shared_gate",
-            "fill_f32",
         ],
+        "sample" => super::sample::KERNELS,
         other => ops_big::kernel_names(other),
     }
 }
@@ -125,20 +126,25 @@ pub fn dispatch(
             };
             let groups = (x.rows * (x.cols / group)) as u32;
             let threads = if *group >= 1024 { 256 } else { 128 };
-            launch(
-                b.kernel("norm_rows")?,
-                (groups, 1, 1),
-                (threads, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("norm_rows")?,
+                    (groups, 1, 1),
+                    (threads, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::Rope {
             head_dim,
             dims,
             theta,
-            pos0,
+            offset,
         } => {
             let x = v_in(0);
             let a = RopeArgs {
@@ -150,18 +156,24 @@ pub fn dispatch(
                 n_heads: (x.cols / head_dim) as i32,
                 head_dim: *head_dim as i32,
                 dims: *dims as i32,
-                pos0: *pos0 as i32,
+                pos0: *offset as i32,
                 theta: *theta,
+                pos: io.ins[1].0,
             };
             let n = (x.rows * x.cols) as i64;
-            launch(
-                b.kernel("rope_neox")?,
-                (blocks(n, 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("rope_neox")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::Add | Op::MulSilu | Op::MulSigmoid | Op::SwiGlu => {
             let op = match node.op {
@@ -182,14 +194,19 @@ pub fn dispatch(
                 op,
             };
             let n = (v_out.rows * v_out.cols) as i64;
-            launch(
-                b.kernel("binary_map")?,
-                (blocks(n, 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("binary_map")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::TopK { k } => {
             let l = v_in(0);
@@ -210,14 +227,19 @@ pub fn dispatch(
                     l.cols
                 )));
             }
-            launch(
-                b.kernel("router_topk")?,
-                (blocks(l.rows as i64, 8), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("router_topk")?,
+                    (blocks(l.rows as i64, 8), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::MoeCombine { k } => {
             let a = CombineArgs {
@@ -232,14 +254,19 @@ pub fn dispatch(
                 k: *k as i32,
             };
             let n = (v_out.rows * v_out.cols) as i64;
-            launch(
-                b.kernel("moe_combine")?,
-                (blocks(n, 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("moe_combine")?,
+                    (blocks(n, 256), 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::SharedGate => {
             let x = v_in(0);
@@ -254,23 +281,60 @@ pub fn dispatch(
                 rows: x.rows as i32,
                 cols: x.cols as i32,
             };
-            launch(
-                b.kernel("shared_gate")?,
-                (x.rows as u32, 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &a,
-            )
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("shared_gate")?,
+                    (x.rows as u32, 1, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
+        }
+        Op::KvStore => {
+            let k = v_in(0);
+            let cap = node.outputs[0].rows.min(node.outputs[1].rows);
+            let a = KvStoreArgs {
+                k: io.ins[0].0,
+                ldk: io.ins[0].1,
+                v: io.ins[1].0,
+                ldv: io.ins[1].1,
+                kc: io.outs[0].0,
+                ldkc: io.outs[0].1,
+                vc: io.outs[1].0,
+                ldvc: io.outs[1].1,
+                pos: io.ins[2].0,
+                rows: k.rows as i32,
+                cols: k.cols as i32,
+                cap: cap as i32,
+            };
+            let n = (k.rows * k.cols) as i64;
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+            // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+            // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+            unsafe {
+                launch(
+                    b.kernel("kv_store")?,
+                    (blocks(n, 256), 2, 1),
+                    (256, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            }
         }
         Op::ConvSilu | Op::DeltaRule { .. } => {
             stage_state(b, plan, node, &io, 1, target)?;
-            ops_big::dispatch(b, plan, node, &io)
+            ops_big::dispatch(b, node, &io)
         }
         Op::Embed
         | Op::MatMul { .. }
         | Op::MoeMatMul { .. }
         | Op::DeltaGates
-        | Op::Attention { .. } => ops_big::dispatch(b, plan, node, &io),
+        | Op::Attention { .. } => ops_big::dispatch(b, node, &io),
     }
 }

@@ -1,6 +1,7 @@
 //! Kernel launches: one parameter struct passed by value, a grid, a block, dynamic shared memory.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{result, sys};
 
@@ -13,11 +14,34 @@ pub struct Kernel {
     pub name: &'static str,
 }
 
-/// Launches `k` with `args` as its single by-value parameter.
+/// Kernel launches made by this process (empty grids, which launch nothing, are not counted):
+/// a capture compares the launches its dispatches made with the kernel nodes of its graph.
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+/// Library calls (cuBLAS) made by this process; each launches kernels of its own.
+static LIBRARY_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// `(kernel launches, library calls)` so far in this process.
+pub fn counts() -> (u64, u64) {
+    (
+        LAUNCHES.load(Ordering::Relaxed),
+        LIBRARY_CALLS.load(Ordering::Relaxed),
+    )
+}
+
+/// Counts one library call (a cuBLAS GEMM).
+pub fn count_library_call() {
+    LIBRARY_CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Launches `k` with `args` as its single by-value parameter (empty grids launch nothing).
 ///
-/// The caller guarantees that `T` is the `#[repr(C)]` mirror of the kernel's parameter struct
-/// and that every device pointer in it is valid for the accesses the kernel makes.
-pub fn launch<T: Copy>(
+/// # Safety
+/// `T` must be the `#[repr(C)]` mirror of `k`'s one parameter struct (same fields, order and
+/// types), and every device pointer in `args` must be valid, on `stream`'s context, for every
+/// access the kernel makes with this grid, block and `smem` (at most the kernel's configured
+/// dynamic shared memory) until the launch completes. A kernel reading memory the stream has
+/// not finished writing, or writing out of bounds, is undefined behaviour on the device.
+pub unsafe fn launch<T: Copy>(
     k: Kernel,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
@@ -30,9 +54,11 @@ pub fn launch<T: Copy>(
     }
     let mut params = [args as *const T as *mut c_void];
     // SAFETY: `params` holds one pointer to a live `T` matching the kernel's single parameter
-    // (guaranteed by the caller); the driver copies the argument before returning.
+    // (this function's contract); the driver copies the argument before returning.
     unsafe { result::launch_kernel(k.f, grid, block, smem, stream, &mut params) }
-        .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))
+        .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))?;
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Blocks of `threads` covering `n` items.

@@ -10,7 +10,13 @@ pub mod compile;
 mod dispatch;
 mod launch;
 mod mem;
+mod ops;
 mod ops_big;
+pub mod options;
+#[path = "ops/sample.rs"]
+mod sample;
+#[path = "ops/snapshot.rs"]
+mod snapshot;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,9 +26,10 @@ use tally_gguf::GgmlType;
 use tally_model::{BufKind, DType, Model, Plan, View};
 
 use crate::EngineError;
-use crate::backend::{Backend, Target};
+use crate::backend::{Backend, GraphCount, Target};
 use launch::Kernel;
 use mem::{DevBuf, cuda_err};
+pub use options::CudaOptions;
 
 /// Why CUDA cannot be used here, if it cannot (no driver library, no device).
 pub fn unavailable_reason() -> Option<String> {
@@ -76,20 +83,20 @@ pub struct CudaBackend {
     weights: HashMap<String, DevWeight>,
     bufs: Vec<Slot>,
     shapes: Vec<(usize, usize, DType, String)>,
+    /// What each buffer of the prepared plan holds.
+    kinds: Vec<BufKind>,
     state: HashMap<String, DevBuf>,
     scratch: Vec<DevBuf>,
     /// Workspace for kernels that need one (delta rule, MoE routing), grown on demand.
     work: Option<DevBuf>,
-    graph: Option<((usize, usize), CudaGraph)>,
-    /// Kept segments of position-independent nodes, by (n_tokens, from, to): decode's graphs.
-    /// Opt-in (`TALLY_DECODE_GRAPH=1`) until measured on a GPU.
-    segments: HashMap<(usize, usize, usize), CudaGraph>,
-    segments_on: bool,
-    /// `TALLY_NO_GRAPH` set: no graphs at all (every launch direct).
-    no_graph: bool,
-    /// The opt-in cuBLAS path of dense projections (`TALLY_GEMM=cublas`): projections with at
-    /// least this many rows take it (`TALLY_GEMM_CUBLAS_MIN_M`, default 128).
-    cublas_min_m: Option<usize>,
+    /// Captured plans by batch length, valid while the buffers they point at stay where they
+    /// are (cleared whenever `prepare` or the workspace moves one). Plans hold no position, so
+    /// the one-token plan's graph serves every decode step.
+    graphs: HashMap<usize, (CudaGraph, GraphCount)>,
+    /// The counts of the capture in progress.
+    capturing: Option<GraphCount>,
+    /// The switches, read once when the backend opened.
+    pub options: CudaOptions,
     /// Its handle, bound to `stream`; made by `prepare`, before any capture.
     blas: Option<cudarc::cublas::CudaBlas>,
     pub props: DeviceProps,
@@ -97,6 +104,10 @@ pub struct CudaBackend {
     pub load_seconds: f64,
     /// Bytes of weights on the device.
     pub weight_bytes: u64,
+    /// Device buffers of on-device sampling.
+    sample_bufs: sample::SampleBufs,
+    /// Saved sequence states by slot (see `Backend::save_state`).
+    snapshots: snapshot::Snapshots,
 }
 
 fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
@@ -106,6 +117,7 @@ fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
 impl CudaBackend {
     /// Opens device 0, compiles (or loads cached) kernels, and uploads the model's weights.
     pub fn new(model: Arc<Model>) -> Result<CudaBackend, EngineError> {
+        let options = CudaOptions::from_env()?;
         if let Some(why) = unavailable_reason() {
             return Err(EngineError::Unsupported(format!(
                 "CUDA backend unavailable: {why}"
@@ -162,18 +174,19 @@ impl CudaBackend {
             weights: HashMap::new(),
             bufs: Vec::new(),
             shapes: Vec::new(),
+            kinds: Vec::new(),
             state: HashMap::new(),
             scratch: Vec::new(),
             work: None,
-            graph: None,
-            segments: HashMap::new(),
-            segments_on: std::env::var("TALLY_DECODE_GRAPH").is_ok_and(|v| v == "1"),
-            no_graph: std::env::var_os("TALLY_NO_GRAPH").is_some(),
-            cublas_min_m: ops_big::cublas_min_m_from_env(),
+            graphs: HashMap::new(),
+            capturing: None,
+            options,
             blas: None,
             props,
             load_seconds: 0.0,
             weight_bytes: 0,
+            sample_bufs: Default::default(),
+            snapshots: Default::default(),
         };
         dispatch::configure_kernels(&b.kernels)?;
         b.upload_weights()?;
@@ -283,8 +296,7 @@ impl CudaBackend {
         if self.work.as_ref().is_none_or(|w| w.bytes < bytes) {
             // prepare() sizes the workspace for the whole plan; growing it here (standalone
             // timing of another shape) moves it, so a captured graph pointing at it must go.
-            self.graph = None;
-            self.segments.clear();
+            self.graphs.clear();
             self.work = Some(DevBuf::alloc(bytes, "kernel workspace")?);
         }
         Ok(self.work.as_ref().map(|w| w.ptr).unwrap_or(0))
@@ -317,7 +329,7 @@ impl Backend for CudaBackend {
 
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
         self.ctx.bind_to_thread().map_err(cuda_err)?;
-        if self.cublas_min_m.is_some() {
+        if self.options.cublas_min_m.is_some() {
             self.blas_handle()?;
         }
         // Compared in place: decode calls this once per token.
@@ -336,8 +348,7 @@ impl Backend for CudaBackend {
             .map(|b| (b.rows, b.cols, b.dtype, b.name.clone()))
             .collect();
         // New buffers: any captured graph points at the old ones.
-        self.graph = None;
-        self.segments.clear();
+        self.graphs.clear();
         let mut bufs = Vec::with_capacity(plan.buffers.len());
         for b in &plan.buffers {
             let bytes = b.elems() * b.dtype.size_bytes();
@@ -355,6 +366,7 @@ impl Backend for CudaBackend {
         }
         self.bufs = bufs;
         self.shapes = shapes;
+        self.kinds = plan.buffers.iter().map(|b| b.kind).collect();
         let work = plan
             .nodes
             .iter()
@@ -374,8 +386,18 @@ impl Backend for CudaBackend {
     }
 
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
+        let before = launch::counts();
         dispatch::dispatch(self, plan, index, target)
-            .map_err(|e| e.in_node(&plan.nodes[index].name))
+            .map_err(|e| e.in_node(&plan.nodes[index].name))?;
+        if let Some(c) = self.capturing.as_mut() {
+            let after = launch::counts();
+            let (k, l) = (after.0 - before.0, after.1 - before.1);
+            c.dispatches += 1;
+            c.launches += k;
+            c.library_calls += l;
+            c.silent += u64::from(k + l == 0);
+        }
+        Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), EngineError> {
@@ -410,31 +432,24 @@ impl Backend for CudaBackend {
         Some(self.memory_use().0)
     }
 
+    fn options(&self) -> Vec<String> {
+        self.options.describe()
+    }
+
     fn memory_peak(&self) -> Option<u64> {
         Some(mem::allocated().1)
     }
 
+    fn graph_count(&self, plan: &Plan) -> Option<GraphCount> {
+        self.graphs.get(&plan.n_tokens).map(|(_, c)| *c)
+    }
+
+    fn poison(&mut self) -> Result<(), EngineError> {
+        self.poison_all()
+    }
+
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
-        let key = (plan.n_tokens, plan.n_past);
-        match &self.graph {
-            Some((k, g)) if *k == key => {
-                g.launch().map_err(cuda_err)?;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
-    }
-
-    fn capture_begin(&mut self, _plan: &Plan) -> Result<bool, EngineError> {
-        if self.no_graph {
-            return Ok(false);
-        }
-        self.graph = None;
-        self.begin_capture()
-    }
-
-    fn segment_launch(&mut self, plan: &Plan, from: usize, to: usize) -> Result<bool, EngineError> {
-        match self.segments.get(&(plan.n_tokens, from, to)) {
+        match self.graphs.get(&plan.n_tokens).map(|(g, _)| g) {
             Some(g) => {
                 g.launch().map_err(cuda_err)?;
                 Ok(true)
@@ -443,41 +458,107 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn segment_begin(
-        &mut self,
-        _plan: &Plan,
-        _from: usize,
-        _to: usize,
-    ) -> Result<bool, EngineError> {
-        if !self.segments_on || self.no_graph {
+    fn capture_begin(&mut self, plan: &Plan) -> Result<bool, EngineError> {
+        if !self.options.graph_for(plan.n_tokens) {
             return Ok(false);
         }
+        self.graphs.remove(&plan.n_tokens);
+        self.capturing = Some(GraphCount::default());
         self.begin_capture()
     }
 
-    fn segment_end(
-        &mut self,
-        plan: &Plan,
-        from: usize,
-        to: usize,
-        keep: bool,
-    ) -> Result<(), EngineError> {
+    fn capture_end(&mut self, plan: &Plan, keep: bool) -> Result<(), EngineError> {
+        let count = self.capturing.take().unwrap_or_default();
         // A failed dispatch leaves a partial capture: end it without running it.
         let g = self.end_capture(keep)?;
         if keep {
-            self.segments.insert((plan.n_tokens, from, to), g);
+            let kernel_nodes = kernel_nodes(&g)?;
+            self.graphs.insert(
+                plan.n_tokens,
+                (
+                    g,
+                    GraphCount {
+                        kernel_nodes,
+                        ..count
+                    },
+                ),
+            );
         }
         Ok(())
     }
 
-    fn capture_end(&mut self, plan: &Plan) -> Result<(), EngineError> {
-        let g = self.end_capture(true)?;
-        self.graph = Some(((plan.n_tokens, plan.n_past), g));
-        Ok(())
+    fn sample(
+        &mut self,
+        plan: &Plan,
+        step: &crate::sample::SampleStep<'_>,
+    ) -> Result<u32, EngineError> {
+        self.sample_on_device(plan, step)
+    }
+
+    fn save_state(
+        &mut self,
+        slot: u64,
+        extents: &[crate::backend::StateExtent],
+    ) -> Result<usize, EngineError> {
+        self.snapshot_save(slot, extents)
+    }
+
+    fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        self.snapshot_restore(slot)
+    }
+
+    fn drop_state(&mut self, slot: u64) {
+        self.snapshots.remove(slot);
     }
 }
 
+/// Kernel nodes of a captured graph.
+fn kernel_nodes(g: &CudaGraph) -> Result<u64, EngineError> {
+    let graph = g.cu_graph();
+    let mut n = 0usize;
+    // SAFETY: `graph` is the live graph `g` owns; a null node array asks for the count only.
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
+        .result()
+        .map_err(cuda_err)?;
+    let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    // SAFETY: `nodes` has room for the `n` nodes the first call reported.
+    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
+        .result()
+        .map_err(cuda_err)?;
+    let mut kernels = 0u64;
+    for &node in nodes.iter().take(n) {
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: `node` belongs to the live graph; the type is written through a valid pointer.
+        unsafe { sys::cuGraphNodeGetType(node, &mut ty) }
+            .result()
+            .map_err(cuda_err)?;
+        kernels += u64::from(ty == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL);
+    }
+    Ok(kernels)
+}
+
 impl CudaBackend {
+    /// Fills the activation buffers (not state, token ids or the position), the workspace and
+    /// the replay scratch with NaN, and waits.
+    fn poison_all(&mut self) -> Result<(), EngineError> {
+        const NAN_BITS: u32 = 0x7fc0_0000;
+        let mut spans: Vec<(u64, usize)> = Vec::new();
+        for (slot, shape) in self.bufs.iter().zip(&self.kinds) {
+            if let (Slot::Own(b), BufKind::Activation | BufKind::Logits) = (slot, shape) {
+                spans.push((b.ptr, b.bytes));
+            }
+        }
+        spans.extend(self.work.iter().map(|w| (w.ptr, w.bytes)));
+        spans.extend(self.scratch.iter().map(|w| (w.ptr, w.bytes)));
+        for (ptr, bytes) in spans {
+            // SAFETY: each span is a live allocation of the backend, `bytes / 4` words long.
+            unsafe { sys::cuMemsetD32Async(ptr, NAN_BITS, bytes / 4, self.cu_stream()) }
+                .result()
+                .map_err(cuda_err)?;
+        }
+        self.sync()
+    }
+
     /// Starts capturing this thread's launches on the stream into a graph.
     fn begin_capture(&mut self) -> Result<bool, EngineError> {
         self.stream

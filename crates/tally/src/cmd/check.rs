@@ -180,6 +180,11 @@ struct Case {
     repeatable: bool,
     /// The first node whose output differed between two runs of the backend.
     first_unrepeatable: Option<String>,
+    /// The plain run's captured graph (backends with graphs): its kernel nodes against the
+    /// launches its capture made; any missing work fails the case.
+    graph_kernel_nodes: Option<u64>,
+    graph_launches: Option<u64>,
+    graph_missing: Option<u64>,
     pass: bool,
 }
 
@@ -253,6 +258,9 @@ fn compare(
         routing_flips_unexplained: 0,
         repeatable: true,
         first_unrepeatable: None,
+        graph_kernel_nodes: None,
+        graph_launches: None,
+        graph_missing: None,
         what,
         tokens: plan.n_tokens,
         worst_rel_err: worst,
@@ -277,13 +285,16 @@ pub fn main(a: Args) -> Result<()> {
         backend::open(&a.backend, model.clone(), 0)?,
         ctx,
     )?;
+    // Every activation and scratch buffer NaN before each run: an output a kernel forgets to
+    // write shows as NaN instead of a stale value that happens to be close.
+    dut.poison = true;
     let mut rng = Rng::new(a.seed);
     let vocab = model.config.vocab as u64;
     let mut cases = Vec::new();
     let mut longest = Vec::new();
     for &t in &a.tokens {
         let ids: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
-        let plan = cpu.plan(t, 0)?;
+        let plan = cpu.plan(t)?;
         let mut c1 = all_nodes(&plan);
         let mut r1 = capture_routing(&plan);
         let (l1, _) = cpu.prefill_with(&ids, &mut Both(&mut c1, &mut r1))?;
@@ -319,13 +330,25 @@ pub fn main(a: Args) -> Result<()> {
             .map(|((n, _), _)| n.clone());
         case.repeatable = case.first_unrepeatable.is_none();
         case.pass &= unexplained == 0;
-        cases.push(case);
         // The plain path (a captured graph on CUDA) must give the same logits as the hooked one.
-        let plain = dut.prefill(&ids)?;
+        let (plain, stats) = dut.prefill_plain(&ids)?;
+        if let Some(g) = stats.graph {
+            case.graph_kernel_nodes = Some(g.kernel_nodes);
+            case.graph_launches = Some(g.launches);
+            case.graph_missing = Some(g.missing());
+            if g.missing() > 0 {
+                eprintln!(
+                    "error: the graph of {t} tokens holds {} kernel nodes for {} launches and {} library calls of {} dispatches",
+                    g.kernel_nodes, g.launches, g.library_calls, g.dispatches
+                );
+                case.pass = false;
+            }
+        }
         let (pe, _) = rel_err(&plain, &l2);
         if pe > 0.0 {
             eprintln!("note: plain (graph) vs instrumented run differ by {pe:.2e} at {t} tokens");
         }
+        cases.push(case);
         if t == max_t {
             longest = ids;
         }
@@ -335,7 +358,7 @@ pub fn main(a: Args) -> Result<()> {
         dut.prefill(&longest)?;
         for j in 0..a.decode {
             let id = rng.below(vocab) as u32;
-            let plan = cpu.plan(1, cpu.n_past())?;
+            let plan = cpu.plan(1)?;
             let mut c1 = all_nodes(&plan);
             let mut r1 = capture_routing(&plan);
             let l1 = cpu.decode_with(id, &mut Both(&mut c1, &mut r1))?;

@@ -1,8 +1,11 @@
 pub mod bench;
+pub mod chat;
 pub mod check;
 pub mod checks;
 pub mod common;
+pub mod generate;
 pub mod graph;
+pub mod info;
 pub mod ledger;
 pub mod machine;
 pub mod measure;

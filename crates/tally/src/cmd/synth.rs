@@ -16,6 +16,8 @@ use super::{Format, InputError};
 /// 64 experts), `tiny` (hidden 256, 4 layers, 8 experts top-2) and `tiny-odd` (other head ratios,
 /// odd vocabulary, last layer linear). Quant mixes: `q4_k_m` (the stock mix), `q8_0`, `bf16`.
 /// Any shape field can be overridden with `--set key=value` (e.g. `--set n_layers=8`).
+/// `--mtp` adds the multi-token-prediction block after the trunk, in llama.cpp's converter
+/// layout (`block_count` = layers + 1, `nextn_predict_layers` = 1, `blk.N.nextn.*`).
 ///
 /// Example: tally synth --preset 35b-a3b --quant q4_k_m --seed 1 --out qwen35moe-q4km.gguf
 #[derive(clap::Args)]
@@ -35,6 +37,9 @@ pub struct Args {
     /// Shape override, `key=value`; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Add one MTP (nextn) block after the trunk, as real files carry it.
+    #[arg(long)]
+    mtp: bool,
     /// Print the tensor types, counts and sizes the file would have; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -60,6 +65,7 @@ pub fn main(a: Args) -> Result<()> {
     })?;
     let mut config = preset.config();
     synth::apply_overrides(&mut config, &a.overrides)?;
+    config.n_mtp_layers = usize::from(a.mtp);
     let spec = SynthSpec {
         preset,
         config,

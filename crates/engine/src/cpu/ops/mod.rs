@@ -6,6 +6,7 @@ mod conv;
 mod delta;
 mod elementwise;
 mod embed;
+mod kv_store;
 mod matmul;
 mod moe;
 mod norm;
@@ -114,8 +115,9 @@ fn arity(op: &Op, ins: &[Input], ws: &[Weight<'_>], outs: &[Output]) -> Result<(
         Op::ConvSilu => (2, 1, 2),
         Op::DeltaGates => (2, 2, 2),
         Op::DeltaRule { .. } => (6, 0, 2),
-        Op::Rope { .. } => (1, 0, 1),
-        Op::Attention { .. } => (3, 0, 1),
+        Op::Rope { .. } => (2, 0, 1),
+        Op::KvStore => (3, 0, 2),
+        Op::Attention { .. } => (4, 0, 1),
         Op::TopK { .. } => (1, 0, 2),
         Op::MoeMatMul { .. } => (2, 1, 1),
         Op::MoeCombine { .. } => (2, 0, 1),
@@ -199,21 +201,26 @@ pub fn run(
             head_dim,
             dims,
             theta,
-            pos0,
+            offset,
         } => rope::rope(
             ins[0].f()?,
             *head_dim,
             *dims,
             *theta,
-            *pos0,
+            position(&ins[1])? + offset,
             out_f(outs, 0)?,
         ),
+        Op::KvStore => {
+            // The backend narrowed the cache views to rows pos..pos+T: a copy.
+            let (kc, vc) = two_outs(outs)?;
+            kv_store::kv_store(ins[0].f()?, ins[1].f()?, kc, vc)
+        }
         Op::Attention {
             n_head,
             n_head_kv,
             head_dim,
             scale,
-            q_pos0,
+            q_offset,
         } => attention::attention(
             ins[0].f()?,
             ins[1].f()?,
@@ -223,7 +230,7 @@ pub fn run(
                 n_head_kv: *n_head_kv,
                 head_dim: *head_dim,
                 scale: *scale,
-                q_pos0: *q_pos0,
+                q_pos0: position(&ins[3])? + q_offset,
             },
             out_f(outs, 0)?,
         ),
@@ -247,6 +254,12 @@ pub fn run(
             elementwise::shared_gate(ins[0].f()?, ins[1].f()?, &ws[0], out_f(outs, 0)?)
         }
     }
+}
+
+/// The batch position from a `[1, 1]` i32 input.
+fn position(inp: &Input) -> Result<usize, EngineError> {
+    let p = inp.i()?.data.first().copied().unwrap_or(-1);
+    usize::try_from(p).map_err(|_| EngineError::Internal(format!("batch position {p}")))
 }
 
 fn two_outs(outs: &mut [Output]) -> Result<(&mut Mat, &mut Mat), EngineError> {

@@ -1,18 +1,20 @@
 // Causal softmax attention with grouped KV heads: Op::Attention (crates/model/src/plan.rs), whose
 // reference is crates/engine/src/cpu/ops/attention.rs.
 //
-// Query row r (position p = q_pos0 + r) attends to cache rows 0..=p; query head h reads KV head
+// Query row r (position p = q_pos0 + *pos + r; pos the batch position, device data, so one captured
+// graph serves every decode step) attends to cache rows 0..=p; query head h reads KV head
 // h / (H / Hkv). o = softmax(scale * q k^T) v per (row, head), never materialising the scores:
 // flash attention with an online softmax (f32 maximum and sum), f16 mma.sync m16n8k16 operands and
 // f32 accumulation. Inputs and outputs are f32.
 //
 // Kernels (D = head_dim in {32, 64, 128, 256}; every kernel takes one AttnArgs by value):
 //   flash_attn_d{D}      prefill, 128-row tiles (8 warps), f32 K/V converted to f16 as they load.
+//   flash_decode_d{D}    R * (H / Hkv) <= 8 (decode, last token only): f32 CUDA-core flash decoding.
+//   flash_attn_combine   merges split partials (n_split > 1) into o.
+// Variants of the same templates that the engine does not load live in lab/attention/variants.cu:
 //   flash_attn_w4_d{D}   the same with 64-row tiles (4 warps; two blocks fit on one SM).
 //   flash_attn_h_d{D}    prefill, 128-row tiles, K/V read as f16 from k16/v16 (cp.async).
 //   flash_attn_h_w4_d{D} the same with 64-row tiles.
-//   flash_decode_d{D}    R * (H / Hkv) <= 8 (decode, last token only): f32 CUDA-core flash decoding.
-//   flash_attn_combine   merges split partials (n_split > 1) into o.
 //   attn_kv_to_f16       writes f16 copies of the first min(P, q_pos0 + R) cache rows for flash_attn_h_*.
 //
 // GQA packing: the G = H / Hkv query heads that share one KV head are packed into the rows of one
@@ -64,6 +66,7 @@ struct AttnArgs {
     __half* k16;          // flash_attn_h_*: f16 K, [>= P_vis, ld16]
     __half* v16;          // flash_attn_h_*: f16 V
     i64 ld16;             // elements, a multiple of 8
+    const i32* pos;       // the batch position (n_past), added to q_pos0; null: 0
 };
 
 // Dynamic shared memory of flash_attn_*: (BM + 2 * BN) rows of (D + 8) halves.
@@ -145,7 +148,10 @@ __device__ __forceinline__ void split_range(const AttnArgs& a, int n_split, int 
         ke = kv_end;
         return;
     }
-    i64 chunk = a.kv_chunk < 1 ? 1 : a.kv_chunk;
+    // kv_chunk < 1: from the visible keys (the position is device data: a grid fixed at capture
+    // splits whatever length the cache has reached evenly).
+    i64 chunk = a.kv_chunk >= 1 ? a.kv_chunk : (static_cast<i64>(kv_end) + n_split - 1) / n_split;
+    chunk = chunk < 1 ? 1 : chunk;
     chunk = (chunk + 63) & ~static_cast<i64>(63);
     const i64 b = static_cast<i64>(z) * chunk;
     kb = static_cast<int>(b < kv_end ? b : kv_end);
@@ -619,31 +625,25 @@ __device__ __forceinline__ void decode(const AttnArgs& a) {
     }
 }
 
+// The arguments with the batch position read from device memory into q_pos0.
+__device__ __forceinline__ AttnArgs at_pos(AttnArgs a) {
+    if (a.pos) a.q_pos0 += *a.pos;
+    return a;
+}
+
 }  // namespace attn
 
 #define ATTN_PREFILL(NAME, D, NW, KV16)                                                        \
     extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { \
-        attn::prefill<D, NW, KV16>(a);                                                         \
+        attn::prefill<D, NW, KV16>(attn::at_pos(a));                                           \
     }
 #define ATTN_DECODE(NAME, D) \
-    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { attn::decode<D>(a); }
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { attn::decode<D>(attn::at_pos(a)); }
 
 ATTN_PREFILL(flash_attn_d32, 32, 8, false)
 ATTN_PREFILL(flash_attn_d64, 64, 8, false)
 ATTN_PREFILL(flash_attn_d128, 128, 8, false)
 ATTN_PREFILL(flash_attn_d256, 256, 8, false)
-ATTN_PREFILL(flash_attn_w4_d32, 32, 4, false)
-ATTN_PREFILL(flash_attn_w4_d64, 64, 4, false)
-ATTN_PREFILL(flash_attn_w4_d128, 128, 4, false)
-ATTN_PREFILL(flash_attn_w4_d256, 256, 4, false)
-ATTN_PREFILL(flash_attn_h_d32, 32, 8, true)
-ATTN_PREFILL(flash_attn_h_d64, 64, 8, true)
-ATTN_PREFILL(flash_attn_h_d128, 128, 8, true)
-ATTN_PREFILL(flash_attn_h_d256, 256, 8, true)
-ATTN_PREFILL(flash_attn_h_w4_d32, 32, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d64, 64, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d128, 128, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d256, 256, 4, true)
 ATTN_DECODE(flash_decode_d32, 32)
 ATTN_DECODE(flash_decode_d64, 64)
 ATTN_DECODE(flash_decode_d128, 128)
@@ -685,25 +685,4 @@ extern "C" __global__ void __launch_bounds__(256) flash_attn_combine(AttnArgs a)
         dst[2] = acc.z * inv;
         dst[3] = acc.w * inv;
     }
-}
-
-// k16/v16[row, c] = half(k/v[row, c]) for rows < min(P, q_pos0 + R), c < Hkv * d; grid.y 0: K, 1: V.
-extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a) {
-    const int width = a.Hkv * a.d;
-    if (width <= 0 || (width & 7) != 0 || blockIdx.y > 1) return;
-    const int nrow = min(a.P, a.q_pos0 + a.R);
-    const int c8n = width / 8;
-    const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= static_cast<i64>(nrow) * c8n) return;
-    const int r = static_cast<int>(i / c8n), c = static_cast<int>(i % c8n) * 8;
-    const bool is_v = blockIdx.y == 1;
-    const float* src = (is_v ? a.v : a.k) + static_cast<i64>(r) * (is_v ? a.ldv : a.ldk) + c;
-    const bool vec = attn::aligned(is_v ? a.v : a.k, is_v ? a.ldv : a.ldk, 16);
-    const float4 x0 = attn::ld4(src, vec), x1 = attn::ld4(src + 4, vec);
-    uint4 u;
-    u.x = attn::pack_h2(x0.x, x0.y);
-    u.y = attn::pack_h2(x0.z, x0.w);
-    u.z = attn::pack_h2(x1.x, x1.y);
-    u.w = attn::pack_h2(x1.z, x1.w);
-    *reinterpret_cast<uint4*>((is_v ? a.v16 : a.k16) + static_cast<i64>(r) * a.ld16 + c) = u;
 }

@@ -1,4 +1,5 @@
-// Small ops of the plan: norms, RoPE, element-wise maps, router top-k, MoE combine, shared gate.
+// Small ops of the plan: norms, RoPE, the KV cache store, element-wise maps, router top-k, MoE
+// combine, shared gate.
 // Each mirrors the CPU reference op of the same name (crates/engine/src/cpu/ops/).
 #include "common.cuh"
 
@@ -38,7 +39,8 @@ extern "C" __global__ void norm_rows(NormArgs a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// NeoX RoPE on the first `dims` columns of every head; row r is at position pos0 + r.
+// NeoX RoPE on the first `dims` columns of every head; row r is at position pos0 + *pos + r (pos the
+// batch position, device data: one captured graph serves every position).
 // One thread per (row, head, column of the head). Columns >= dims are copied. Thread i < dims/2
 // rotates the pair (i, i + dims/2) and writes both; threads dims/2 <= c < dims have nothing to do.
 // So no thread reads an element another thread writes: in place (x == y, as the plan's q RoPE
@@ -48,6 +50,7 @@ struct RopeArgs {
     float* y; i64 ldy;
     i32 rows, n_heads, head_dim, dims, pos0;
     float theta;
+    const i32* pos;            // the batch position (n_past); null: 0
 };
 
 extern "C" __global__ void rope_neox(RopeArgs a) {
@@ -68,12 +71,39 @@ extern "C" __global__ void rope_neox(RopeArgs a) {
     const int i = c;
     // Frequencies as the reference computes them: 1 / theta^(2i/dims) in f32.
     const float inv_freq = 1.0f / powf(a.theta, (float)(2 * i) / (float)a.dims);
-    const float ang = (float)(a.pos0 + r) * inv_freq;
+    const int p0 = a.pos0 + (a.pos ? *a.pos : 0);
+    const float ang = (float)(p0 + r) * inv_freq;
     float sn, cs;
     sincosf(ang, &sn, &cs);
     const float x0 = xr[i], x1 = xr[i + half];  // both read before either is written
     yr[i] = x0 * cs - x1 * sn;
     yr[i + half] = x1 * cs + x0 * sn;
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache store: rows r < rows of k and v go to rows *pos + r of the caches (pos the batch
+// position, device data); rows past `cap` are never written. grid (ceil(rows * cols / 256), 2):
+// grid.y 0 stores K, 1 stores V.
+struct KvStoreArgs {
+    const float* k; i64 ldk;
+    const float* v; i64 ldv;
+    float* kc; i64 ldkc;
+    float* vc; i64 ldvc;
+    const i32* pos;
+    i32 rows, cols, cap;
+};
+
+extern "C" __global__ void kv_store(KvStoreArgs a) {
+    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (i64)a.rows * a.cols || blockIdx.y > 1) return;
+    const int r = (int)(idx / a.cols), c = (int)(idx % a.cols);
+    const int dst = *a.pos + r;
+    if (dst < 0 || dst >= a.cap) return;
+    if (blockIdx.y == 0) {
+        a.kc[(i64)dst * a.ldkc + c] = a.k[(i64)r * a.ldk + c];
+    } else {
+        a.vc[(i64)dst * a.ldvc + c] = a.v[(i64)r * a.ldv + c];
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -210,11 +240,4 @@ extern "C" __global__ void shared_gate(SharedGateArgs a) {
     for (int i = threadIdx.x; i < a.cols; i += blockDim.x) {
         a.y[(i64)row * a.ldy + i] = a.s[(i64)row * a.lds + i] * g;
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fills n floats with a value (poisoning outputs in checks, zeroing state).
-extern "C" __global__ void fill_f32(float* p, i64 n, float v) {
-    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < n) p[idx] = v;
 }

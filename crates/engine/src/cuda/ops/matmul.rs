@@ -1,0 +1,475 @@
+//! Dense projections (`Op::MatMul`, reference `cpu/ops/matmul.rs`): the tensor-core GEMMs and
+//! GEMVs of `kernels/gemm.cu` per weight type, the exact f32 SIMT GEMM of F32 weights (the
+//! router), and the opt-in cuBLAS path.
+
+use tally_gguf::GgmlType;
+use tally_model::OutLayout;
+
+use crate::EngineError;
+use crate::cuda::CudaBackend;
+use crate::cuda::args::*;
+use crate::cuda::launch::{blocks, launch};
+
+/// The decode GEMV `mmv_<t>` of a type (gemm.cu): x held in registers across the block's rows.
+pub(crate) fn mmv_kernel(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::Q4_K => "mmv_q4_k",
+        GgmlType::Q5_K => "mmv_q5_k",
+        GgmlType::Q6_K => "mmv_q6_k",
+        GgmlType::Q8_0 => "mmv_q8_0",
+        GgmlType::BF16 => "mmv_bf16",
+        GgmlType::F16 => "mmv_f16",
+        GgmlType::F32 => "mmv_f32",
+        _ => return None,
+    })
+}
+
+/// Threads of `mmv_<t>` per block (MMV_THREADS in gemm.cu).
+pub(crate) const MMV_THREADS: u32 = 256;
+
+/// Rows one `mmv_<t>` block step covers (mmv_rows_per_step in gemm.cu): groups of the pieces
+/// of a row (K/32, rounded up to a power of two) times the rows each thread unrolls.
+fn mmv_rows_per_step(ty: GgmlType, k: usize) -> usize {
+    let tpr = (k / 32)
+        .max(1)
+        .next_power_of_two()
+        .min(MMV_THREADS as usize);
+    let unroll = match ty {
+        GgmlType::Q6_K | GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 2,
+        _ => 4,
+    };
+    (MMV_THREADS as usize / tpr) * unroll
+}
+
+/// Whether a one-row-at-a-time product goes to `mmv_<t>` instead of `gemv_<t>`. Measured on
+/// the H200 (lab/gemm/bench.cu --decode, docs/results/2026-12-01-h200-decode/): mmv wins where
+/// a block walks many row steps with its x in registers (the 248,320-row output head: -18%)
+/// and on the MoE down projection (K = 512: gemv_<t> leaves half of each warp's lanes idle,
+/// -44% at Q4_K); elsewhere the two are within a few percent and gemv_<t> stays.
+pub(crate) fn use_mmv(ty: GgmlType, n: usize, k: usize) -> bool {
+    mmv_kernel(ty).is_some()
+        && k % 32 == 0
+        && k / 32 <= MMV_THREADS as usize
+        && (k <= 1024 || n >= 65536)
+}
+
+/// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
+/// (each walks the steps blockIdx.x, + gridDim.x, ...).
+pub(crate) fn mmv_grid_x(ty: GgmlType, n: usize, k: usize, max_blocks: u32) -> u32 {
+    let steps = n.div_ceil(mmv_rows_per_step(ty, k)).max(1);
+    (steps as u64).min(u64::from(max_blocks.max(1))) as u32
+}
+
+/// The four kernels of one weight type: BM 128, 64, 32 tensor-core tiles and the GEMV.
+pub(crate) fn gemm_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
+    Some(match ty {
+        GgmlType::Q4_K => ["gemm_q4_k", "gemm_q4_k_m64", "gemm_q4_k_m32", "gemv_q4_k"],
+        GgmlType::Q5_K => ["gemm_q5_k", "gemm_q5_k_m64", "gemm_q5_k_m32", "gemv_q5_k"],
+        GgmlType::Q6_K => ["gemm_q6_k", "gemm_q6_k_m64", "gemm_q6_k_m32", "gemv_q6_k"],
+        GgmlType::Q8_0 => ["gemm_q8_0", "gemm_q8_0_m64", "gemm_q8_0_m32", "gemv_q8_0"],
+        GgmlType::BF16 => ["gemm_bf16", "gemm_bf16_m64", "gemm_bf16_m32", "gemv_bf16"],
+        GgmlType::F16 => ["gemm_f16", "gemm_f16_m64", "gemm_f16_m32", "gemv_f16"],
+        GgmlType::F32 => ["gemm_f32", "gemm_f32_m64", "gemm_f32_m32", "gemv_f32"],
+        _ => return None,
+    })
+}
+
+pub(crate) const GEMM_TYPES: [GgmlType; 7] = [
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_0,
+    GgmlType::BF16,
+    GgmlType::F16,
+    GgmlType::F32,
+];
+
+/// ggml's numeric type id (what quant.cuh's QT_* constants are).
+pub(crate) fn qt(ty: GgmlType) -> i32 {
+    ty.id() as i32
+}
+
+/// (layout code, head_dim, n_head) of a projection's output layout, as gemm.cu takes them.
+pub(crate) fn layout_code(l: OutLayout) -> (i32, i32, i32) {
+    match l {
+        OutLayout::Plain => (0, 0, 0),
+        OutLayout::QGateSplit { n_head, head_dim } => (1, head_dim as i32, n_head as i32),
+    }
+}
+
+/// Which kernel of a type runs a product: 0 = BM 128, 1 = BM 64, 2 = BM 32, 3 = GEMV.
+/// `forced` (`TALLY_GEMM_VARIANT`) picks one for experiments; the tensor-core tiles need
+/// K % 64 == 0, and forcing one on another K is an error (the kernel would leave its output
+/// unwritten).
+pub(crate) fn dense_variant(
+    m: usize,
+    n: usize,
+    k: usize,
+    sms: u32,
+    forced: Option<usize>,
+) -> Result<usize, EngineError> {
+    if let Some(v) = forced {
+        if v < 3 && k % 64 != 0 {
+            return Err(EngineError::Unsupported(format!(
+                "TALLY_GEMM_VARIANT={v} needs K % 64 == 0; this projection has K = {k}"
+            )));
+        }
+        return Ok(v);
+    }
+    if m <= 8 || k % 64 != 0 {
+        return Ok(3);
+    }
+    let n_blocks = (n as u64).div_ceil(GEMM_BN as u64);
+    // The largest tile that still gives every SM a block.
+    for (v, bm) in [(0usize, 128u64), (1, 64), (2, 32)] {
+        if n_blocks * (m as u64).div_ceil(bm) >= u64::from(sms) {
+            return Ok(v);
+        }
+    }
+    Ok(2)
+}
+
+/// The f32 SIMT GEMM of an F32-weight product (m > 8 rows) and its square block tile:
+/// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, else `gemm_f32_simt_m32`
+/// (32 x 32, each K step split over 4 thread groups: 4x the blocks for the same work per output).
+pub(crate) fn simt_variant(m: usize, n: usize, sms: u32) -> (&'static str, i64) {
+    let tiles = |t: i64| (n as u64).div_ceil(t as u64) * (m as u64).div_ceil(t as u64);
+    if tiles(SIMT_TILE) >= u64::from(sms) {
+        ("gemm_f32_simt", SIMT_TILE)
+    } else {
+        ("gemm_f32_simt_m32", SIMT_M32_TILE)
+    }
+}
+
+/// Bytes of cuBLAS's own workspace on the cuBLAS path (set explicitly, so a captured graph
+/// never has the library allocate).
+pub(crate) const CUBLAS_WORKSPACE: usize = 32 << 20;
+
+/// The f16 operand bytes (weight, activations) of a dense projection that takes the cuBLAS path,
+/// or None when it runs on the engine's own kernels: F32 weights (the router stays exact) and
+/// shapes the operand kernels do not take stay there.
+pub(crate) fn cublas_operands(b: &CudaBackend, weight: &str, m: usize) -> Option<(usize, usize)> {
+    let min_m = b.options.cublas_min_m?;
+    let w = b.weight(weight).ok()?;
+    let (k, n) = (*w.dims.first()? as usize, *w.dims.get(1)? as usize);
+    let block = w.ty.block_elems();
+    let supported = w.ty != GgmlType::F32 && gemm_kernels(w.ty).is_some();
+    if m < min_m || !supported || k % 8 != 0 || block == 0 || k % block != 0 {
+        return None;
+    }
+    let align = |bytes: usize| bytes.div_ceil(256) * 256;
+    Some((align(n * k * 2), align(m * k * 2)))
+}
+
+/// Sizes and leading dimensions of the column-major `cublasGemmEx(OP_T, OP_N, ...)` call that
+/// computes row-major `Y[m][ldy] = X[m][k] * W'[n][k]^T`: column-major, that is
+/// `Y^T (n x m, ld ldy) = op(W') (n x k: W' is k x n column-major, transposed) * X^T (k x m, ld k)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GemmExDims {
+    m: i32,
+    n: i32,
+    k: i32,
+    lda: i32,
+    ldb: i32,
+    ldc: i32,
+}
+
+impl GemmExDims {
+    fn row_major(m: usize, n: usize, k: usize, ldy: usize) -> GemmExDims {
+        GemmExDims {
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            lda: k as i32,
+            ldb: k as i32,
+            ldc: ldy as i32,
+        }
+    }
+}
+
+/// A dense projection through cuBLAS: the weight dequantised once to f16 (rows already in
+/// output order for layout 1), the activations rounded to f16, then `cublasGemmEx` with f32
+/// accumulation and output: the precision of the engine's tensor-core kernels, each weight
+/// element decoded once instead of once per M tile.
+pub(crate) fn cublas_gemm(
+    b: &mut CudaBackend,
+    weight: &str,
+    m: usize,
+    x: (u64, i64),
+    y: (u64, i64),
+    (layout, head_dim, n_head): (i32, i32, i32),
+    (w_bytes, x_bytes): (usize, usize),
+) -> Result<(), EngineError> {
+    use cudarc::cublas::{result as blas_result, sys as blas};
+    let (w_ptr, ty, row_bytes, k, n) = {
+        let w = b.weight(weight)?;
+        (
+            w.buf.ptr,
+            w.ty,
+            w.row_bytes,
+            w.dims[0] as usize,
+            w.dims[1] as usize,
+        )
+    };
+    let handle = b.blas_handle()?;
+    let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
+    let (wh, xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
+    let s = b.cu_stream();
+    let gx = blocks(k as i64, 2048);
+    let dq = DequantF16Args {
+        w: w_ptr,
+        row_bytes: row_bytes as i64,
+        ty: qt(ty),
+        k: k as i32,
+        n: n as i32,
+        out: wh,
+        layout,
+        head_dim,
+        n_head,
+    };
+    // SAFETY: `dq` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    unsafe {
+        launch(
+            b.kernel("dequant_f16")?,
+            (gx, n as u32, 1),
+            (256, 1, 1),
+            0,
+            s,
+            &dq,
+        )
+    }?;
+    let cast = CastF16Args {
+        x: x.0,
+        ldx: x.1,
+        m: m as i32,
+        k: k as i32,
+        out: xh,
+    };
+    // SAFETY: `cast` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    unsafe {
+        launch(
+            b.kernel("cast_f16_rows")?,
+            (gx, m as u32, 1),
+            (256, 1, 1),
+            0,
+            s,
+            &cast,
+        )
+    }?;
+    let blas_err =
+        |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
+    // SAFETY: the workspace pointer addresses CUBLAS_WORKSPACE bytes of the backend's workspace,
+    // which lives until the next workspace growth (prepare() sizes it for every node first).
+    unsafe {
+        blas::cublasSetWorkspace_v2(handle, lib_ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
+            .result()
+            .map_err(|e| blas_err("cublasSetWorkspace", e))?;
+    }
+    crate::cuda::launch::count_library_call();
+    let d = GemmExDims::row_major(m, n, k, y.1 as usize);
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: wh holds n*k and xh m*k f16 values written above on the same stream; y.0 holds m
+    // rows of stride ldy >= n f32 values (the plan's output view); alpha and beta are host f32
+    // scalars (the handle's default host pointer mode) alive for the call.
+    unsafe {
+        blas_result::gemm_ex(
+            handle,
+            blas::cublasOperation_t::CUBLAS_OP_T,
+            blas::cublasOperation_t::CUBLAS_OP_N,
+            d.m,
+            d.n,
+            d.k,
+            (&alpha as *const f32).cast(),
+            wh as *const std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_16F,
+            d.lda,
+            xh as *const std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_16F,
+            d.ldb,
+            (&beta as *const f32).cast(),
+            y.0 as *mut std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            d.ldc,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| blas_err("cublasGemmEx", e))
+}
+
+/// A dense projection. F32 weights (the MoE router) with more than 8 rows run on the f32 SIMT
+/// GEMM: exact to f32 like the CPU reference, so near-tied experts are picked the same way (the
+/// tensor-core kernels round operands to f16); up to 8 rows, `gemv_f32` (also f32).
+pub(crate) fn dense_gemm(
+    b: &mut CudaBackend,
+    weight: &str,
+    m: usize,
+    x: (u64, i64),
+    y: (u64, i64),
+    (layout, head_dim, n_head): (i32, i32, i32),
+) -> Result<(), EngineError> {
+    if let Some(operands) = cublas_operands(b, weight, m) {
+        return cublas_gemm(b, weight, m, x, y, (layout, head_dim, n_head), operands);
+    }
+    let s = b.cu_stream();
+    let w = b.weight(weight)?;
+    let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
+    let names = gemm_kernels(w.ty).ok_or_else(|| {
+        EngineError::Unsupported(format!("no GEMM for {} weights ({weight})", w.ty.name()))
+    })?;
+    let a = GemmArgs {
+        w: w.buf.ptr,
+        w_row_bytes: w.row_bytes as i64,
+        w_expert_bytes: 0,
+        x: x.0,
+        ldx: x.1,
+        y: y.0,
+        ldy: y.1,
+        m: m as i32,
+        n: n as i32,
+        k: k as i32,
+        sorted_rows: 0,
+        x_div: 1,
+        tile_expert: 0,
+        tile_start: 0,
+        tile_rows: 0,
+        layout,
+        head_dim,
+        n_head,
+    };
+    let ty = w.ty;
+    if ty == GgmlType::F32 && m > 8 {
+        let (name, tile) = simt_variant(m, n, b.props.sm_count);
+        let grid = (
+            blocks(n as i64, tile as u32),
+            blocks(m as i64, tile as u32),
+            1,
+        );
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        return unsafe { launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a) };
+    }
+    let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
+    if v == 3 && use_mmv(ty, n, k) {
+        if let Some(name) = mmv_kernel(ty) {
+            let gx = mmv_grid_x(ty, n, k, 4 * b.props.sm_count);
+            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs);
+            // its pointers are the node's views in buffers `prepare` sized for this plan and the
+            // weights on the device; the grid-stride loop keeps every block inside the N rows.
+            return unsafe {
+                launch(
+                    b.kernel(name)?,
+                    (gx, m as u32, 1),
+                    (MMV_THREADS, 1, 1),
+                    0,
+                    s,
+                    &a,
+                )
+            };
+        }
+    }
+    let kern = b.kernel(names[v])?;
+    if v == 3 {
+        let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe { launch(kern, grid, (256, 1, 1), 0, s, &a) }
+    } else {
+        let bm = [128i64, 64, 32][v];
+        let grid = (
+            blocks(n as i64, GEMM_BN as u32),
+            blocks(m as i64, bm as u32),
+            1,
+        );
+        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
+        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
+        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        unsafe { launch(kern, grid, (256, 1, 1), gemm_smem_bytes(ty, bm), s, &a) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cuBLAS's definition of `C = op(A) op(B)` with op(A) = A^T and op(B) = B, column-major.
+    fn gemm_ex_t_n(d: GemmExDims, a: &[f32], b: &[f32], c: &mut [f32]) {
+        let (m, n, k) = (d.m as usize, d.n as usize, d.k as usize);
+        let (lda, ldb, ldc) = (d.lda as usize, d.ldb as usize, d.ldc as usize);
+        for j in 0..n {
+            for i in 0..m {
+                // op(A)(i, l) = A(l, i) = a[l + i * lda]; op(B)(l, j) = b[l + j * ldb].
+                c[i + j * ldc] = (0..k).map(|l| a[l + i * lda] * b[l + j * ldb]).sum();
+            }
+        }
+    }
+
+    #[test]
+    fn cublas_arguments_give_the_row_major_projection() {
+        let (m, n, k, ldy) = (3usize, 5usize, 4usize, 7usize);
+        let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.53).cos()).collect();
+        let mut y = vec![f32::NAN; m * ldy];
+        gemm_ex_t_n(GemmExDims::row_major(m, n, k, ldy), &w, &x, &mut y);
+        for r in 0..m {
+            for c in 0..ldy {
+                let got = y[r * ldy + c];
+                if c < n {
+                    let want: f32 = (0..k).map(|l| x[r * k + l] * w[c * k + l]).sum();
+                    assert!(
+                        (got - want).abs() < 1e-6,
+                        "y[{r}][{c}] = {got}, want {want}"
+                    );
+                } else {
+                    assert!(got.is_nan(), "padding y[{r}][{c}] written");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn simt_constants_mirror_gemm_cu() {
+        let src = include_str!("../kernels/gemm.cu");
+        for (mac, v) in [
+            ("SIMT_THREADS", i64::from(SIMT_THREADS)),
+            ("SIMT_BM", SIMT_TILE),
+            ("SIMT_BN", SIMT_TILE),
+            ("SIMT_M32_BM", SIMT_M32_TILE),
+            ("SIMT_M32_BN", SIMT_M32_TILE),
+        ] {
+            assert!(
+                src.contains(&format!("#define {mac} {v}\n")),
+                "{mac} != {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_forced_tile_on_a_k_it_cannot_run_is_an_error() {
+        // K = 96: only the GEMV runs it; forcing a tensor-core tile used to leave y stale.
+        for v in 0..3 {
+            let e = dense_variant(512, 256, 96, 132, Some(v)).expect_err("rejected");
+            assert!(e.to_string().contains("K % 64"), "{e}");
+        }
+        assert_eq!(dense_variant(512, 256, 96, 132, Some(3)).ok(), Some(3));
+        assert_eq!(dense_variant(512, 256, 128, 132, Some(1)).ok(), Some(1));
+        assert_eq!(dense_variant(512, 256, 96, 132, None).ok(), Some(3));
+    }
+
+    #[test]
+    fn simt_variant_gives_every_sm_a_block() {
+        // Router shapes (N = 256) on 132 SMs: 64 x 64 tiles from 4 x 33 blocks on.
+        assert_eq!(simt_variant(8192, 256, 132), ("gemm_f32_simt", 64));
+        assert_eq!(simt_variant(4096, 256, 132), ("gemm_f32_simt", 64));
+        assert_eq!(simt_variant(2112, 256, 132), ("gemm_f32_simt", 64));
+        assert_eq!(simt_variant(2048, 256, 132), ("gemm_f32_simt_m32", 32));
+        assert_eq!(simt_variant(512, 256, 132), ("gemm_f32_simt_m32", 32));
+        assert_eq!(simt_variant(100, 8, 132), ("gemm_f32_simt_m32", 32));
+    }
+}

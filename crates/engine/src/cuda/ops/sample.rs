@@ -1,0 +1,120 @@
+//! Sampling on the device: `sample_token` (kernels/sample.cu) reads the plan's logits, applies the
+//! penalties from a small window buffer, and writes one token id, the only thing downloaded. The
+//! procedure is the CPU reference's ([`crate::sample`]), step for step.
+
+use tally_model::Plan;
+
+use super::CudaBackend;
+use super::launch::launch;
+use super::mem::DevBuf;
+use crate::EngineError;
+use crate::sample::{SampleStep, min_p_weight};
+
+/// Kernels of `kernels/sample.cu`.
+pub const KERNELS: &[&str] = &["sample_token"];
+
+/// Threads of the one block (SAMPLE_THREADS in the kernel).
+const THREADS: u32 = 1024;
+
+/// `#[repr(C)]` mirror of `SampleArgs` in kernels/sample.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct SampleArgs {
+    logits: u64,
+    work: u64,
+    window: u64,
+    out: u64,
+    vocab: i32,
+    n_window: i32,
+    top_k: i32,
+    greedy: i32,
+    temperature: f32,
+    top_p: f32,
+    rep: f32,
+    freq: f32,
+    presence: f32,
+    min_weight: u64,
+    random: u64,
+}
+
+/// The device buffers of sampling, grown on demand: the penalised logits, the window, the id.
+#[derive(Default)]
+pub struct SampleBufs {
+    work: Option<DevBuf>,
+    window: Option<DevBuf>,
+    out: Option<DevBuf>,
+}
+
+fn at_least(slot: &mut Option<DevBuf>, bytes: usize, what: &str) -> Result<u64, EngineError> {
+    if slot.as_ref().is_none_or(|b| b.bytes < bytes) {
+        *slot = Some(DevBuf::alloc(bytes.max(4), what)?);
+    }
+    Ok(slot.as_ref().map(|b| b.ptr).unwrap_or(0))
+}
+
+impl CudaBackend {
+    /// One sampling step on the logits of `plan` (after its dispatches); returns the token id.
+    pub(crate) fn sample_on_device(
+        &mut self,
+        plan: &Plan,
+        step: &SampleStep<'_>,
+    ) -> Result<u32, EngineError> {
+        let p = step.params;
+        let vocab = plan.logits.cols;
+        let (logits, _) = self.view(plan, &plan.logits)?;
+        let stream = self.cu_stream();
+        let mut bufs = std::mem::take(&mut self.sample_bufs);
+        let result: Result<i32, EngineError> = (|| {
+            let work = at_least(&mut bufs.work, vocab * 4, "sampling work")?;
+            let window = at_least(&mut bufs.window, step.window.len() * 4, "sampling window")?;
+            let out = at_least(&mut bufs.out, 4, "sampled id")?;
+            let ids: Vec<i32> = step.window.iter().map(|&t| t as i32).collect();
+            if let Some(w) = &bufs.window {
+                w.upload(&ids, stream)?;
+            }
+            let args = SampleArgs {
+                logits,
+                work,
+                window,
+                out,
+                vocab: vocab as i32,
+                n_window: ids.len() as i32,
+                top_k: if p.top_k >= vocab { 0 } else { p.top_k as i32 },
+                greedy: i32::from(p.is_greedy()),
+                temperature: p.temperature,
+                top_p: p.top_p,
+                rep: p.repetition_penalty,
+                freq: p.frequency_penalty,
+                presence: p.presence_penalty,
+                min_weight: min_p_weight(p.min_p),
+                random: step.random,
+            };
+            // SAFETY: `SampleArgs` is the #[repr(C)] mirror of the kernel's struct; every pointer
+            // is a live allocation of at least the extent the kernel touches (vocab floats for
+            // logits and work, n_window ids, one id out); one block, as the kernel expects.
+            unsafe {
+                launch(
+                    self.kernel("sample_token")?,
+                    (1, 1, 1),
+                    (THREADS, 1, 1),
+                    0,
+                    stream,
+                    &args,
+                )
+            }?;
+            let mut id = [0i32; 1];
+            if let Some(o) = &bufs.out {
+                o.download_at(0, &mut id, stream)?;
+            }
+            Ok(id[0])
+        })();
+        self.sample_bufs = bufs;
+        let id = result?;
+        if id < 0 || id as usize >= vocab {
+            return Err(EngineError::Internal(format!(
+                "device sampler returned id {id} for a vocabulary of {vocab}"
+            )));
+        }
+        Ok(id as u32)
+    }
+}

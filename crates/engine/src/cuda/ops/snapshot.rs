@@ -1,0 +1,90 @@
+//! Saved sequence states on the device: device-to-device copies of the leading bytes of each
+//! persistent state buffer into a slot, and back. A slot holds exactly the extents it was given
+//! (a KV cache's filled rows, the whole conv and recurrent states), so its size is the state's
+//! real extent, not the session's capacity.
+
+use std::collections::HashMap;
+
+use cudarc::driver::result;
+
+use super::CudaBackend;
+use super::mem::{DevBuf, cuda_err};
+use crate::EngineError;
+use crate::backend::StateExtent;
+
+/// Slots of saved state: per slot, (buffer name, copy).
+#[derive(Default)]
+pub struct Snapshots {
+    slots: HashMap<u64, Vec<(String, DevBuf)>>,
+}
+
+impl Snapshots {
+    pub fn remove(&mut self, slot: u64) {
+        self.slots.remove(&slot);
+    }
+}
+
+impl CudaBackend {
+    pub(crate) fn snapshot_save(
+        &mut self,
+        slot: u64,
+        extents: &[StateExtent],
+    ) -> Result<usize, EngineError> {
+        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        self.snapshots.remove(slot);
+        let stream = self.cu_stream();
+        let mut saved = Vec::with_capacity(extents.len());
+        let mut total = 0;
+        for e in extents {
+            let live = self
+                .state
+                .get(&e.name)
+                .ok_or_else(|| EngineError::Internal(format!("state {} missing", e.name)))?;
+            if e.bytes > live.bytes {
+                return Err(EngineError::Internal(format!(
+                    "snapshot of {} bytes of {} ({} bytes)",
+                    e.bytes, e.name, live.bytes
+                )));
+            }
+            let copy = DevBuf::alloc(e.bytes, "saved sequence state")?;
+            if e.bytes > 0 {
+                // SAFETY: both ranges lie in live allocations of at least `e.bytes` (checked
+                // above); the stream is the backend's, synchronised below.
+                unsafe { result::memcpy_dtod_async(copy.ptr, live.ptr, e.bytes, stream) }
+                    .map_err(cuda_err)?;
+            }
+            total += e.bytes;
+            saved.push((e.name.clone(), copy));
+        }
+        self.sync()?;
+        self.snapshots.slots.insert(slot, saved);
+        Ok(total)
+    }
+
+    pub(crate) fn snapshot_restore(&mut self, slot: u64) -> Result<(), EngineError> {
+        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        let stream = self.cu_stream();
+        let saved = self
+            .snapshots
+            .slots
+            .get(&slot)
+            .ok_or_else(|| EngineError::Internal(format!("no saved state in slot {slot}")))?;
+        for (name, copy) in saved {
+            let live = self
+                .state
+                .get(name)
+                .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))?;
+            if copy.bytes > live.bytes {
+                return Err(EngineError::Internal(format!(
+                    "saved {} bytes of {name} into {} bytes",
+                    copy.bytes, live.bytes
+                )));
+            }
+            // SAFETY: as in snapshot_save, with the direction reversed (the saved allocation
+            // holds `copy.bytes`, the live one at least that, checked above).
+            unsafe { result::memcpy_dtod_async(live.ptr, copy.ptr, copy.bytes, stream) }
+                .map_err(cuda_err)?;
+        }
+        self.sync()
+    }
+}

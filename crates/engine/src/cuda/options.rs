@@ -1,0 +1,168 @@
+//! The CUDA backend's switches, read from the environment once, when the backend opens, and
+//! recorded with every measurement (see [`CudaOptions::describe`]).
+
+use crate::EngineError;
+
+/// Every switch of the CUDA backend. Built by [`CudaOptions::from_env`]; an unknown value is an
+/// error, not a silent default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// `TALLY_GEMM=cublas`: dense projections of at least this many rows go through cuBLAS
+    /// (`TALLY_GEMM_CUBLAS_MIN_M`, default 128); `None` (unset or `kernels`): the engine's own
+    /// kernels.
+    pub cublas_min_m: Option<usize>,
+    /// `TALLY_GEMM_VARIANT=0..3`: forces one kernel of every quantised dense projection (BM 128,
+    /// 64, 32 tensor-core tiles, or the GEMV), for experiments. A tile on a shape it cannot run
+    /// (K not a multiple of 64) is an error.
+    pub gemm_variant: Option<usize>,
+    /// Captured CUDA graphs for plans of more than one token (prefill): on unless
+    /// `TALLY_NO_GRAPH` is set.
+    pub prefill_graph: bool,
+    /// The one-token plan captured once and relaunched at every decode step: on unless
+    /// `TALLY_NO_GRAPH` is set (`TALLY_NO_GRAPH=decode` turns off this one only).
+    pub decode_graph: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            cublas_min_m: None,
+            gemm_variant: None,
+            prefill_graph: true,
+            decode_graph: true,
+        }
+    }
+}
+
+impl CudaOptions {
+    /// The options of this process's environment.
+    pub fn from_env() -> Result<CudaOptions, EngineError> {
+        CudaOptions::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The options from `get` (a variable's value, or `None` when unset).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<CudaOptions, EngineError> {
+        let bad = |var: &str, v: &str, want: &str| {
+            EngineError::Unsupported(format!("{var}={v}: expected {want}"))
+        };
+        let mut o = CudaOptions::default();
+        match get("TALLY_GEMM").as_deref() {
+            None | Some("") | Some("kernels") => {}
+            Some("cublas") => {
+                o.cublas_min_m = Some(match get("TALLY_GEMM_CUBLAS_MIN_M") {
+                    None => 128,
+                    Some(v) => v
+                        .parse()
+                        .map_err(|_| bad("TALLY_GEMM_CUBLAS_MIN_M", &v, "a row count"))?,
+                });
+            }
+            Some(v) => return Err(bad("TALLY_GEMM", v, "cublas or kernels")),
+        }
+        if let Some(v) = get("TALLY_GEMM_VARIANT").filter(|v| !v.is_empty()) {
+            match v.parse::<usize>() {
+                Ok(n) if n < 4 => o.gemm_variant = Some(n),
+                _ => return Err(bad("TALLY_GEMM_VARIANT", &v, "0, 1, 2 or 3")),
+            }
+        }
+        match get("TALLY_NO_GRAPH").as_deref() {
+            None => {}
+            Some("decode") => o.decode_graph = false,
+            Some(_) => {
+                o.prefill_graph = false;
+                o.decode_graph = false;
+            }
+        }
+        Ok(o)
+    }
+
+    /// Whether a plan of `n_tokens` tokens is captured as a graph.
+    pub fn graph_for(&self, n_tokens: usize) -> bool {
+        if n_tokens == 1 {
+            self.decode_graph
+        } else {
+            self.prefill_graph
+        }
+    }
+
+    /// `name=value` for every option, as recorded in a measurement's engine info.
+    pub fn describe(&self) -> Vec<String> {
+        let on = |b: bool| if b { "on" } else { "off" };
+        vec![
+            match self.cublas_min_m {
+                Some(m) => format!("gemm=cublas(min_m={m})"),
+                None => "gemm=kernels".into(),
+            },
+            match self.gemm_variant {
+                Some(v) => format!("gemm_variant={v}"),
+                None => "gemm_variant=auto".into(),
+            },
+            format!("prefill_graph={}", on(self.prefill_graph)),
+            format!("decode_graph={}", on(self.decode_graph)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(vars: &[(&str, &str)]) -> Result<CudaOptions, EngineError> {
+        CudaOptions::from_vars(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn defaults_are_the_engines_kernels_with_graphs() {
+        let o = opts(&[]).expect("defaults");
+        assert_eq!(o, CudaOptions::default());
+        assert_eq!(
+            o.describe(),
+            [
+                "gemm=kernels",
+                "gemm_variant=auto",
+                "prefill_graph=on",
+                "decode_graph=on"
+            ]
+        );
+    }
+
+    #[test]
+    fn each_switch_is_read() {
+        let o = opts(&[
+            ("TALLY_GEMM", "cublas"),
+            ("TALLY_GEMM_CUBLAS_MIN_M", "64"),
+            ("TALLY_GEMM_VARIANT", "2"),
+            ("TALLY_NO_GRAPH", "decode"),
+        ])
+        .expect("options");
+        assert_eq!(o.cublas_min_m, Some(64));
+        assert_eq!(o.gemm_variant, Some(2));
+        assert!(o.graph_for(512) && !o.graph_for(1));
+        let none = opts(&[("TALLY_NO_GRAPH", "1")]).expect("options");
+        assert!(!none.graph_for(512) && !none.graph_for(1));
+        assert_eq!(
+            opts(&[("TALLY_GEMM", "cublas")])
+                .expect("options")
+                .cublas_min_m,
+            Some(128)
+        );
+    }
+
+    #[test]
+    fn unknown_values_are_errors() {
+        for vars in [
+            [("TALLY_GEMM", "cuBLAS")],
+            [("TALLY_GEMM_VARIANT", "4")],
+            [("TALLY_GEMM_VARIANT", "m64")],
+        ] {
+            let e = opts(&vars).expect_err("rejected").to_string();
+            assert!(e.contains(vars[0].0), "{e}");
+        }
+        let e = opts(&[("TALLY_GEMM", "cublas"), ("TALLY_GEMM_CUBLAS_MIN_M", "x")])
+            .expect_err("rejected");
+        assert!(e.to_string().contains("TALLY_GEMM_CUBLAS_MIN_M"));
+    }
+}

@@ -1,0 +1,298 @@
+//! `tally generate`: a prompt in, streamed text out, and the speeds at the end.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tally_engine::Session;
+use tally_engine::generate::{Generation, Generator, TokenText};
+use tally_engine::sample::SamplingParams;
+use tally_text::{ChatMessage, ChatRequest, ChatTemplate, Tokenizer};
+
+use super::{Format, InputError};
+
+/// How tokens are chosen (llama.cpp's defaults; `--temp 0` is greedy).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Sampling {
+    /// Temperature; 0 = greedy (the most likely token, ties to the lowest id).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens holding this probability (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Keep tokens at least this fraction as likely as the best (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty over the last --repeat-last-n tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Tokens the penalties look back over.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Presence penalty (subtracted once per token present in the window).
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    /// Frequency penalty (subtracted per occurrence in the window).
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    /// Seed of the sampler (same seed, same prompt, same output).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when the output contains this text (repeatable; not printed).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep going past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
+    max_tokens: usize,
+}
+
+impl Sampling {
+    pub fn params(&self) -> Result<SamplingParams> {
+        let p = SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed: self.seed,
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            stop_at_eos: !self.ignore_eos,
+        };
+        p.validate().map_err(InputError)?;
+        if p.max_tokens == 0 {
+            return Err(InputError("-n/--max-tokens must be at least 1".into()).into());
+        }
+        Ok(p)
+    }
+}
+
+/// The model, its vocabulary and where it runs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The qwen35moe GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// A GGUF holding the vocabulary (tokenizer.ggml.*) when the model file has none, e.g. a
+    /// vocab-only file; default: the model file.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Backend: cpu (reference) or cuda.
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// CPU threads (0: one per core).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Context: positions the session holds (prompt and output).
+    #[arg(short = 'c', long, default_value_t = 4096)]
+    pub ctx: usize,
+}
+
+/// The tokenizer as the generator sees it: control tokens print as nothing.
+pub struct Text(pub Tokenizer);
+
+impl TokenText for Text {
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        if self.0.is_control(id) {
+            Vec::new()
+        } else {
+            self.0.token_piece(id).to_vec()
+        }
+    }
+    fn is_end(&self, id: u32) -> bool {
+        self.0.is_eog(id)
+    }
+}
+
+/// A loaded model with its tokenizer and a generator over the chosen backend.
+pub struct Loaded {
+    pub text: Arc<Text>,
+    pub generator: Generator<Box<dyn tally_engine::Backend>>,
+    pub device: String,
+}
+
+pub fn load(a: &ModelArgs) -> Result<Loaded> {
+    let model = super::common::open_model(&a.model)?;
+    let tok_file = match &a.tokenizer {
+        Some(p) => {
+            tally_gguf::GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?
+        }
+        None => tally_gguf::GgufFile::open(&a.model)
+            .with_context(|| format!("opening {}", a.model.display()))?,
+    };
+    let tok = Tokenizer::from_gguf(&tok_file).with_context(|| {
+        format!(
+            "reading the vocabulary of {} (give --tokenizer FILE for a file without one)",
+            tok_file.path().display()
+        )
+    })?;
+    if tok.vocab_size() > model.config.vocab {
+        return Err(InputError(format!(
+            "the vocabulary has {} tokens but the model only {} logits",
+            tok.vocab_size(),
+            model.config.vocab
+        ))
+        .into());
+    }
+    let ctx = a.ctx.min(model.config.context_length);
+    let backend = tally_engine::backend::open(&a.backend, model.clone(), a.threads)?;
+    let device = backend.device();
+    let session = Session::new(model.clone(), backend, ctx)?;
+    Ok(Loaded {
+        text: Arc::new(Text(tok)),
+        generator: Generator::new(session),
+        device,
+    })
+}
+
+/// The chat template: `--template FILE`, else the model's (or the tokenizer file's).
+pub fn template(a: &ModelArgs, file: Option<&Path>) -> Result<ChatTemplate> {
+    let t = match file {
+        Some(p) => ChatTemplate::from_file(p)?,
+        None => {
+            let path = a.tokenizer.as_ref().unwrap_or(&a.model);
+            let f = tally_gguf::GgufFile::open(path)?;
+            ChatTemplate::from_gguf(&f).map_err(|e| {
+                InputError(format!(
+                    "{e} ({} has no usable tokenizer.chat_template: give --template FILE)",
+                    path.display()
+                ))
+            })?
+        }
+    };
+    Ok(t)
+}
+
+/// Generate text from a prompt, streamed to stdout; speeds go to stderr at the end.
+///
+/// Example: tally generate --model model.gguf --prompt "The capital of France is" -n 32 --temp 0
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    m: ModelArgs,
+    /// The prompt text.
+    #[arg(long, short = 'p')]
+    prompt: String,
+    /// Wrap the prompt as a user message in the chat template (with the assistant's header).
+    #[arg(long)]
+    chat: bool,
+    /// A system message (with --chat).
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// A Jinja chat template to use instead of the file's (with --chat).
+    #[arg(long, requires = "chat")]
+    template: Option<PathBuf>,
+    /// With --chat: turn the model's reasoning block off (Qwen's enable_thinking=false).
+    #[arg(long, requires = "chat")]
+    no_think: bool,
+    #[command(flatten)]
+    s: Sampling,
+    /// Also run the CPU reference sampler on each step's logits and report disagreements
+    /// (`sampler_mismatches`; a check of on-device sampling, slower).
+    #[arg(long)]
+    verify_sampler: bool,
+    /// text: the output streamed, speeds on stderr; json: one object at the end.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    output: Format,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    model: String,
+    backend: String,
+    device: String,
+    #[serde(flatten)]
+    generation: &'a Generation,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+}
+
+/// The speeds line printed after an answer.
+pub fn speeds(g: &Generation) -> String {
+    format!(
+        "prompt {} tokens ({} resumed) in {:.3} s: {:.1} tok/s | generated {} tokens in {:.3} s: {:.1} tok/s | finish: {}",
+        g.prompt_tokens,
+        g.cached_tokens,
+        g.prefill_seconds,
+        g.prefill_tok_s(),
+        g.tokens.len(),
+        g.decode_seconds,
+        g.decode_tok_s(),
+        serde_json::to_value(g.finish)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    )
+}
+
+pub fn main(a: Args) -> Result<()> {
+    let params = a.s.params()?;
+    let mut l = load(&a.m)?;
+    l.generator.check_sampler(a.verify_sampler);
+    let text = if a.chat {
+        let t = template(&a.m, a.template.as_deref())?;
+        let mut messages = Vec::new();
+        if let Some(s) = &a.system {
+            messages.push(ChatMessage::new("system", s));
+        }
+        messages.push(ChatMessage::new("user", &a.prompt));
+        t.render(&ChatRequest {
+            messages,
+            add_generation_prompt: true,
+            enable_thinking: a.no_think.then_some(false),
+            ..ChatRequest::default()
+        })?
+    } else {
+        a.prompt.clone()
+    };
+    let mut ids = Vec::new();
+    if !a.chat && l.text.0.add_bos() {
+        ids.extend(l.text.0.bos());
+    }
+    ids.extend(l.text.0.encode(&text, a.chat));
+    if ids.is_empty() {
+        return Err(InputError("the prompt is empty".into()).into());
+    }
+    let stream = a.output == Format::Text;
+    let mut stdout = std::io::stdout().lock();
+    let cancel = AtomicBool::new(false);
+    let g = l
+        .generator
+        .generate(&ids, &params, l.text.as_ref(), &cancel, &mut |ev| {
+            if stream && !ev.text.is_empty() {
+                let _ = stdout.write_all(ev.text.as_bytes());
+                let _ = stdout.flush();
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+    match a.output {
+        Format::Json => {
+            let r = Report {
+                model: a.m.model.display().to_string(),
+                backend: a.m.backend.clone(),
+                device: l.device.clone(),
+                generation: &g,
+                prefill_tokens_per_s: g.prefill_tok_s(),
+                decode_tokens_per_s: g.decode_tok_s(),
+            };
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&r)?)?;
+        }
+        Format::Text | Format::Md => {
+            writeln!(stdout)?;
+            eprintln!("{}", speeds(&g));
+        }
+    }
+    Ok(())
+}
