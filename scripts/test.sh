@@ -2,7 +2,7 @@
 # The tests, as CI runs them: formatting, lints, and every test of the workspace (unit, golden vs
 # transformers, bad input, fuzz properties, NVRTC compilation of every CUDA kernel, the llama.cpp
 # peer on the CPU, end-to-end ledger on the tiny model, the tokenizer on llama.cpp's real Qwen
-# vocabularies).
+# vocabularies, the server with real clients), after the libFuzzer target for a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -15,6 +15,9 @@ TALLY_E2E_PYTHON="$(scripts/lib/serve-venv.sh)"
 export TALLY_E2E_PYTHON
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features tally/llama -- -D warnings
+# Coverage-guided fuzzing of GGUF reading, config validation and plan building, bounded (the
+# one-hour campaign's result is in docs/results/fuzz-model-file.md).
+scripts/fuzz.sh 60
 cargo test --workspace --features tally/llama
 # The server's load tests (N concurrent streams for T seconds): what they measured.
 for f in target/serve-e2e/*.json; do

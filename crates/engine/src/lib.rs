@@ -13,6 +13,7 @@ pub mod backend;
 pub mod cpu;
 pub mod cuda;
 pub mod exec;
+pub mod finite;
 pub mod generate;
 pub mod peaks;
 pub mod prefix;

@@ -14,6 +14,11 @@ pub enum GgufError {
         source: std::io::Error,
     },
 
+    /// The path names a directory, a FIFO, a device or a socket: a model is a regular file (a FIFO
+    /// would block the open, and none of them can be mapped).
+    #[error("{path}: is {what}, not a regular file (a GGUF model must be a regular file)")]
+    NotAFile { path: PathBuf, what: &'static str },
+
     /// The first four bytes are not `GGUF`.
     #[error(
         "{path}: not a GGUF file: magic bytes are {found:02x?} (\"{}\"), expected \"GGUF\"",

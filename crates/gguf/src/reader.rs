@@ -124,6 +124,22 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+/// What a non-regular file is, for error messages.
+fn describe(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
 impl GgufFile {
     /// Maps and validates a GGUF (v2 or v3, little-endian) file.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
@@ -131,6 +147,15 @@ impl GgufFile {
             path: path.to_path_buf(),
             source,
         };
+        // Looked at before opening: opening a FIFO for reading blocks until a writer comes, and
+        // a directory opens but fails to map with a misleading "No such device".
+        let kind = std::fs::metadata(path).map_err(io)?.file_type();
+        if !kind.is_file() {
+            return Err(GgufError::NotAFile {
+                path: path.to_path_buf(),
+                what: describe(kind),
+            });
+        }
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let bytes = if len == 0 {

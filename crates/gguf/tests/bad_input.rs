@@ -149,6 +149,32 @@ fn empty_file_on_disk_and_missing_file() {
 }
 
 #[test]
+fn directories_and_fifos_are_refused_before_opening() {
+    let dir = std::env::temp_dir();
+    let e = GgufFile::open(&dir).unwrap_err();
+    assert!(matches!(e, GgufError::NotAFile { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .ends_with("is a directory, not a regular file (a GGUF model must be a regular file)"),
+        "{e}"
+    );
+    let fifo = temp_path("fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    // Opening a FIFO for reading would block here until a writer came.
+    let e = GgufFile::open(&fifo).unwrap_err().to_string();
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(
+        e.contains("is a FIFO (named pipe), not a regular file"),
+        "{e}"
+    );
+}
+
+#[test]
 fn truncated_at_every_cut_point() {
     let full = valid_file();
     let g = GgufFile::from_bytes(full.clone(), "full").unwrap();

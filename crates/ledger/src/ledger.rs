@@ -438,6 +438,14 @@ pub struct Ledger {
     pub config: LedgerConfig,
 }
 
+impl Ledger {
+    /// Why the verdicts are withheld (failed validations, exhausted noise gates); empty when
+    /// the ledger can be trusted. Non-empty means the headline says "no verdict".
+    pub fn withheld(&self) -> Vec<String> {
+        build::withheld_reasons(&self.a, &self.b)
+    }
+}
+
 impl fmt::Display for FigureSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

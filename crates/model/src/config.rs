@@ -146,6 +146,7 @@ impl Config {
                 return bad(format!("{ARCH}.{name} must be positive, got 0"));
             }
         }
+        crate::limits::check(self)?;
         if self.layers.len() != self.n_layers {
             return bad(format!(
                 "{} layer kinds for {} layers",
@@ -189,7 +190,7 @@ impl Config {
                 self.rms_eps
             ));
         }
-        if self.rope_theta.is_nan() || self.rope_theta <= 1.0 {
+        if !self.rope_theta.is_finite() || self.rope_theta <= 1.0 {
             return bad(format!(
                 "rope.freq_base {} is out of range",
                 self.rope_theta
@@ -210,6 +211,8 @@ impl Config {
         }
         let meta = Meta { file };
         let block_count = meta.usize("block_count")?;
+        // Before anything per-layer is sized from it.
+        crate::limits::check_layers(block_count)?;
         let n_mtp_layers = meta.usize_or("nextn_predict_layers", 0)?;
         if n_mtp_layers >= block_count.max(1) {
             return Err(ModelError::Config(format!(

@@ -11,6 +11,7 @@
 pub mod build;
 pub mod config;
 pub mod export;
+pub mod limits;
 pub mod mtp;
 pub mod plan;
 pub mod rng;

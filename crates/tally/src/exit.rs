@@ -1,5 +1,7 @@
-//! Exit codes: 0 success, 2 bad input (the file, the prompt or an argument is wrong), 1 anything
-//! else (a failure of the machine or of tally itself).
+//! Exit codes: 0 success, 2 bad input (the file, the prompt or an argument is wrong, or the model
+//! file changed while mapped), 3 no verdict (measured, but a validation failed or the noise gate
+//! ran out of retries: the report says so), 1 anything else (a failure of the machine or of
+//! tally itself).
 
 use tally_engine::EngineError;
 use tally_gguf::GgufError;
@@ -9,6 +11,30 @@ use tally_text::TextError;
 /// Bad input the user can fix.
 pub const BAD_INPUT: i32 = 2;
 pub const FAILURE: i32 = 1;
+/// The measurements completed but cannot be trusted: a validation failed or the noise gate ran
+/// out of retries; the report says "no verdict" where it applies.
+pub const NO_VERDICT: i32 = 3;
+/// The mapped model file was truncated or overwritten while tally read it (SIGBUS): the file as
+/// read is bad, so this is the bad-input code.
+pub const MAPPED_FILE_CHANGED: i32 = BAD_INPUT;
+
+/// The error and its causes on one line, each cause once: a cause whose text an outer message
+/// already carries (`GgufError::Io` prints its OS error and also returns it as its source) is
+/// not repeated.
+pub fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
 
 fn engine_is_input(e: &EngineError) -> bool {
     match e {
@@ -40,6 +66,9 @@ pub fn code(e: &anyhow::Error) -> i32 {
             || cause.downcast_ref::<crate::cmd::InputError>().is_some()
         {
             return BAD_INPUT;
+        }
+        if cause.downcast_ref::<crate::cmd::NoVerdict>().is_some() {
+            return NO_VERDICT;
         }
     }
     FAILURE

@@ -3,17 +3,32 @@
 
 mod cmd;
 mod exit;
+mod signals;
 
 use clap::{Parser, Subcommand};
 
 /// A prefill-first engine for Qwen3.6-35B-A3B (GGUF `qwen35moe`) with a ledger: it measures
 /// itself and llama.cpp on the same GGUF file, operator category by category, the same way.
-///
-/// Typical session:
-///   tally synth --preset tiny --quant q8_0 --out tiny.gguf     # a small model with random weights
-///   tally run --model tiny.gguf --tokens 64 -n 8               # prefill 64 tokens, decode 8
 #[derive(Parser)]
-#[command(name = "tally", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "tally",
+    version,
+    about,
+    long_about,
+    propagate_version = true,
+    after_help = "Typical session:
+  tally synth --preset tiny --quant q8_0 --out tiny.gguf   # a small model with random weights
+  tally run --model tiny.gguf --tokens 64 -n 8             # prefill 64 tokens, decode 8
+  tally ledger --model tiny.gguf --peer llama.cpp          # where the gap to llama.cpp lives
+
+Exit codes:
+  0  success
+  1  a failure of the machine or of tally itself
+  2  bad input: the model file, an argument or the prompt (the message names it); also a model
+     file truncated or overwritten while tally had it mapped
+  3  no verdict: the measurements ran and the reports were written, but a validation failed or
+     the noise gate ran out of retries (the affected rows and the headline say \"no verdict\")"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,8 +41,22 @@ enum Command {
     Check(cmd::check::Args),
     Graph(cmd::graph::Args),
     Info(cmd::info::Args),
+    /// Standalone timing of every op of the plan, per category (the ledger's opbench protocol).
+    ///
+    /// Each op runs alone on synthetic inputs of its real shape, --op-reps times per window,
+    /// noise-gated; MoE ops use a realistic routing (see --routing).
+    #[command(after_help = "Example:\n  tally opbench --model tiny.gguf -p 512 -r 5")]
     Opbench(cmd::measure::Args),
+    /// In-graph replay: re-runs each category's nodes inside the real forward pass and times them.
+    ///
+    /// The replay validations (replayed outputs equal the real ones, category times add up to
+    /// the end-to-end time) are reported; a failed one means the figures are not trusted.
+    #[command(after_help = "Example:\n  tally replay --model tiny.gguf -p 512 -r 5")]
     Replay(cmd::measure::Args),
+    /// Every protocol on tally alone: graph, end to end, standalone ops, in-graph replay.
+    ///
+    /// Writes tally-BACKEND-ppN.measurement.json, which `tally ledger A B` compares.
+    #[command(after_help = "Example:\n  tally measure --model tiny.gguf -p 512 --out-dir out")]
     Measure(cmd::measure::Args),
     Ledger(cmd::ledger::Args),
     Bench(cmd::bench::Args),
@@ -39,6 +68,7 @@ enum Command {
 }
 
 fn main() {
+    signals::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Synth(a) => cmd::synth::main(a),
@@ -58,7 +88,7 @@ fn main() {
         Command::Serve(a) => cmd::serve::main(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", exit::render(&e));
         std::process::exit(exit::code(&e));
     }
 }

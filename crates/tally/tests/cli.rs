@@ -168,7 +168,10 @@ fn token_outside_vocabulary_and_too_long_prompt_are_bad_input() {
     let o = tally(&["run", "--model", &ps, "--token-ids", "1,2,99999"]);
     assert_bad_input(&o, "token id 99999 is outside the vocabulary of 512");
     let o = tally(&["run", "--model", &ps, "--tokens", "40"]);
-    assert_bad_input(&o, "longer than supported");
+    assert_bad_input(
+        &o,
+        "--tokens 40: longer than the model's context of 32 positions",
+    );
 }
 
 #[test]
@@ -266,7 +269,15 @@ fn ledger_of_tally_against_itself_writes_every_report() {
         "--out-dir",
         &out.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // 3: measured, but a validation failed or the noise gate ran out of retries (a loaded
+    // machine); then the headline must say so.
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code() == Some(3),
+        stdout.contains("Verdict: NO VERDICT"),
+        "{stdout}"
+    );
     for f in ["ledger-pp8.md", "ledger-pp8.json", "ledger-pp8.svg"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
@@ -294,7 +305,7 @@ fn ledger_of_tally_against_itself_writes_every_report() {
         "--out-dir",
         &out.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
     let o = tally(&["ledger", &a.to_string_lossy(), &p.to_string_lossy()]);
     assert_bad_input(&o, "is not a tally measurement");
 }
@@ -354,7 +365,8 @@ fn ledger_against_llama_cpp_on_the_cpu() {
         "--out-dir",
         &out.to_string_lossy(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // 3: no verdict on a loaded machine (the reports are still written).
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["a"]["engine"]["engine"], "tally");
     assert_eq!(v["b"]["engine"]["engine"], "llama.cpp");

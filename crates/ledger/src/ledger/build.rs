@@ -227,6 +227,11 @@ fn summary(m: &Measurement, category_sum_ms: f64) -> SideSummary {
     }
 }
 
+/// A side's rate exceeds the measured bandwidth or matrix peak.
+pub(crate) fn over_peak(s: &Side) -> bool {
+    s.gbps_of_peak_ratio.is_some_and(|x| x > 1.0) || s.tflops_of_peak_ratio.is_some_and(|x| x > 1.0)
+}
+
 fn warnings(
     a: &Measurement,
     b: &Measurement,
@@ -272,6 +277,27 @@ fn warnings(
             ));
         }
     }
+    // A rate above the measured ceiling means the ceiling is wrong, not that the code beats it.
+    for (name, over) in [
+        (
+            "A",
+            rows.iter().filter(|r| over_peak(&r.a)).collect::<Vec<_>>(),
+        ),
+        (
+            "B",
+            rows.iter().filter(|r| over_peak(&r.b)).collect::<Vec<_>>(),
+        ),
+    ] {
+        if !over.is_empty() {
+            let cats: Vec<&str> = over.iter().map(|r| r.category.name()).collect();
+            w.push(format!(
+                "{name} runs above its machine's measured peak in {} (marked >100%!): the peak \
+                 is wrong (re-measure with `tally machine`), so floors and utilisations are not \
+                 meaningful",
+                cats.join(", ")
+            ));
+        }
+    }
     let mixed: Vec<&str> = rows
         .iter()
         .filter(|r| r.method == RowMethod::Mixed)
@@ -284,6 +310,45 @@ fn warnings(
         ));
     }
     w
+}
+
+/// Why the ledger's verdicts cannot all be trusted: one line per failed validation or exhausted
+/// noise gate, on either side. Empty when every check passed.
+pub(crate) fn withheld_reasons(sa: &SideSummary, sb: &SideSummary) -> Vec<String> {
+    let mut v = Vec::new();
+    for (name, s) in [("A", sa), ("B", sb)] {
+        if s.replay_trusted == Some(false) {
+            v.push(format!(
+                "{name} ({}) in-graph replay failed its validations",
+                s.label
+            ));
+        }
+        if s.gate_exhausted {
+            v.push(format!(
+                "{name} ({}) noise gate ran out of retries",
+                s.label
+            ));
+        }
+        if !s.graph_ok {
+            v.push(format!("{name} ({}) graph checks failed", s.label));
+        }
+        if !s.probe.complete {
+            v.push(format!("{name} ({}) probes incomplete", s.label));
+        }
+    }
+    v
+}
+
+/// Whether a row's verdict rests on something that failed: a side whose gate ran out of
+/// retries or whose graph/probe checks failed taints every row; an untrusted replay taints the
+/// rows that still use that side's in-graph figure.
+fn row_affected(r: &LedgerRow, sa: &SideSummary, sb: &SideSummary) -> bool {
+    [(sa, &r.a), (sb, &r.b)].into_iter().any(|(s, side)| {
+        s.gate_exhausted
+            || !s.graph_ok
+            || !s.probe.complete
+            || (s.replay_trusted == Some(false) && side.source == FigureSource::InGraph)
+    })
 }
 
 /// Builds the ledger of `a` (ours) against `b` (peer).
@@ -356,6 +421,17 @@ pub fn build_ledger_with(a: &Measurement, b: &Measurement, cfg: &LedgerConfig) -
          errors of opposite sign"
             .into(),
     );
+    let mut e2e = compare(&e2e_fig(a), &e2e_fig(b), cfg.min_samples);
+    // A failed validation or an exhausted noise gate withholds the verdicts it touches: the
+    // headline always, and each row whose figures come from the affected side and method.
+    if !withheld_reasons(&sa, &sb).is_empty() {
+        e2e.verdict = crate::noise::Verdict::NoVerdict;
+        for r in &mut rows {
+            if row_affected(r, &sa, &sb) {
+                r.verdict = RowVerdict::NoVerdict;
+            }
+        }
+    }
     Ledger {
         schema: SCHEMA_VERSION,
         n_tokens: a.n_tokens,
@@ -364,7 +440,7 @@ pub fn build_ledger_with(a: &Measurement, b: &Measurement, cfg: &LedgerConfig) -
             a_ms,
             b_ms,
             gap_ms: a_ms - b_ms,
-            e2e: compare(&e2e_fig(a), &e2e_fig(b), cfg.min_samples),
+            e2e,
         },
         a: sa,
         b: sb,

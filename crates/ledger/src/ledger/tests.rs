@@ -189,6 +189,20 @@ fn untrusted_replay_falls_back_to_standalone_on_both_sides() {
         "{:?}",
         l.warnings
     );
+    // A failed validation withholds the headline, in every report, the SVG included.
+    assert_eq!(l.totals.e2e.verdict, Verdict::NoVerdict);
+    assert_eq!(l.withheld().len(), 1, "{:?}", l.withheld());
+    let text = crate::report::render_terminal(&l);
+    assert!(
+        text.contains("Verdict: NO VERDICT (B (llama.cpp@0.0.0-fake (cpu)) in-graph replay failed"),
+        "{text}"
+    );
+    let svg = crate::report::render_svg(&l);
+    assert!(
+        svg.contains("Verdict: NO VERDICT") && svg.contains("WARNING: B (llama.cpp"),
+        "{svg}"
+    );
+    assert!(svg.contains("category totals: A "), "{svg}");
     // Unless the reader accepts untrusted figures explicitly.
     let cfg = LedgerConfig {
         allow_untrusted_replay: true,
@@ -197,6 +211,14 @@ fn untrusted_replay_falls_back_to_standalone_on_both_sides() {
     let l = build_ledger_with(&ma, &mb, &cfg);
     assert!(l.rows.iter().all(|r| r.method == RowMethod::InGraph));
     assert_eq!(l.b.replay_trusted, Some(false));
+    // ...and then the rows resting on B's untrusted in-graph figure have no verdict.
+    let tainted: Vec<_> = l
+        .rows
+        .iter()
+        .filter(|r| r.b.source == FigureSource::InGraph)
+        .collect();
+    assert!(!tainted.is_empty());
+    assert!(tainted.iter().all(|r| r.verdict == RowVerdict::NoVerdict));
 }
 
 #[test]

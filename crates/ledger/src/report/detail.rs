@@ -58,6 +58,49 @@ fn mb(b: u64) -> String {
     format!("{:.3}", b as f64 / 1e6)
 }
 
+/// A table as aligned text, or as a Markdown table set off by blank lines.
+fn tbl(t: &Table, md: bool) -> String {
+    if md {
+        format!("\n{}\n", t.markdown().trim_end())
+    } else {
+        t.terminal()
+    }
+}
+
+/// Markdown from the text layout: table lines stay together; every other line becomes its own
+/// paragraph (Markdown joins adjacent lines), and list items (`  - `) become list items.
+fn md_paragraphs(text: &str) -> String {
+    let mut out = String::new();
+    let mut prev_table = false;
+    for line in text.lines() {
+        let is_table = line.starts_with('|');
+        if line.trim().is_empty() {
+            continue;
+        }
+        if is_table {
+            if !prev_table {
+                out.push('\n');
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            if prev_table {
+                out.push('\n');
+            }
+            let l = line.trim_start();
+            if l.starts_with("- ") {
+                out.push_str(l);
+                out.push('\n');
+            } else {
+                out.push_str(l);
+                out.push_str("\n\n");
+            }
+        }
+        prev_table = is_table;
+    }
+    out
+}
+
 fn gflop(f: u64) -> String {
     format!("{:.3}", f as f64 / 1e9)
 }
@@ -65,6 +108,15 @@ fn gflop(f: u64) -> String {
 /// The graph check: counts per category and op, the architecture cross-check (expected vs
 /// found, with the derivation) and every error.
 pub fn render_graph_report(r: &GraphReport) -> String {
+    graph_report(r, false)
+}
+
+/// [`render_graph_report`] as Markdown.
+pub fn render_graph_report_md(r: &GraphReport) -> String {
+    md_paragraphs(&graph_report(r, true))
+}
+
+fn graph_report(r: &GraphReport, md: bool) -> String {
     let mut out = format!(
         "Graph of {} for {} tokens: {} nodes, {} view nodes (no work), {} work nodes, {} MB read, {} GFLOP\n\n",
         r.engine,
@@ -87,7 +139,7 @@ pub fn render_graph_report(r: &GraphReport) -> String {
             opt(bits_per_weight(c.weight_bytes, c.weight_params), 2),
         ]);
     }
-    out.push_str(&t.terminal());
+    out.push_str(&tbl(&t, md));
     let mut t = Table::new(&GRAPH_OPS);
     for o in &r.ops {
         t.push(vec![
@@ -97,7 +149,7 @@ pub fn render_graph_report(r: &GraphReport) -> String {
         ]);
     }
     out.push('\n');
-    out.push_str(&t.terminal());
+    out.push_str(&tbl(&t, md));
     out.push_str("\nArchitecture cross-check (non-view nodes):\n");
     let mut t = Table::new(&EXPECTED);
     for e in &r.expected {
@@ -109,7 +161,7 @@ pub fn render_graph_report(r: &GraphReport) -> String {
             if e.ok { "ok" } else { "MISMATCH" }.into(),
         ]);
     }
-    out.push_str(&t.terminal());
+    out.push_str(&tbl(&t, md));
     for i in &r.issues {
         out.push_str(&format!("ERROR: {i}\n"));
     }
@@ -123,6 +175,15 @@ pub fn render_graph_report(r: &GraphReport) -> String {
 
 /// Dead and partially dead nodes with their waste.
 pub fn render_dead_work(d: &DeadWorkReport) -> String {
+    dead_work(d, false)
+}
+
+/// [`render_dead_work`] as Markdown.
+pub fn render_dead_work_md(d: &DeadWorkReport) -> String {
+    md_paragraphs(&dead_work(d, true))
+}
+
+fn dead_work(d: &DeadWorkReport, md: bool) -> String {
     let mut out = format!(
         "Dead work of {}: roots {} output and {} persistent-state nodes; {} dead, {} partially \
          dead, {} dead view nodes\n",
@@ -153,7 +214,7 @@ pub fn render_dead_work(d: &DeadWorkReport) -> String {
             gflop(w.wasted_flops),
         ]);
     }
-    out.push_str(&t.terminal());
+    out.push_str(&tbl(&t, md));
     out.push_str(&format!(
         "Wasted: {} GFLOP ({} of all), {} MB ({} of all)\n",
         gflop(d.wasted_flops),
@@ -175,7 +236,7 @@ fn check_line(name: &str, c: &ToleranceCheck) -> String {
     )
 }
 
-fn replay_text(r: &ReplayReport) -> String {
+fn replay_text(r: &ReplayReport, md: bool) -> String {
     let mut out =
         String::from("\nIn-graph replay (increment = replay x1 - observe, paired per window):\n");
     let mut t = Table::new(&REPLAY);
@@ -190,7 +251,7 @@ fn replay_text(r: &ReplayReport) -> String {
             if c.trusted { "yes" } else { "NO" }.into(),
         ]);
     }
-    out.push_str(&t.terminal());
+    out.push_str(&tbl(&t, md));
     let v = &r.validations;
     out.push_str(&format!(
         "(a) {}\n(b) {}\n",
@@ -257,6 +318,15 @@ fn replay_text(r: &ReplayReport) -> String {
 /// One engine's measurement: end-to-end, standalone (with first-k), replay with every
 /// validation, probe completeness and the noise gate's discards.
 pub fn render_measurement(m: &Measurement) -> String {
+    measurement(m, false)
+}
+
+/// [`render_measurement`] as Markdown.
+pub fn render_measurement_md(m: &Measurement) -> String {
+    md_paragraphs(&measurement(m, true))
+}
+
+fn measurement(m: &Measurement, md: bool) -> String {
     let e = &m.e2e;
     let mut out = format!(
         "{}@{} ({}), pp{}: prefill median {} ms (IQR {} ms, n {}), {} tok/s\n",
@@ -297,7 +367,7 @@ pub fn render_measurement(m: &Measurement) -> String {
                 opt(c.top_op.as_ref().and_then(|k| k.tflops), 3),
             ]);
         }
-        out.push_str(&t.terminal());
+        out.push_str(&tbl(&t, md));
         if let Some(c) = &o.coverage {
             out.push_str(&format!(
                 "Coverage: {} ms / {} ms e2e = {}; with first-k routing {}\n",
@@ -326,7 +396,7 @@ pub fn render_measurement(m: &Measurement) -> String {
         }
     }
     if let Some(r) = &m.replay {
-        out.push_str(&replay_text(r));
+        out.push_str(&replay_text(r, md));
     }
     let p = &m.probe;
     out.push_str(&format!(

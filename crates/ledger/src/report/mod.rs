@@ -8,7 +8,10 @@ mod detail;
 mod svg;
 pub mod table;
 
-pub use detail::{render_dead_work, render_graph_report, render_measurement};
+pub use detail::{
+    render_dead_work, render_dead_work_md, render_graph_report, render_graph_report_md,
+    render_measurement, render_measurement_md,
+};
 pub use svg::render_svg;
 
 use crate::error::LedgerError;
@@ -32,6 +35,14 @@ pub(crate) fn opt(v: Option<f64>, digits: usize) -> String {
 
 pub(crate) fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "n/a".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
+/// A share of a measured peak; above 100% it is flagged (the peak is wrong, see the warnings).
+pub(crate) fn of_peak(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x > 1.0 => format!("{}!", pct(v)),
+        _ => pct(v),
+    }
 }
 
 const MAIN: [Column; 14] = [
@@ -151,8 +162,8 @@ fn bytes_table(l: &Ledger) -> Table {
             mb(r.b.bytes_read),
             opt(r.a.gbps, 1),
             opt(r.b.gbps, 1),
-            pct(r.a.gbps_of_peak_ratio),
-            pct(r.b.gbps_of_peak_ratio),
+            of_peak(r.a.gbps_of_peak_ratio),
+            of_peak(r.b.gbps_of_peak_ratio),
             opt(r.a.bits_per_weight, 2),
             opt(r.b.bits_per_weight, 2),
             gflop(r.a.flops),
@@ -250,6 +261,30 @@ fn side_lines(name: &str, s: &SideSummary) -> Vec<String> {
     v
 }
 
+/// The one-line verdict every report leads with: end-to-end prefill, or "no verdict" and why.
+pub fn headline(l: &Ledger) -> String {
+    let e = &l.totals.e2e;
+    let withheld = l.withheld();
+    if withheld.is_empty() {
+        format!(
+            "Verdict: {} end to end (prefill A {} ms, B {} ms, gap {:+.3} ms, noise {} ms)",
+            e.verdict.word(),
+            ms(e.a_ms),
+            ms(e.b_ms),
+            e.effect_ms,
+            ms(e.noise_ms)
+        )
+    } else {
+        format!(
+            "Verdict: NO VERDICT ({}); prefill A {} ms, B {} ms, gap {:+.3} ms, not judged",
+            withheld.join("; "),
+            ms(e.a_ms),
+            ms(e.b_ms),
+            e.effect_ms
+        )
+    }
+}
+
 fn render(l: &Ledger, style: Style) -> String {
     let (h1, h2, bullet) = match style {
         Style::Terminal => ("", "", "  "),
@@ -260,8 +295,11 @@ fn render(l: &Ledger, style: Style) -> String {
         Style::Markdown => t.markdown(),
     };
     let mut out = format!(
-        "{h1}Ledger pp{}: A = {} vs B = {}\n\n",
-        l.n_tokens, l.a.label, l.b.label
+        "{h1}Ledger pp{}: A = {} vs B = {}\n\n{}\n\n",
+        l.n_tokens,
+        l.a.label,
+        l.b.label,
+        headline(l)
     );
     if !l.warnings.is_empty() {
         out.push_str(&format!("{h2}WARNINGS\n"));

@@ -6,57 +6,107 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 use tally_ledger::e2e::{E2eConfig, E2eReport, e2e, e2e_pair};
+use tally_ledger::gate::GroupRecord;
 use tally_ledger::noise::NoiseConfig;
 use tally_ledger::subject::Subject;
 
 use super::common::{VERSION, machine, open_model, tally_subject, write_file};
 use super::measure::Common;
-use super::{Format, InputError};
+use super::{Format, InputError, NoVerdict, checks};
 
 /// Prefill (ppN) and decode (tgN) throughput, llama-bench style, noise-gated.
 ///
-/// Each test runs in gated windows (warm-up first, repeats, a busy machine's windows discarded
-/// and re-measured); rows show the mean and standard deviation of tokens/s as llama-bench does,
-/// plus the median. With --peer llama.cpp both engines run interleaved, window by window.
-///
-/// Example: tally bench --model m.gguf --backend cuda -p 512,2048,8192 -n 128 -r 5 -o md
+/// Columns and JSON fields follow llama-bench (model, size, params, backend, threads, fa, test,
+/// t/s as mean ± sample stddev of per-window tokens/s; `avg_ts`, `stddev_ts`, `samples_ts`,
+/// `n_prompt`, `n_gen`, `model_type`, `model_size`, `model_n_params`, `build_commit`...), so a
+/// table can be read line by line against llama-bench's. Each test runs in gated windows
+/// (warm-up first, repeats, a busy machine's windows discarded and re-measured). With --peer
+/// llama.cpp both engines run interleaved, window by window, and tally's rows get a ratio column.
+/// Exit code 3 when the noise gate ran out of retries on any test (the rows say which).
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  tally bench -m tiny.gguf -p 64 -n 16 -r 5
+  tally bench -m qwen35moe-q4km.gguf --backend cuda -p 512,2048,8192 -n 128 --peer llama.cpp -o md
+  tally bench -m tiny.gguf -o jsonl > bench.jsonl")]
 pub struct Args {
-    #[arg(long)]
+    /// The qwen35moe GGUF file (`-m` as in llama-bench).
+    #[arg(short = 'm', long)]
     model: std::path::PathBuf,
-    /// Prompt lengths of the prefill tests.
+    /// Prompt lengths of the prefill tests (ppN), comma-separated.
     #[arg(short = 'p', long, value_delimiter = ',', default_value = "512")]
     prompts: Vec<usize>,
-    /// Tokens of the decode test (0: none).
+    /// Tokens of the decode test (tgN; 0: none).
     #[arg(short = 'n', long = "gen", default_value_t = 128)]
     n_gen: usize,
-    /// Clean windows per test.
+    /// Clean windows per test (at least 3: the noise gate's outlier test needs a spread).
     #[arg(short = 'r', long, default_value_t = 5)]
     repeats: usize,
+    /// tally's backend: cpu or cuda.
     #[arg(long, default_value = "cpu")]
     backend: String,
+    /// CPU threads (0: one per core; at most four per core).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
-    /// Also run llama.cpp on the same file, interleaved.
+    /// Also run this engine on the same file, interleaved: llama.cpp.
     #[arg(long)]
     peer: Option<String>,
+    /// Cores other processes may keep busy during a timing window before the noise gate
+    /// discards and re-measures it.
+    #[arg(long, default_value_t = 0.5)]
+    busy_limit: f64,
+    /// Directory for bench.json (every field, every window).
     #[arg(long, default_value = "tally-out")]
     out_dir: std::path::PathBuf,
+    /// Output format: md (llama-bench's table), text, csv, json, jsonl.
     #[arg(short = 'o', long, value_enum, default_value = "md")]
-    output: Format,
+    output: BenchFormat,
 }
 
-#[derive(Serialize)]
+/// `tally bench` output formats (llama-bench's, plus aligned text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchFormat {
+    /// llama-bench's Markdown table.
+    Md,
+    /// Aligned columns for a terminal.
+    Text,
+    /// One header line and one line per test, llama-bench's field names.
+    Csv,
+    /// A JSON array of tests, llama-bench's field names.
+    Json,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// One test of one engine, with llama-bench's field names (where they overlap) first.
+#[derive(Serialize, Clone)]
 struct Row {
+    build_commit: String,
+    build_number: u32,
+    cpu_info: String,
+    gpu_info: String,
+    backends: String,
+    model_filename: String,
+    model_type: String,
+    model_size: u64,
+    model_n_params: u64,
+    n_threads: usize,
+    flash_attn: u8,
+    n_prompt: u64,
+    n_gen: u64,
+    n_depth: u64,
+    test_time: String,
+    avg_ns: u64,
+    stddev_ns: u64,
+    avg_ts: f64,
+    stddev_ts: f64,
+    samples_ns: Vec<u64>,
+    samples_ts: Vec<f64>,
+    // tally's own fields.
     engine: String,
-    backend: String,
     test: String,
-    tokens: u64,
-    samples: usize,
-    tok_s_mean: f64,
-    tok_s_std: f64,
-    tok_s_median: f64,
-    median_ms: f64,
+    median_ts: f64,
+    /// tally's mean t/s over the peer's on the same test (tally's rows, with --peer).
+    ratio_to_peer: Option<f64>,
     /// Windows the noise gate threw away and re-measured (warm-up windows not counted).
     discarded_windows: usize,
     /// Why, each distinct reason once.
@@ -65,53 +115,317 @@ struct Row {
     gate_exhausted: bool,
 }
 
-fn row(r: &E2eReport, backend: &str) -> Vec<Row> {
-    let mut out = Vec::new();
-    let mk = |test: String, tokens: u64, samples: &[f64], g: &tally_ledger::gate::GroupRecord| {
-        let ts: Vec<f64> = samples.iter().map(|ms| tokens as f64 * 1e3 / ms).collect();
-        let n = ts.len().max(1) as f64;
-        let mean = ts.iter().sum::<f64>() / n;
-        let var = ts.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-        let mut sorted = samples.to_vec();
+/// What every row of one engine shares.
+struct Facts {
+    build_commit: String,
+    cpu_info: String,
+    gpu_info: String,
+    backends: String,
+    model_filename: String,
+    model_type: String,
+    model_size: u64,
+    model_n_params: u64,
+    n_threads: usize,
+    flash_attn: u8,
+    test_time: String,
+}
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len().max(1) as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (mean, var.sqrt())
+}
+
+fn rows_of(r: &E2eReport, f: &Facts) -> Vec<Row> {
+    let mk = |n_prompt: u64, n_gen: u64, samples_ms: &[f64], g: &GroupRecord| {
+        let tokens = n_prompt + n_gen;
+        let ts: Vec<f64> = samples_ms
+            .iter()
+            .map(|ms| tokens as f64 * 1e3 / ms)
+            .collect();
+        let ns: Vec<u64> = samples_ms.iter().map(|ms| (ms * 1e6) as u64).collect();
+        let (avg_ts, stddev_ts) = mean_sd(&ts);
+        let (avg_ms, sd_ms) = mean_sd(samples_ms);
+        let mut sorted = samples_ms.to_vec();
         sorted.sort_by(f64::total_cmp);
         let med = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
         Row {
+            build_commit: f.build_commit.clone(),
+            build_number: 0,
+            cpu_info: f.cpu_info.clone(),
+            gpu_info: f.gpu_info.clone(),
+            backends: f.backends.clone(),
+            model_filename: f.model_filename.clone(),
+            model_type: f.model_type.clone(),
+            model_size: f.model_size,
+            model_n_params: f.model_n_params,
+            n_threads: f.n_threads,
+            flash_attn: f.flash_attn,
+            n_prompt,
+            n_gen,
+            n_depth: 0,
+            test_time: f.test_time.clone(),
+            avg_ns: (avg_ms * 1e6) as u64,
+            stddev_ns: (sd_ms * 1e6) as u64,
+            avg_ts,
+            stddev_ts,
+            samples_ns: ns,
+            samples_ts: ts,
             engine: r.engine.clone(),
-            backend: backend.to_string(),
-            test,
-            tokens,
-            samples: samples.len(),
-            tok_s_mean: mean,
-            tok_s_std: var.sqrt(),
-            tok_s_median: if med > 0.0 {
+            test: if n_gen == 0 {
+                format!("pp{n_prompt}")
+            } else {
+                format!("tg{n_gen}")
+            },
+            median_ts: if med > 0.0 {
                 tokens as f64 * 1e3 / med
             } else {
                 0.0
             },
-            median_ms: med,
+            ratio_to_peer: None,
             discarded_windows: g.discards(),
             discard_reasons: g.discard_reasons(),
             gate_exhausted: g.exhausted,
         }
     };
+    let mut out = Vec::new();
     if r.n_tokens > 1 || r.decode.is_none() {
-        let s = r.prefill.group.samples_ms(0);
-        out.push(mk(
-            format!("pp{}", r.n_tokens),
-            r.n_tokens,
-            &s,
-            &r.prefill.group,
-        ));
+        let g = &r.prefill.group;
+        out.push(mk(r.n_tokens, 0, &g.samples_ms(0), g));
     }
     if let Some(d) = &r.decode {
-        let s = d.series.group.samples_ms(0);
-        out.push(mk(format!("tg{}", d.n_gen), d.n_gen, &s, &d.series.group));
+        // llama-bench's tgN times N decodes after a warm-up token: n_prompt 0.
+        let g = &d.series.group;
+        out.push(mk(0, d.n_gen, &g.samples_ms(0), g));
     }
     out
 }
 
+/// llama.cpp's `general.file_type` names (llama_model_ftype_name), for the model column.
+fn ftype_name(ft: Option<u64>) -> String {
+    match ft {
+        Some(0) => "all F32".into(),
+        Some(1) => "F16".into(),
+        Some(7) => "Q8_0".into(),
+        Some(15) => "Q4_K - Medium".into(),
+        Some(17) => "Q5_K - Medium".into(),
+        Some(18) => "Q6_K".into(),
+        Some(32) => "BF16".into(),
+        Some(n) => format!("ftype {n}"),
+        None => "?".into(),
+    }
+}
+
+/// `qwen35moe 35B.A3B Q4_K - Medium` as llama.cpp's model description; other shapes get `?B`,
+/// llama.cpp's label for a size it has no name for.
+fn model_type(model: &tally_model::Model) -> String {
+    let c = &model.config;
+    let real = tally_model::synth::Preset::Full35bA3b.config();
+    let size = if c.n_layers == real.n_layers
+        && c.hidden == real.hidden
+        && c.n_experts == real.n_experts
+    {
+        "35B.A3B"
+    } else {
+        "?B"
+    };
+    let ft = model.file.get("general.file_type").and_then(|v| v.as_u64());
+    format!("{} {size} {}", tally_model::config::ARCH, ftype_name(ft))
+}
+
+fn size_label(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b < (1u64 << 30) as f64 {
+        format!("{:.2} MiB", b / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    }
+}
+
+fn params_label(n: u64) -> String {
+    if n < 1_000_000_000 {
+        format!("{:.2} M", n as f64 / 1e6)
+    } else {
+        format!("{:.2} B", n as f64 / 1e9)
+    }
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The table's columns: (header, right-aligned, cell).
+type Column = (&'static str, bool, fn(&Row) -> String);
+
+fn columns(with_peer: bool) -> Vec<Column> {
+    let mut c: Vec<Column> = Vec::new();
+    if with_peer {
+        c.push(("engine", false, |r| r.engine.clone()));
+    }
+    c.push(("model", false, |r| r.model_type.clone()));
+    c.push(("size", true, |r| size_label(r.model_size)));
+    c.push(("params", true, |r| params_label(r.model_n_params)));
+    c.push(("backend", false, |r| r.backends.clone()));
+    c.push(("threads", true, |r| r.n_threads.to_string()));
+    c.push(("fa", true, |r| r.flash_attn.to_string()));
+    c.push(("test", true, |r| r.test.clone()));
+    c.push(("t/s", true, |r| {
+        let mark = if r.gate_exhausted { " (noisy)" } else { "" };
+        format!("{:.2} ± {:.2}{mark}", r.avg_ts, r.stddev_ts)
+    }));
+    if with_peer {
+        c.push(("ratio", true, |r| {
+            r.ratio_to_peer
+                .map_or(String::new(), |x| format!("{x:.2}x"))
+        }));
+    }
+    c
+}
+
+fn render_table(rows: &[Row], with_peer: bool, md: bool) -> String {
+    let cols = columns(with_peer);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| cols.iter().map(|c| (c.2)(r)).collect())
+        .collect();
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|row| row[i].chars().count())
+            .chain([cols[i].0.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..cols.len()).map(width).collect();
+    let pad = |s: &str, w: usize, right: bool| {
+        let n = w.saturating_sub(s.chars().count());
+        if right {
+            format!("{}{s}", " ".repeat(n))
+        } else {
+            format!("{s}{}", " ".repeat(n))
+        }
+    };
+    let line = |vals: Vec<String>| -> String {
+        if md {
+            format!("| {} |", vals.join(" | "))
+        } else {
+            vals.join("  ").trim_end().to_string()
+        }
+    };
+    let mut out = Vec::new();
+    out.push(line(
+        cols.iter()
+            .enumerate()
+            .map(|(i, c)| pad(c.0, widths[i], c.1))
+            .collect(),
+    ));
+    if md {
+        out.push(line(
+            cols.iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let dashes = "-".repeat(widths[i].saturating_sub(1));
+                    if c.1 {
+                        format!("{dashes}:")
+                    } else {
+                        format!("{dashes}-")
+                    }
+                })
+                .collect(),
+        ));
+    }
+    for row in &cells {
+        out.push(line(
+            row.iter()
+                .enumerate()
+                .map(|(i, v)| pad(v, widths[i], cols[i].1))
+                .collect(),
+        ));
+    }
+    out.join("\n")
+}
+
+fn csv_field(v: &serde_json::Value) -> String {
+    let s = match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// CSV columns: llama-bench's fields in its order (those tally has), then tally's own.
+const CSV_FIELDS: [&str; 25] = [
+    "build_commit",
+    "build_number",
+    "cpu_info",
+    "gpu_info",
+    "backends",
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    "n_threads",
+    "flash_attn",
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "test_time",
+    "avg_ns",
+    "stddev_ns",
+    "avg_ts",
+    "stddev_ts",
+    "engine",
+    "test",
+    "median_ts",
+    "ratio_to_peer",
+    "discarded_windows",
+    "gate_exhausted",
+];
+
+fn render_csv(rows: &[Row]) -> Result<String> {
+    let mut out = vec![CSV_FIELDS.join(",")];
+    for r in rows {
+        let v = serde_json::to_value(r)?;
+        let cells: Vec<String> = CSV_FIELDS
+            .iter()
+            .map(|k| csv_field(v.get(*k).unwrap_or(&serde_json::Value::Null)))
+            .collect();
+        out.push(cells.join(","));
+    }
+    Ok(out.join("\n"))
+}
+
 pub fn main(a: Args) -> Result<()> {
+    checks::backend(&a.backend)?;
+    checks::threads(a.threads)?;
+    checks::repeats(a.repeats)?;
     let model = open_model(&a.model)?;
+    let context = model.config.context_length;
+    for &p in &a.prompts {
+        checks::prompt_len("-p", p, context)?;
+    }
+    checks::total_len(1, a.n_gen, context)?;
     let max_ctx = a
         .prompts
         .iter()
@@ -128,12 +442,15 @@ pub fn main(a: Args) -> Result<()> {
             let c = peer_common(&a);
             Some(super::peer::open_llama(&c)?)
         }
-        Some(other) => return Err(InputError(format!("unknown peer `{other}`")).into()),
+        Some(other) => {
+            return Err(InputError(format!("--peer {other}: unknown peer (llama.cpp)")).into());
+        }
     };
     let noise = NoiseConfig {
-        windows: a.repeats.max(3),
+        windows: a.repeats,
         // Two untimed windows on a GPU: llama.cpp captures its CUDA graph on the third call.
         warmup_windows: if a.backend == "cuda" { 2 } else { 1 },
+        max_other_busy_cores: a.busy_limit,
         ..NoiseConfig::default()
     };
     let mut tests: Vec<E2eConfig> = a
@@ -154,21 +471,64 @@ pub fn main(a: Args) -> Result<()> {
             noise: noise.clone(),
         });
     }
+    let mach = machine(&a.backend);
+    let gpu_info = mach
+        .gpu
+        .as_ref()
+        .map(|g| g.name.clone())
+        .unwrap_or_default();
+    let tensors = model.file.tensors();
+    let facts = |engine: &str, backend: String, threads: Option<usize>| Facts {
+        build_commit: if engine == "tally" {
+            VERSION.to_string()
+        } else {
+            engine.to_string()
+        },
+        cpu_info: mach.cpu_model.clone(),
+        gpu_info: gpu_info.clone(),
+        backends: backend,
+        model_filename: a.model.display().to_string(),
+        model_type: model_type(&model),
+        model_size: tensors.iter().map(|t| t.n_bytes()).sum(),
+        model_n_params: tensors.iter().map(|t| t.n_elems()).sum(),
+        n_threads: threads.unwrap_or(0),
+        // tally's attention is one fused node (scores never stored as a tensor); the peer
+        // runs with llama.cpp's flash attention on (the peer's default).
+        flash_attn: 1,
+        test_time: now_rfc3339(),
+    };
+    let ours_facts = facts(
+        "tally",
+        a.backend.clone(),
+        tally_engine::Backend::threads(&ours.session.backend),
+    );
     let mut rows = Vec::new();
     for cfg in &tests {
         match peer.as_mut() {
             Some(p) => {
                 let (ra, rb) = e2e_pair(&mut ours, p.as_mut(), cfg)?;
-                let pb = p.info().backend;
-                rows.extend(row(&ra, &a.backend));
-                rows.extend(row(&rb, &pb));
+                let info = p.info();
+                let pf = facts(
+                    &format!("{} {}", info.engine, info.version),
+                    info.backend.clone(),
+                    info.threads,
+                );
+                let mut ta = rows_of(&ra, &ours_facts);
+                let tb = rows_of(&rb, &pf);
+                for (x, y) in ta.iter_mut().zip(&tb) {
+                    if y.avg_ts > 0.0 {
+                        x.ratio_to_peer = Some(x.avg_ts / y.avg_ts);
+                    }
+                }
+                rows.extend(ta);
+                rows.extend(tb);
             }
-            None => rows.extend(row(&e2e(&mut ours, cfg)?, &a.backend)),
+            None => rows.extend(rows_of(&e2e(&mut ours, cfg)?, &ours_facts)),
         }
     }
     let mem = tally_engine::Backend::memory_in_use(&ours.session.backend);
     let peak = tally_engine::Backend::memory_peak(&ours.session.backend);
-    let facts = serde_json::json!({
+    let file = serde_json::json!({
         "tally": VERSION,
         "model": a.model.display().to_string(),
         "model_bytes": model.file.file_bytes(),
@@ -176,71 +536,63 @@ pub fn main(a: Args) -> Result<()> {
         "load_seconds": load_s,
         "device_memory_in_use_bytes": mem,
         "tally_device_memory_peak_bytes": peak,
-        "machine": machine(&a.backend),
+        "machine": mach,
         "rows": rows,
     });
     write_file(
         &a.out_dir,
         "bench.json",
-        &serde_json::to_string_pretty(&facts)?,
+        &serde_json::to_string_pretty(&file)?,
     )?;
+    let noisy: Vec<String> = rows
+        .iter()
+        .filter(|r| r.gate_exhausted)
+        .map(|r| format!("{} {}", r.engine, r.test))
+        .collect();
     match a.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&facts)?),
-        Format::Md | Format::Text => {
-            let bytes = model.file.file_bytes() as f64;
-            let size = if bytes >= (1u64 << 30) as f64 {
-                format!("{:.2} GiB", bytes / (1u64 << 30) as f64)
-            } else {
-                format!("{:.2} MiB", bytes / (1u64 << 20) as f64)
-            };
-            println!(
-                "| engine | model | size | backend | test | t/s | median t/s | windows (discarded) |"
-            );
-            println!("|---|---|---:|---|---:|---:|---:|---:|");
+        BenchFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        BenchFormat::Jsonl => {
             for r in &rows {
+                println!("{}", serde_json::to_string(r)?);
+            }
+        }
+        BenchFormat::Csv => println!("{}", render_csv(&rows)?),
+        BenchFormat::Md | BenchFormat::Text => {
+            let md = a.output == BenchFormat::Md;
+            println!("{}", render_table(&rows, peer.is_some(), md));
+            for r in rows.iter().filter(|r| !r.discard_reasons.is_empty()) {
                 println!(
-                    "| {} | qwen35moe {} layers | {} | {} | {} | {:.2} ± {:.2} | {:.2} | {} ({}{}) |",
+                    "\nnoise gate, {} {}: {} windows discarded ({}){}",
                     r.engine,
-                    model.config.n_layers,
-                    size,
-                    r.backend,
                     r.test,
-                    r.tok_s_mean,
-                    r.tok_s_std,
-                    r.tok_s_median,
-                    r.samples,
                     r.discarded_windows,
+                    r.discard_reasons.join("; "),
                     if r.gate_exhausted {
-                        ", retries exhausted: noisy"
+                        "; retries exhausted: (noisy) figures may come from a busy machine"
                     } else {
                         ""
                     }
-                );
-            }
-            for r in rows.iter().filter(|r| !r.discard_reasons.is_empty()) {
-                println!(
-                    "discarded in {} {}: {}",
-                    r.engine,
-                    r.test,
-                    r.discard_reasons.join("; ")
                 );
             }
             let gib = |b: Option<u64>| {
                 b.map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
                     .unwrap_or_else(|| "n/a".into())
             };
-            let whole = if peer.is_some() {
-                "whole device, both engines"
-            } else {
-                "whole device"
-            };
             println!(
-                "\ntally {VERSION}; load {load_s:.2} s; tally's device allocations peak {}; \
-                 device memory in use {} ({whole})",
+                "\nload {load_s:.2} s; tally's device allocations peak {}; device memory in use {}",
                 gib(peak),
                 gib(mem)
             );
+            println!("\nbuild: tally {VERSION}");
         }
+    }
+    if !noisy.is_empty() {
+        return Err(NoVerdict(format!(
+            "the noise gate ran out of retries on {}: those rows are marked (noisy); measure on a \
+             quieter machine",
+            noisy.join(", ")
+        ))
+        .into());
     }
     Ok(())
 }
@@ -255,8 +607,8 @@ fn peer_common(a: &Args) -> Common {
         repeats: a.repeats,
         op_reps: 10,
         routing: "realistic".into(),
-        busy_limit: 0.5,
+        busy_limit: a.busy_limit,
         out_dir: a.out_dir.clone(),
-        output: a.output,
+        output: Format::Text,
     }
 }

@@ -49,6 +49,7 @@ pub struct Args {
     /// Seed of the random prompts.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Report format: text, json or md.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
 }

@@ -12,11 +12,28 @@ use tally_model::Model;
 /// The build this binary came from.
 pub const VERSION: &str = env!("TALLY_GIT_COMMIT");
 
+/// Opens and validates a model file; from here on a SIGBUS (the file truncated while mapped)
+/// prints a message naming it instead of killing the process silently.
 pub fn open_model(path: &Path) -> Result<Arc<Model>> {
-    Ok(Arc::new(
-        Model::open(path).with_context(|| format!("loading {}", path.display()))?,
-    ))
+    let model = Model::open(path).with_context(|| format!("loading {}", path.display()))?;
+    crate::signals::watch_mapped(path);
+    test_truncate_hook(path);
+    Ok(Arc::new(model))
 }
+
+/// Test builds only: `TALLY_TEST_TRUNCATE_MAPPED=1` truncates the model file to its first page
+/// right after mapping it, so the CLI tests can provoke the real SIGBUS of a file truncated
+/// while mapped without racing another process.
+#[cfg(debug_assertions)]
+fn test_truncate_hook(path: &Path) {
+    if std::env::var_os("TALLY_TEST_TRUNCATE_MAPPED").is_some()
+        && let Ok(f) = std::fs::OpenOptions::new().write(true).open(path)
+    {
+        let _ = f.set_len(4096);
+    }
+}
+#[cfg(not(debug_assertions))]
+fn test_truncate_hook(_: &Path) {}
 
 /// tally on `backend` as a ledger subject, with state for `max_ctx` positions.
 pub fn tally_subject(

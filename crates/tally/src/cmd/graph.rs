@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use tally_ledger::report::{render_dead_work, render_graph_report};
+use tally_ledger::report::{
+    render_dead_work, render_dead_work_md, render_graph_report, render_graph_report_md,
+};
 use tally_ledger::subject::Subject;
 use tally_ledger::{check_graph, dead_work};
 
@@ -21,6 +23,7 @@ use super::common::{open_model, tally_subject, write_file};
 /// Example: tally graph --model tiny.gguf -p 512 --no-prune
 #[derive(clap::Args)]
 pub struct Args {
+    /// The qwen35moe GGUF file.
     #[arg(long)]
     model: PathBuf,
     /// Prompt length.
@@ -32,12 +35,14 @@ pub struct Args {
     /// Write the full export as JSON to this file.
     #[arg(long)]
     export: Option<PathBuf>,
+    /// Report format: text, json or md.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
 }
 
 pub fn main(a: Args) -> Result<()> {
     let model = open_model(&a.model)?;
+    super::checks::prompt_len("-p", a.tokens, model.config.context_length)?;
     // The graph is a function of the plan: the CPU backend is enough to export it.
     let mut subject = tally_subject(&model, "cpu", 1, a.tokens, !a.no_prune)?;
     let g = subject.graph(a.tokens)?;
@@ -56,9 +61,13 @@ pub fn main(a: Args) -> Result<()> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({"graph": report, "dead_work": dead}))?
         ),
-        Format::Text | Format::Md => {
+        Format::Text => {
             println!("{}", render_graph_report(&report));
             println!("{}", render_dead_work(&dead));
+        }
+        Format::Md => {
+            println!("## Graph\n\n{}", render_graph_report_md(&report));
+            println!("## Dead work\n\n{}", render_dead_work_md(&dead));
         }
     }
     if !report.ok() {

@@ -9,7 +9,7 @@ use tally_ledger::{build_ledger, measure_pair};
 
 use super::common::{open_model, tally_subject, write_file};
 use super::measure::Common;
-use super::{Format, InputError};
+use super::{Format, InputError, NoVerdict};
 
 /// Compare two engines category by category: where the gap lives, what to attack, what to leave.
 ///
@@ -18,8 +18,10 @@ use super::{Format, InputError};
 /// or measured now, both engines on the same model file, interleaved and noise-gated:
 ///   tally ledger --model tiny.gguf --peer llama.cpp
 ///   tally ledger --model tiny.gguf --peer self          (tally against itself: a null check)
-/// Writes ledger-ppN.{md,json,svg} to --out-dir and prints the table.
+/// Writes ledger-ppN.{md,json,svg} to --out-dir and prints the table. Exit code 3 when a
+/// validation failed or the noise gate ran out of retries: the headline says "no verdict".
 #[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
 pub struct Args {
     /// Two measurement JSON files: ours, then the peer's.
     #[arg(num_args = 0..=2)]
@@ -96,11 +98,20 @@ pub fn main(a: Args) -> Result<()> {
             );
         }
     }
+    let withheld = l.withheld();
+    if !withheld.is_empty() {
+        return Err(NoVerdict(format!(
+            "no verdict (reports written): {}",
+            withheld.join("; ")
+        ))
+        .into());
+    }
     Ok(())
 }
 
 fn measure_against(peer: &str, c: &Common) -> Result<(Measurement, Measurement)> {
     let model = open_model(c.model()?)?;
+    c.check(model.config.context_length)?;
     let cfg = c.config(true, true)?;
     let ctx = c.tokens + c.decode;
     let mut ours = tally_subject(&model, &c.backend, c.threads, ctx, true)?;

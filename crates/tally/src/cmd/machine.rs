@@ -5,13 +5,18 @@ use anyhow::Result;
 use super::Format;
 use super::common::machine;
 
-/// Print the machine's facts and its measured ceilings: memory bandwidth (a large copy, read +
-/// write counted) and matrix rate (on a GPU: an f16 GEMM through cuBLAS).
+/// Print the machine's facts and its measured ceilings: memory bandwidth and matrix rate.
+///
+/// Bandwidth: a large copy, read + write counted. Matrix rate: on a GPU an f16 GEMM through
+/// cuBLAS; on the CPU a blocked f32 GEMM on every thread at once (printed in GFLOP/s there).
+///
+/// Example: tally machine --backend cpu -o md
 #[derive(clap::Args)]
 pub struct Args {
     /// Which ceilings: cpu or cuda.
     #[arg(long, default_value = "cpu")]
     backend: String,
+    /// Report format: text, json or md.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
 }
@@ -21,27 +26,50 @@ pub fn main(a: Args) -> Result<()> {
     match a.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&m)?),
         Format::Text | Format::Md => {
-            println!("host      {} ({})", m.hostname, m.os);
-            println!("cpu       {} ({} threads)", m.cpu_model, m.cpu_threads);
+            let mut facts: Vec<(&str, String)> = vec![
+                ("host", format!("{} ({})", m.hostname, m.os)),
+                (
+                    "cpu",
+                    format!("{} ({} threads)", m.cpu_model, m.cpu_threads),
+                ),
+            ];
             if let Some(g) = &m.gpu {
-                println!(
-                    "gpu       {} (cc {}, {} SMs, {:.0} MiB L2, {:.1} GiB, driver {})",
-                    g.name,
-                    g.compute_capability,
-                    g.sm_count,
-                    g.l2_bytes as f64 / (1u64 << 20) as f64,
-                    g.memory_bytes as f64 / (1u64 << 30) as f64,
-                    g.driver
-                );
+                facts.push((
+                    "gpu",
+                    format!(
+                        "{} (cc {}, {} SMs, {:.0} MiB L2, {:.1} GiB, driver {})",
+                        g.name,
+                        g.compute_capability,
+                        g.sm_count,
+                        g.l2_bytes as f64 / (1u64 << 20) as f64,
+                        g.memory_bytes as f64 / (1u64 << 30) as f64,
+                        g.driver
+                    ),
+                ));
             }
-            let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "n/a".into());
-            println!(
-                "peak      {} GB/s, {} TFLOP/s",
-                f(m.peak_gbps),
-                f(m.peak_tflops)
-            );
-            println!("method    {}", m.peak_method.unwrap_or_default());
+            let gbps = m.peak_gbps.map_or("n/a".into(), |x| format!("{x:.1} GB/s"));
+            facts.push(("peak", format!("{gbps}, {}", flops_label(m.peak_tflops))));
+            facts.push(("method", m.peak_method.clone().unwrap_or_default()));
+            if a.output == Format::Md {
+                println!("| fact | value |\n|---|---|");
+                for (k, v) in facts {
+                    println!("| {k} | {} |", v.replace('|', "\\|"));
+                }
+            } else {
+                for (k, v) in facts {
+                    println!("{k:<9} {v}");
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// A matrix rate in TFLOP/s, or in GFLOP/s where TFLOP/s would round to zero (CPUs).
+pub fn flops_label(tflops: Option<f64>) -> String {
+    match tflops {
+        None => "n/a FLOP/s".into(),
+        Some(t) if t < 1.0 => format!("{:.1} GFLOP/s", t * 1e3),
+        Some(t) => format!("{t:.1} TFLOP/s"),
+    }
 }

@@ -3,14 +3,15 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use tally_ledger::report::render_measurement;
+use tally_ledger::report::{render_measurement, render_measurement_md};
 use tally_ledger::schema::Routing;
 use tally_ledger::{MeasureConfig, measure};
 
 use super::Format;
 use super::common::{machine, open_model, tally_subject, write_file};
 
-/// Options shared by the measuring commands.
+// Options shared by the measuring commands. (A `//` comment: a doc comment here would become the
+// description of every command that flattens this struct.)
 #[derive(clap::Args, Clone)]
 pub struct Common {
     /// The qwen35moe GGUF file.
@@ -44,6 +45,7 @@ pub struct Common {
     /// Directory for the JSON (and Markdown/SVG) outputs.
     #[arg(long, default_value = "tally-out")]
     pub out_dir: PathBuf,
+    /// Report format: text, json or md.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: Format,
 }
@@ -66,6 +68,16 @@ impl Common {
             ))
             .into()),
         }
+    }
+
+    /// Checks every value before anything is sized from it (`context`: the model's positions).
+    pub fn check(&self, context: usize) -> Result<()> {
+        super::checks::backend(&self.backend)?;
+        super::checks::threads(self.threads)?;
+        super::checks::repeats(self.repeats)?;
+        super::checks::prompt_len("-p", self.tokens, context)?;
+        super::checks::total_len(self.tokens, self.decode, context)?;
+        Ok(())
     }
 
     /// The measuring configuration for these options.
@@ -113,6 +125,7 @@ pub struct Args {
 pub fn main(a: Args, which: Protocols) -> Result<()> {
     let c = &a.common;
     let model = open_model(c.model()?)?;
+    c.check(model.config.context_length)?;
     let (ob, rp) = match which {
         Protocols::All => (true, true),
         Protocols::Opbench => (true, false),
@@ -131,9 +144,13 @@ pub fn main(a: Args, which: Protocols) -> Result<()> {
     let path = write_file(&c.out_dir, &name, &serde_json::to_string_pretty(&m)?)?;
     match c.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&m)?),
-        Format::Text | Format::Md => {
+        Format::Text => {
             println!("{}", render_measurement(&m));
             println!("measurement written to {}", path.display());
+        }
+        Format::Md => {
+            println!("# Measurement\n\n{}", render_measurement_md(&m));
+            println!("Measurement written to `{}`.", path.display());
         }
     }
     Ok(())

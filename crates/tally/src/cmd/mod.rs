@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod chat;
 pub mod check;
+pub mod checks;
 pub mod common;
 pub mod generate;
 pub mod graph;
@@ -18,6 +19,12 @@ pub mod tokenize;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct InputError(pub String);
+
+/// The command measured, wrote its report, and the report says "no verdict": a validation failed
+/// or the noise gate ran out of retries (exit code 3, [`crate::exit::NO_VERDICT`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoVerdict(pub String);
 
 /// Output format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

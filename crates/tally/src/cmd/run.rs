@@ -1,16 +1,16 @@
 //! `tally run`: prefill a prompt (and decode) on a backend, print timings and the top logits.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use tally_engine::Session;
-use tally_model::Model;
+use tally_engine::finite::first_non_finite;
 use tally_model::rng::Rng;
 
-use super::{Format, InputError};
+use super::common::open_model;
+use super::{Format, InputError, checks};
 
 /// Prefill a prompt of token ids and decode greedily; prints timings and the top logits.
 ///
@@ -76,28 +76,36 @@ pub fn top_k(logits: &[f32], top: usize) -> Vec<(u32, f32)> {
 }
 
 pub fn main(a: Args) -> Result<()> {
-    let model =
-        Arc::new(Model::open(&a.model).with_context(|| format!("loading {}", a.model.display()))?);
+    checks::backend(&a.backend)?;
+    checks::threads(a.threads)?;
+    let model = open_model(&a.model)?;
     let vocab = model.config.vocab;
-    let prompt: Vec<u32> = match (&a.token_ids, a.tokens) {
-        (Some(ids), _) => ids.clone(),
-        (None, Some(n)) => {
-            let mut rng = Rng::new(a.seed);
-            (0..n).map(|_| rng.below(vocab as u64) as u32).collect()
-        }
+    let context = model.config.context_length;
+    // Lengths are checked before the prompt is allocated.
+    let n_prompt = match (&a.token_ids, a.tokens) {
+        (Some(ids), _) => checks::prompt_len("--token-ids", ids.len(), context)?,
+        (None, Some(n)) => checks::prompt_len("--tokens", n, context)?,
         (None, None) => return Err(InputError("give --tokens N or --token-ids LIST".into()).into()),
     };
-    if prompt.is_empty() {
-        return Err(InputError("the prompt is empty".into()).into());
-    }
+    let total = checks::total_len(n_prompt, a.decode, context)?;
+    let prompt: Vec<u32> = match &a.token_ids {
+        Some(ids) => ids.clone(),
+        None => {
+            let mut rng = Rng::new(a.seed);
+            (0..n_prompt)
+                .map(|_| rng.below(vocab as u64) as u32)
+                .collect()
+        }
+    };
     let t_load = Instant::now();
     let backend = tally_engine::backend::open(&a.backend, model.clone(), a.threads)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let device = backend.device();
-    let mut s = Session::new(model.clone(), backend, prompt.len() + a.decode)?;
+    let mut s = Session::new(model.clone(), backend, total)?;
     let t0 = Instant::now();
     let mut logits = s.prefill(&prompt)?;
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    checks::finite_logits(&mut s, &prompt, &logits, "prefill")?;
     let top_logits = top_k(&logits, a.top);
     let mut decoded = Vec::new();
     let t1 = Instant::now();
@@ -105,6 +113,10 @@ pub fn main(a: Args) -> Result<()> {
         let next = top_k(&logits, 1).first().map(|x| x.0).unwrap_or(0);
         decoded.push(next);
         logits = s.decode(next)?;
+        if first_non_finite(&logits).is_some() {
+            let n = decoded.len();
+            checks::finite_logits(&mut s, &prompt, &logits, &format!("decode step {n}"))?;
+        }
     }
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     let r = Report {
@@ -126,7 +138,29 @@ pub fn main(a: Args) -> Result<()> {
     };
     match a.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
-        Format::Text | Format::Md => {
+        Format::Md => {
+            println!("| | |\n|---|---|");
+            println!("| model | `{}` |", r.model);
+            println!(
+                "| backend | {} on {} (loaded in {:.0} ms) |",
+                r.backend, r.device, r.load_ms
+            );
+            println!(
+                "| prefill | {} tokens in {:.2} ms ({:.1} tokens/s) |",
+                r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s
+            );
+            if a.decode > 0 {
+                println!(
+                    "| decode | {} tokens in {:.2} ms ({:.1} tokens/s): {:?} |",
+                    a.decode, r.decode_ms, r.decode_tokens_per_s, r.decoded
+                );
+            }
+            println!("\nTop logits of the last prompt token:\n\n| token id | logit |\n|---:|---:|");
+            for (id, v) in &r.top_logits {
+                println!("| {id} | {v:.5} |");
+            }
+        }
+        Format::Text => {
             println!("model    {}", r.model);
             println!(
                 "backend  {} on {} (loaded in {:.0} ms)",

@@ -87,7 +87,12 @@ pub fn main(a: Args) -> Result<()> {
                     r.file_bytes as f64 / 1e9,
                     r.params as f64 / 1e9
                 );
-                print_types(&r);
+                if a.output == Format::Md {
+                    println!();
+                    print_types_md(&r);
+                } else {
+                    print_types(&r);
+                }
             }
         }
         return Ok(());
@@ -132,7 +137,8 @@ pub fn main(a: Args) -> Result<()> {
             v["seconds"] = secs.into();
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
-        Format::Text | Format::Md => print_text(&a.out, file_bytes, secs, &report),
+        Format::Text => print_text(&a.out, file_bytes, secs, &report),
+        Format::Md => print_md(&a.out, file_bytes, secs, &report),
     }
     Ok(())
 }
@@ -171,6 +177,30 @@ fn print_text(path: &std::path::Path, file_bytes: u64, secs: f64, r: &synth::Syn
             maxes.iter().min().unwrap_or(&0),
             maxes.iter().max().unwrap_or(&0),
         );
+    }
+}
+
+fn print_md(path: &std::path::Path, file_bytes: u64, secs: f64, r: &synth::SynthReport) {
+    println!(
+        "Wrote `{}` ({} {}, seed {}): {:.3} GB, {:.2}B params in {:.1} s.\n",
+        path.display(),
+        r.preset,
+        r.quant,
+        r.seed,
+        file_bytes as f64 / 1e9,
+        r.params as f64 / 1e9,
+        secs
+    );
+    print_types_md(r);
+    for f in &r.fallbacks {
+        println!("\nNote: {f}");
+    }
+}
+
+fn print_types_md(r: &synth::SynthReport) {
+    println!("| type | tensors | bytes | params |\n|---|---:|---:|---:|");
+    for (ty, c) in &r.by_type {
+        println!("| {ty} | {} | {} | {} |", c.tensors, c.bytes, c.params);
     }
 }
 
