@@ -159,8 +159,8 @@ mod tests {
         // The converter's [d, 1] spelling of the shared-expert gate is respelled [d] at open.
         let g = format!("blk.{l}.ffn_gate_inp_shexp.weight");
         assert_eq!(m.file.tensor(&g).map(|t| t.dims.clone()), Some(vec![512]));
-        let p = build_plan(&m.config, 3, 0, 8, &Default::default()).expect("plan");
-        let q = build_plan(&plain.config, 3, 0, 8, &Default::default()).expect("plan");
+        let p = build_plan(&m.config, 3, 8, &Default::default()).expect("plan");
+        let q = build_plan(&plain.config, 3, 8, &Default::default()).expect("plan");
         assert_eq!(p.nodes.len(), q.nodes.len());
         assert!(p.nodes.iter().all(|n| n.layer.is_none_or(|il| il < l)));
     }
