@@ -78,6 +78,13 @@ for c in cold warm; do
 done
 row "cold start (load_ms cold, warm)" "$(python3 -c "import json,sys; print(*(round(json.load(open(f'$OUT/reshape-start-{c}.json'))['load_ms']) for c in ('cold','warm')))" 2>/dev/null)"
 
+# While the 35B synth runs: the converter-made fixtures through the CUDA backend (CONVERTER=1).
+if [ "${CONVERTER:-0}" = 1 ]; then
+  scripts/gpu/converter.sh > "$OUT/converter.txt" 2>&1; rc=$?
+  tail -12 "$OUT/converter.txt"
+  row "converter fixtures (tally check cuda)" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc")"
+fi
+
 # 5. the 35B bench.
 wait
 for round in 1; do
