@@ -20,11 +20,17 @@ use tally_peer_llama::{LlamaPeer, PeerParams};
 
 /// Writes (once per test binary) a synthetic model and returns its path.
 fn model(preset: Preset, quant: QuantMix, overrides: &[&str]) -> PathBuf {
+    model_tagged(preset, quant, overrides, "")
+}
+
+/// As [`model`], with `tag` in the file name: a test that writes its own files must never
+/// rewrite one another test has mapped (that is a SIGBUS in the other test).
+fn model_tagged(preset: Preset, quant: QuantMix, overrides: &[&str], tag: &str) -> PathBuf {
     let mut cfg = preset.config();
     let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     apply_overrides(&mut cfg, &o).unwrap();
     let name = format!(
-        "tally-peer-llama-{}-{}-{}-{}.gguf",
+        "tally-peer-llama{tag}-{}-{}-{}-{}.gguf",
         preset.name(),
         quant.name(),
         overrides.join("_").replace('=', "-"),
@@ -480,7 +486,7 @@ fn every_synth_mix_loads_and_matches_tally_cpu() {
         "q2_k",
     ] {
         let mix = QuantMix::parse(name).unwrap();
-        let path = model(Preset::Tiny, mix, &[]);
+        let path = model_tagged(Preset::Tiny, mix, &[], "-mix");
         let mut p = peer(&path, params());
         let tokens = prompt(&p, 12, 5);
         let theirs = p.prefill_logits(&tokens).unwrap();
