@@ -22,7 +22,7 @@ pub mod session;
 pub mod subject;
 
 pub use backend::{Backend, GraphCount, StateExtent, Target};
-pub use session::Session;
+pub use session::{DEFAULT_UBATCH, Session};
 
 /// Errors of the engine. Input-dependent failures (token ids, lengths) have their own variants
 /// so the CLI can report them plainly.

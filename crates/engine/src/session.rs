@@ -22,7 +22,17 @@ pub struct Session<B: Backend> {
     plans: HashMap<usize, Arc<Plan>>,
     /// Poison activations before every run (checks: an unwritten output shows as NaN).
     pub poison: bool,
+    /// Most tokens one plan takes on the plain paths (llama.cpp's `n_ubatch`; 0: no limit): a
+    /// longer prompt runs as consecutive batches of this many tokens (the last one shorter), so
+    /// activation memory is bounded by the batch, not the prompt. The hooked paths (`*_with`)
+    /// always run one plan: they measure that plan.
+    pub ubatch: usize,
 }
+
+/// The default [`Session::ubatch`]: chosen on the H200 (docs/results/2026-12-01-h200-ubatch/):
+/// at 4096 tokens the 35B-A3B's activations take about 5 GiB and prefill throughput is within
+/// a few percent of one plan per prompt.
+pub const DEFAULT_UBATCH: usize = 4096;
 
 impl<B: Backend> Session<B> {
     /// A session whose state holds up to `max_ctx` positions.
@@ -43,6 +53,7 @@ impl<B: Backend> Session<B> {
             n_past: 0,
             plans: HashMap::new(),
             poison: false,
+            ubatch: DEFAULT_UBATCH,
         })
     }
 
@@ -72,6 +83,10 @@ impl<B: Backend> Session<B> {
         Ok(p)
     }
 
+    fn empty_batch() -> EngineError {
+        EngineError::Unsupported("an empty batch has no logits".into())
+    }
+
     fn too_long(&self, tokens: usize) -> EngineError {
         EngineError::TooLong {
             tokens,
@@ -84,9 +99,7 @@ impl<B: Backend> Session<B> {
     /// is cleared), its buffers prepared, the ids and the position uploaded.
     fn start(&mut self, ids: &[u32], n_past: usize) -> Result<Arc<Plan>, EngineError> {
         if ids.is_empty() {
-            return Err(EngineError::Unsupported(
-                "an empty batch has no logits".into(),
-            ));
+            return Err(Self::empty_batch());
         }
         if n_past + ids.len() > self.max_ctx {
             return Err(self.too_long(n_past + ids.len()));
@@ -136,9 +149,10 @@ impl<B: Backend> Session<B> {
 
     /// Runs `ids` as a fresh prompt on the backend's fastest path (a captured graph where the
     /// backend has one); returns the last token's logits and the dispatch count.
+    /// A prompt longer than [`Session::ubatch`] runs as several batches.
     pub fn prefill_plain(&mut self, ids: &[u32]) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        let plan = self.start(ids, 0)?;
-        self.run_plain(&plan)
+        let (plan, stats) = self.feed(ids, 0)?;
+        self.read_logits(&plan, stats)
     }
 
     pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
@@ -159,8 +173,38 @@ impl<B: Backend> Session<B> {
     /// Appends `ids` to the sequence on the backend's fastest path; returns the last token's
     /// logits and the dispatch count.
     pub fn append(&mut self, ids: &[u32]) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        let plan = self.start(ids, self.n_past)?;
-        self.run_plain(&plan)
+        let (plan, stats) = self.feed(ids, self.n_past)?;
+        self.read_logits(&plan, stats)
+    }
+
+    /// Issues `ids` at position `n_past` on the fastest path, in batches of at most
+    /// [`Session::ubatch`] tokens, without waiting; returns the last batch's plan (its logits
+    /// view holds the last token's once the work completes) and the dispatches of all batches.
+    fn feed(&mut self, ids: &[u32], n_past: usize) -> Result<(Arc<Plan>, ExecStats), EngineError> {
+        let step = if self.ubatch == 0 {
+            ids.len().max(1)
+        } else {
+            self.ubatch
+        };
+        if ids.is_empty() {
+            return Err(Self::empty_batch());
+        }
+        if n_past + ids.len() > self.max_ctx {
+            return Err(self.too_long(n_past + ids.len()));
+        }
+        let mut total = ExecStats::default();
+        let mut last = None;
+        let mut at = n_past;
+        for chunk in ids.chunks(step) {
+            let plan = self.start(chunk, at)?;
+            let stats = self.dispatch_plain(&plan)?;
+            total.dispatches += stats.dispatches;
+            total.replays += stats.replays;
+            total.graph = stats.graph;
+            at = self.n_past;
+            last = Some(plan);
+        }
+        last.map(|plan| (plan, total)).ok_or_else(Self::empty_batch)
     }
 
     /// Appends one token to the sequence through `hook`; returns its logits.
@@ -206,17 +250,11 @@ impl<B: Backend> Session<B> {
         self.finish(plan, stats)
     }
 
-    /// The plan's kept graph, or its capture (launched once), or a plain pass; then the logits.
-    /// A graph run counts as dispatched the nodes its capture dispatched, less the work the
-    /// graph turns out to lack ([`crate::backend::GraphCount::missing`]): so the ledger's probe
-    /// check (dispatches = work nodes) fails when a launch is lost.
-    fn run_plain(&mut self, plan: &Plan) -> Result<(Vec<f32>, ExecStats), EngineError> {
-        let stats = self.dispatch_plain(plan)?;
-        self.read_logits(plan, stats)
-    }
-
-    /// Issues `plan`'s work on the fastest path (kept graph, capture, or node by node) without
-    /// waiting for it; the position moves on by the plan's tokens.
+    /// Issues `plan`'s work on the fastest path (the plan's kept graph, or its capture launched
+    /// once, or node by node) without waiting for it; the position moves on by the plan's
+    /// tokens. A graph run counts as dispatched the nodes its capture dispatched, less the work
+    /// the graph turns out to lack ([`crate::backend::GraphCount::missing`]): so the ledger's
+    /// probe check (dispatches = work nodes) fails when a launch is lost.
     fn dispatch_plain(&mut self, plan: &Plan) -> Result<ExecStats, EngineError> {
         let launched = self.backend.graph_launch(plan)?;
         let captured = !launched && self.backend.capture_begin(plan)?;
@@ -271,9 +309,7 @@ impl<B: Backend> Session<B> {
     /// complete. Several tokens after `n_past > 0` run as one plan of `ids.len()` tokens at
     /// position `n_past` (a chunked prefill).
     pub fn extend_run(&mut self, ids: &[u32]) -> Result<Arc<Plan>, EngineError> {
-        let plan = self.start(ids, self.n_past)?;
-        self.dispatch_plain(&plan)?;
-        Ok(plan)
+        Ok(self.feed(ids, self.n_past)?.0)
     }
 
     /// [`Session::extend_run`], then the last token's logits.

@@ -305,6 +305,54 @@ fn chunked_prefill_equals_one_prefill_and_decoding() {
     }
 }
 
+/// `Session::ubatch` splits a long prompt inside `prefill_plain`/`extend`: the same logits as one
+/// plan of the whole prompt, every batch's dispatches counted, the position at the end, and
+/// only the batch lengths' plans built (so activation memory follows the batch).
+#[test]
+fn ubatch_splits_the_prompt_and_keeps_the_logits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q4KM, 21);
+    let ids = random_ids(23, model.config.vocab, 21);
+    let mut whole = session(&model, 32);
+    whole.ubatch = 0;
+    let (want, one) = whole.prefill_plain(&ids).expect("one plan");
+    let nodes = |s: &mut tally_engine::Session<_>, n| s.plan(n).expect("plan").nodes.len() as u64;
+    assert_eq!(one.dispatches, nodes(&mut whole, 23));
+    let next = whole.decode(ids[0]).expect("decode after one plan");
+    for ubatch in [1, 5, 8, 22, 23, 64] {
+        let mut split = session(&model, 32);
+        split.ubatch = ubatch;
+        let (got, stats) = split.prefill_plain(&ids).expect("batches");
+        assert_eq!(split.n_past(), 23);
+        let err = rel_err(&got, &want);
+        assert!(err < 1e-5, "ubatch {ubatch}: rel err {err} vs one plan");
+        let full = 23 / ubatch.min(23);
+        let rest = 23 - full * ubatch.min(23);
+        let mut want_dispatches = full as u64 * nodes(&mut split, ubatch.min(23));
+        if rest > 0 {
+            want_dispatches += nodes(&mut split, rest);
+        }
+        assert_eq!(stats.dispatches, want_dispatches, "ubatch {ubatch}");
+        // Decoding after a split prompt continues the same sequence.
+        let a = split.decode(ids[0]).expect("decode after batches");
+        let err = rel_err(&a, &next);
+        assert!(
+            err < 1e-5,
+            "ubatch {ubatch}: decode after batches rel err {err}"
+        );
+    }
+    // extend() splits too, after a first turn.
+    let mut turns = session(&model, 32);
+    turns.ubatch = 4;
+    turns.prefill_plain(&ids[..6]).expect("turn 1");
+    let got = turns.extend(&ids[6..]).expect("turn 2 in batches of 4");
+    assert_eq!(turns.n_past(), 23);
+    let err = rel_err(&got, &want);
+    assert!(err < 1e-5, "extend in batches: rel err {err}");
+    // An empty prompt is an error, whatever the batch.
+    assert!(turns.extend(&[]).is_err());
+}
+
 /// The probe check can fail: a graph that lacks one launch reports one dispatch fewer than the
 /// plan's nodes (what the ledger compares with the work nodes), on capture and on relaunch.
 #[test]

@@ -57,9 +57,7 @@ const LLAMA_BENCH_FIELDS: [&str; 42] = [
 ];
 
 /// llama-bench settings tally has no such setting for (README, "Differences from llama-bench").
-const LEFT_OUT: [&str; 23] = [
-    "n_batch",
-    "n_ubatch",
+const LEFT_OUT: [&str; 21] = [
     "cpu_mask",
     "cpu_strict",
     "poll",
@@ -200,6 +198,9 @@ fn check_test_object(t: &Value) {
     assert!(t["model_size"].as_u64().expect("model_size") > 0);
     assert!(t["model_n_params"].as_u64().expect("model_n_params") > 0);
     assert_eq!(t["n_threads"].as_u64(), Some(1));
+    // tally's physical batch: the default, as n_batch and n_ubatch (one batch size).
+    assert_eq!(t["n_ubatch"].as_u64(), Some(4096));
+    assert_eq!(t["n_batch"].as_u64(), Some(4096));
 }
 
 #[test]

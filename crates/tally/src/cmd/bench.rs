@@ -44,6 +44,12 @@ pub struct Args {
     /// tally's backend: cpu or cuda.
     #[arg(long, default_value = "cpu")]
     backend: String,
+    /// tally's physical batch (llama-bench's `-ub`): a longer prompt runs as consecutive
+    /// batches of this many tokens, so activation memory is bounded by the batch (0: the whole
+    /// prompt as one batch). The llama.cpp peer keeps llama-bench's defaults (`n_batch` 2048,
+    /// `n_ubatch` 512).
+    #[arg(long = "ubatch", visible_alias = "ub", default_value_t = tally_engine::DEFAULT_UBATCH)]
+    ubatch: usize,
     /// CPU threads (0: one per core; at most four per core).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
@@ -61,6 +67,10 @@ pub struct Args {
     #[arg(short = 'o', long, value_enum, default_value = "md")]
     output: BenchFormat,
 }
+
+/// The llama.cpp peer's `n_batch` and `n_ubatch`: llama-bench's defaults, which
+/// `tally_peer_llama::PeerParams::default()` keeps.
+const PEER_BATCHES: (usize, usize) = (2048, 512);
 
 /// `tally bench` output formats (llama-bench's, plus aligned text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -89,6 +99,8 @@ struct Row {
     model_type: String,
     model_size: u64,
     model_n_params: u64,
+    n_batch: usize,
+    n_ubatch: usize,
     n_threads: usize,
     flash_attn: u8,
     n_prompt: u64,
@@ -125,6 +137,8 @@ struct Facts {
     model_type: String,
     model_size: u64,
     model_n_params: u64,
+    n_batch: usize,
+    n_ubatch: usize,
     n_threads: usize,
     flash_attn: u8,
     test_time: String,
@@ -160,6 +174,8 @@ fn rows_of(r: &E2eReport, f: &Facts) -> Vec<Row> {
             model_type: f.model_type.clone(),
             model_size: f.model_size,
             model_n_params: f.model_n_params,
+            n_batch: f.n_batch,
+            n_ubatch: f.n_ubatch,
             n_threads: f.n_threads,
             flash_attn: f.flash_attn,
             n_prompt,
@@ -375,7 +391,7 @@ fn csv_field(v: &serde_json::Value) -> String {
 }
 
 /// CSV columns: llama-bench's fields in its order (those tally has), then tally's own.
-const CSV_FIELDS: [&str; 25] = [
+const CSV_FIELDS: [&str; 27] = [
     "build_commit",
     "build_number",
     "cpu_info",
@@ -385,6 +401,8 @@ const CSV_FIELDS: [&str; 25] = [
     "model_type",
     "model_size",
     "model_n_params",
+    "n_batch",
+    "n_ubatch",
     "n_threads",
     "flash_attn",
     "n_prompt",
@@ -435,6 +453,7 @@ pub fn main(a: Args) -> Result<()> {
         .max(1 + a.n_gen);
     let t0 = Instant::now();
     let mut ours = tally_subject(&model, &a.backend, a.threads, max_ctx, true)?;
+    ours.session.ubatch = a.ubatch;
     let load_s = t0.elapsed().as_secs_f64();
     let mut peer: Option<Box<dyn Subject>> = match a.peer.as_deref() {
         None => None,
@@ -478,29 +497,33 @@ pub fn main(a: Args) -> Result<()> {
         .map(|g| g.name.clone())
         .unwrap_or_default();
     let tensors = model.file.tensors();
-    let facts = |engine: &str, backend: String, threads: Option<usize>| Facts {
-        build_commit: if engine == "tally" {
-            VERSION.to_string()
-        } else {
-            engine.to_string()
-        },
-        cpu_info: mach.cpu_model.clone(),
-        gpu_info: gpu_info.clone(),
-        backends: backend,
-        model_filename: a.model.display().to_string(),
-        model_type: model_type(&model),
-        model_size: tensors.iter().map(|t| t.n_bytes()).sum(),
-        model_n_params: tensors.iter().map(|t| t.n_elems()).sum(),
-        n_threads: threads.unwrap_or(0),
-        // tally's attention is one fused node (scores never stored as a tensor); the peer
-        // runs with llama.cpp's flash attention on (the peer's default).
-        flash_attn: 1,
-        test_time: now_rfc3339(),
-    };
+    let facts =
+        |engine: &str, backend: String, threads: Option<usize>, batches: (usize, usize)| Facts {
+            build_commit: if engine == "tally" {
+                VERSION.to_string()
+            } else {
+                engine.to_string()
+            },
+            cpu_info: mach.cpu_model.clone(),
+            gpu_info: gpu_info.clone(),
+            backends: backend,
+            model_filename: a.model.display().to_string(),
+            model_type: model_type(&model),
+            model_size: tensors.iter().map(|t| t.n_bytes()).sum(),
+            model_n_params: tensors.iter().map(|t| t.n_elems()).sum(),
+            n_batch: batches.0,
+            n_ubatch: batches.1,
+            n_threads: threads.unwrap_or(0),
+            // tally's attention is one fused node (scores never stored as a tensor); the peer
+            // runs with llama.cpp's flash attention on (the peer's default).
+            flash_attn: 1,
+            test_time: now_rfc3339(),
+        };
     let ours_facts = facts(
         "tally",
         a.backend.clone(),
         tally_engine::Backend::threads(&ours.session.backend),
+        (a.ubatch, a.ubatch),
     );
     let mut rows = Vec::new();
     for cfg in &tests {
@@ -512,6 +535,7 @@ pub fn main(a: Args) -> Result<()> {
                     &format!("{} {}", info.engine, info.version),
                     info.backend.clone(),
                     info.threads,
+                    PEER_BATCHES,
                 );
                 let mut ta = rows_of(&ra, &ours_facts);
                 let tb = rows_of(&rb, &pf);
@@ -610,5 +634,18 @@ fn peer_common(a: &Args) -> Common {
         busy_limit: a.busy_limit,
         out_dir: a.out_dir.clone(),
         output: Format::Text,
+    }
+}
+
+#[cfg(all(test, feature = "llama"))]
+mod tests {
+    /// The peer's rows report the batches the peer really runs with.
+    #[test]
+    fn peer_batches_are_the_peers_defaults() {
+        let p = tally_peer_llama::PeerParams::default();
+        assert_eq!(
+            super::PEER_BATCHES,
+            (p.n_batch as usize, p.n_ubatch as usize)
+        );
     }
 }

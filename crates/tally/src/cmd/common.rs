@@ -46,6 +46,9 @@ pub fn tally_subject(
     let b = backend::open(backend_name, model.clone(), threads)?;
     let mut s = Session::new(model.clone(), b, max_ctx)?;
     s.opts.prune_last_layer = prune;
+    // The measuring commands analyse one plan of the whole prompt (graph export, replay and
+    // end-to-end time must describe the same plan); `bench` sets its own `--ubatch`.
+    s.ubatch = 0;
     Ok(TallySubject::new(s, VERSION.to_string()))
 }
 
