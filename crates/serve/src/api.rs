@@ -39,6 +39,8 @@ pub struct SamplingFields {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub logit_bias: Option<Map<String, Value>>,
+    /// Extension (vLLM, llama.cpp): generate past EOS/EOT until the token limit.
+    pub ignore_eos: Option<bool>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -147,6 +149,7 @@ impl SamplingFields {
             repetition_penalty,
             // Any integer is a seed; negative ones keep their bits.
             seed: self.seed.map(|s| s as u64),
+            ignore_eos: self.ignore_eos.unwrap_or(false),
         };
         let stop = match &self.stop {
             None => Vec::new(),

@@ -23,6 +23,9 @@ pub struct Sampling {
     pub repetition_penalty: f32,
     /// Seed of the sampler; `None` lets the engine pick one.
     pub seed: Option<u64>,
+    /// Keep generating past an end-of-generation token until `max_tokens` (an extension of
+    /// vLLM and llama.cpp's servers, for benchmarks).
+    pub ignore_eos: bool,
 }
 
 impl Default for Sampling {
@@ -36,6 +39,7 @@ impl Default for Sampling {
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
             seed: None,
+            ignore_eos: false,
         }
     }
 }

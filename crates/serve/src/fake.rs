@@ -134,7 +134,7 @@ impl Generator for FakeEngine {
             }
             n += 1;
             self.stats.tokens.fetch_add(1, Ordering::Relaxed);
-            if self.eos_after == Some(n - 1) {
+            if self.eos_after == Some(n - 1) && !req.sampling.ignore_eos {
                 break EngineFinish::Eos;
             }
             let text = SCRIPT[(offset + n as usize - 1) % SCRIPT.len()];

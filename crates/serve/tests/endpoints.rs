@@ -207,6 +207,23 @@ async fn stop_strings_and_eos_finish_with_stop() {
     assert_eq!(v["choices"][0]["message"]["content"], "Hello,");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["completion_tokens"], 3, "the EOS token counts");
+    // ignore_eos (vLLM and llama.cpp's extension): the limit ends it, not the EOS.
+    let v = s
+        .post(
+            "/v1/chat/completions",
+            &chat_body(json!({"ignore_eos": true, "max_tokens": 6})),
+        )
+        .await
+        .json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    let bad = s
+        .post(
+            "/v1/chat/completions",
+            &chat_body(json!({"ignore_eos": "yes"})),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "a non-boolean ignore_eos is a bad request");
 }
 
 #[tokio::test]

@@ -41,6 +41,10 @@ pub struct Args {
     /// How many top logits to print.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Physical batch: a longer prompt runs as consecutive batches of this many tokens
+    /// (llama.cpp's `n_ubatch`; 0: the whole prompt as one batch).
+    #[arg(long = "ubatch", visible_alias = "ub", default_value_t = tally_engine::DEFAULT_UBATCH)]
+    ubatch: usize,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
@@ -53,6 +57,9 @@ struct Report {
     backend: String,
     device: String,
     prompt_tokens: usize,
+    ubatch: usize,
+    /// The peak of tally's own device allocations (CUDA; absent on the CPU).
+    device_memory_peak_bytes: Option<u64>,
     prefill_ms: f64,
     prefill_tokens_per_s: f64,
     decoded: Vec<u32>,
@@ -102,6 +109,7 @@ pub fn main(a: Args) -> Result<()> {
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let device = backend.device();
     let mut s = Session::new(model.clone(), backend, total)?;
+    s.ubatch = a.ubatch;
     let t0 = Instant::now();
     let mut logits = s.prefill(&prompt)?;
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -125,6 +133,8 @@ pub fn main(a: Args) -> Result<()> {
         backend: a.backend.clone(),
         device,
         prompt_tokens: prompt.len(),
+        ubatch: a.ubatch,
+        device_memory_peak_bytes: tally_engine::Backend::memory_peak(&s.backend),
         prefill_ms,
         prefill_tokens_per_s: prompt.len() as f64 / (prefill_ms / 1e3),
         decoded,

@@ -156,7 +156,7 @@ impl Generator for Real {
             max_tokens: req.max_tokens as usize,
             // tally-serve matches stop strings itself (over the text it streams).
             stop: Vec::new(),
-            stop_at_eos: true,
+            stop_at_eos: !s.ignore_eos,
             ..SamplingParams::default()
         };
         // The engine's callback runs on its worker; the pieces come back here, where the server's
