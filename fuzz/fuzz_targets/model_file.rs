@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
         for prune in [true, false] {
             let opts = PlanOptions {
                 prune_last_layer: prune,
+                ..PlanOptions::default()
             };
             if let Ok(plan) = build_plan(&cfg, n_tokens, ctx, &opts) {
                 assert!(!plan.nodes.is_empty());

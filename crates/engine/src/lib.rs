@@ -19,6 +19,7 @@ pub mod peaks;
 pub mod prefix;
 pub mod sample;
 pub mod session;
+pub mod spec;
 pub mod subject;
 
 pub use backend::{Backend, GraphCount, StateExtent, Target};

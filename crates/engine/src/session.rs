@@ -18,8 +18,8 @@ pub struct Session<B: Backend> {
     pub opts: PlanOptions,
     max_ctx: usize,
     n_past: usize,
-    /// One plan per batch length.
-    plans: HashMap<usize, Arc<Plan>>,
+    /// One plan per batch length and number of logit rows.
+    plans: HashMap<(usize, usize), Arc<Plan>>,
     /// Poison activations before every run (checks: an unwritten output shows as NaN).
     pub poison: bool,
     /// Most tokens one plan takes on the plain paths (llama.cpp's `n_ubatch`; 0: no limit): a
@@ -67,19 +67,32 @@ impl<B: Backend> Session<B> {
 
     /// The plan for batches of `n_tokens` tokens, at any position (built on first use).
     pub fn plan(&mut self, n_tokens: usize) -> Result<Arc<Plan>, EngineError> {
-        if let Some(p) = self.plans.get(&n_tokens) {
+        self.plan_rows(n_tokens, self.opts.logit_rows)
+    }
+
+    /// The plan for batches of `n_tokens` tokens whose last `logit_rows` get logits.
+    pub fn plan_rows(
+        &mut self,
+        n_tokens: usize,
+        logit_rows: usize,
+    ) -> Result<Arc<Plan>, EngineError> {
+        if let Some(p) = self.plans.get(&(n_tokens, logit_rows)) {
             return Ok(p.clone());
         }
         if n_tokens > self.max_ctx {
             return Err(self.too_long(n_tokens));
         }
+        let opts = PlanOptions {
+            logit_rows,
+            ..self.opts.clone()
+        };
         let p = Arc::new(build_plan(
             &self.model.config,
             n_tokens,
             self.max_ctx,
-            &self.opts,
+            &opts,
         )?);
-        self.plans.insert(n_tokens, p.clone());
+        self.plans.insert((n_tokens, logit_rows), p.clone());
         Ok(p)
     }
 
@@ -98,13 +111,22 @@ impl<B: Backend> Session<B> {
     /// The plan of a batch of `ids` at position `n_past` (0 for a fresh sequence, whose state
     /// is cleared), its buffers prepared, the ids and the position uploaded.
     fn start(&mut self, ids: &[u32], n_past: usize) -> Result<Arc<Plan>, EngineError> {
+        self.start_rows(ids, n_past, self.opts.logit_rows)
+    }
+
+    fn start_rows(
+        &mut self,
+        ids: &[u32],
+        n_past: usize,
+        logit_rows: usize,
+    ) -> Result<Arc<Plan>, EngineError> {
         if ids.is_empty() {
             return Err(Self::empty_batch());
         }
         if n_past + ids.len() > self.max_ctx {
             return Err(self.too_long(n_past + ids.len()));
         }
-        let plan = self.plan(ids.len())?;
+        let plan = self.plan_rows(ids.len(), logit_rows)?;
         self.backend.prepare(&plan)?;
         if n_past == 0 {
             self.backend.reset_state()?;
@@ -319,6 +341,54 @@ impl<B: Backend> Session<B> {
         self.backend.read(&plan, plan.logits)
     }
 
+    /// Appends `ids` as one batch on the fastest path with logits for every one of them: row
+    /// `i` of the result (`vocab` values each) scores the token after `ids[i]`. Speculative
+    /// decoding verifies drafts with it.
+    pub fn verify(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let plan = self.start_rows(ids, self.n_past, ids.len())?;
+        self.dispatch_plain(&plan)?;
+        self.backend.barrier()?;
+        self.backend.read(&plan, plan.logits)
+    }
+
+    /// Saves the conv and recurrent states into backend slot `slot` (not the KV caches: a
+    /// later batch at position `p` writes cache rows `p..` only, so rows before the saved
+    /// position stay valid). Restore with [`Session::restore`] at the position saved; returns
+    /// the bytes saved.
+    pub fn save_recurrent(&mut self, slot: u64) -> Result<usize, EngineError> {
+        // The state buffers' names only: no prepare, which on a GPU would swap the buffers of
+        // the plan in use (the states exist once any batch has run).
+        if self.n_past == 0 {
+            return Err(EngineError::Unsupported(
+                "nothing to save before the first batch".into(),
+            ));
+        }
+        let plan = self.plan(1)?;
+        let extents: Vec<_> = self
+            .state_extents(&plan)
+            .into_iter()
+            .filter(|e| !is_kv_cache(&e.name))
+            .collect();
+        self.backend.barrier()?;
+        self.backend.save_state(slot, &extents)
+    }
+
+    /// Restores the conv and recurrent states [`Session::save_recurrent`] saved into `slot`
+    /// when the sequence held `n_past` positions, and goes back to that position (the KV
+    /// rows before it were never touched since).
+    pub fn restore_recurrent(&mut self, slot: u64, n_past: usize) -> Result<(), EngineError> {
+        if n_past == 0 || n_past > self.n_past {
+            return Err(EngineError::Unsupported(format!(
+                "cannot go back to position {n_past} from {}",
+                self.n_past
+            )));
+        }
+        self.backend.barrier()?;
+        self.backend.restore_state(slot)?;
+        self.n_past = n_past;
+        Ok(())
+    }
+
     /// The bytes of persistent state that describe the sequence now: for each state buffer of
     /// `plan`, the KV caches' first `n_past` rows, the conv and recurrent states whole.
     pub fn state_extents(&self, plan: &Plan) -> Vec<crate::backend::StateExtent> {
@@ -327,7 +397,7 @@ impl<B: Backend> Session<B> {
             .filter(|b| b.kind == tally_model::BufKind::State)
             .map(|b| {
                 let row = b.cols * b.dtype.size_bytes();
-                let rows = if b.name.ends_with("k_cache") || b.name.ends_with("v_cache") {
+                let rows = if is_kv_cache(&b.name) {
                     self.n_past.min(b.rows)
                 } else {
                     b.rows
@@ -378,4 +448,9 @@ impl<B: Backend> Session<B> {
     pub fn clear(&mut self) {
         self.n_past = 0;
     }
+}
+
+/// Whether state buffer `name` is an attention layer's K or V cache (rows by position).
+fn is_kv_cache(name: &str) -> bool {
+    name.ends_with("k_cache") || name.ends_with("v_cache")
 }

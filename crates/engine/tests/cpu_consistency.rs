@@ -57,6 +57,7 @@ fn pruned_last_layer_gives_the_same_logits() {
         let mut full = session(&model, 9);
         full.opts = PlanOptions {
             prune_last_layer: false,
+            ..PlanOptions::default()
         };
         let b = full.prefill(&ids).expect("unpruned");
         let err = rel_err(&a, &b);

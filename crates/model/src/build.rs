@@ -13,14 +13,18 @@ use crate::plan::{BufDesc, BufId, BufKind, DType, Node, Op, OutLayout, Plan, Vie
 /// Choices that change the plan's shape (not its maths).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// Compute only what the last token's logits need in the last layer.
+    /// Compute only what the logits need in the last layer.
     pub prune_last_layer: bool,
+    /// How many of the batch's last tokens get logits (1 for prefill and decode; k + 1 to
+    /// verify k drafts in one step). At most the batch length.
+    pub logit_rows: usize,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             prune_last_layer: true,
+            logit_rows: 1,
         }
     }
 }
@@ -41,6 +45,12 @@ pub fn build_plan(
     if n_tokens > max_ctx {
         return Err(ModelError::Batch(format!(
             "{n_tokens} new tokens exceed the context of {max_ctx} positions"
+        )));
+    }
+    if opts.logit_rows == 0 || opts.logit_rows > n_tokens {
+        return Err(ModelError::Batch(format!(
+            "logits for {} rows of a batch of {n_tokens} tokens",
+            opts.logit_rows
         )));
     }
     let mut b = Builder::new(cfg, n_tokens, max_ctx);
@@ -158,7 +168,7 @@ impl<'a> Builder<'a> {
         });
     }
 
-    fn acts(&mut self) -> Acts {
+    fn acts(&mut self, logit_rows: usize) -> Acts {
         let c = self.cfg;
         let t = self.t;
         let k = c.n_experts_used;
@@ -197,7 +207,7 @@ impl<'a> Builder<'a> {
             sg: self.act("shexp_gate", t, c.shared_ffn),
             su: self.act("shexp_up", t, c.shared_ffn),
             sd: self.act("shexp_out", t, c.hidden),
-            xf: self.act("x_final", 1, c.hidden),
+            xf: self.act("x_final", logit_rows, c.hidden),
         }
     }
 
@@ -206,7 +216,8 @@ impl<'a> Builder<'a> {
         let t = self.t;
         let tokens = self.buf("tokens", t, 1, DType::I32, BufKind::Tokens);
         self.pos = self.buf("pos", 1, 1, DType::I32, BufKind::Position);
-        let acts = self.acts();
+        let rows = opts.logit_rows;
+        let acts = self.acts(rows);
         let x_all = self.all(acts.x);
         self.node(
             "token_embd".into(),
@@ -219,9 +230,9 @@ impl<'a> Builder<'a> {
         );
         for il in 0..c.n_layers {
             let last = il + 1 == c.n_layers;
-            // Rows of the residual stream that leave this layer: all, or the last one only.
+            // Rows of the residual stream that leave this layer: all, or the logits' rows only.
             let (r0, nr) = if last && opts.prune_last_layer {
-                (t - 1, 1)
+                (t - rows, rows)
             } else {
                 (0, t)
             };
@@ -233,8 +244,8 @@ impl<'a> Builder<'a> {
             self.layer_outputs
                 .push((self.nodes.len() - 1, self.all(acts.x).rows(r0, nr)));
         }
-        // The logits of the last token.
-        let x_last = self.all(acts.x).rows(t - 1, 1);
+        // The logits of the last `rows` tokens.
+        let x_last = self.all(acts.x).rows(t - rows, rows);
         let xf = self.all(acts.xf);
         self.node(
             "output_norm".into(),
@@ -248,7 +259,7 @@ impl<'a> Builder<'a> {
             vec!["output_norm.weight".into()],
             vec![xf],
         );
-        let logits = self.buf("logits", 1, c.vocab, DType::F32, BufKind::Logits);
+        let logits = self.buf("logits", rows, c.vocab, DType::F32, BufKind::Logits);
         let lv = self.all(logits);
         self.node(
             "output".into(),

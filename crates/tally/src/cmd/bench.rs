@@ -63,6 +63,18 @@ pub struct Args {
     /// Directory for bench.json (every field, every window).
     #[arg(long, default_value = "tally-out")]
     out_dir: std::path::PathBuf,
+    /// Also time speculative decoding of the tgN test: `mtp` (the file's multi-token-prediction
+    /// head drafts; with --replay-acceptance, replayed drafts stand in for it).
+    #[arg(long, value_parser = ["mtp"])]
+    spec: Option<String>,
+    /// Drafts verified per step with --spec (k).
+    #[arg(long, default_value_t = 3)]
+    draft_max: usize,
+    /// With --spec: draft from tally's own greedy continuation, each drafted token right with
+    /// this probability (a controlled acceptance rate, independent of the draft head: synthetic
+    /// files have random MTP weights).
+    #[arg(long)]
+    replay_acceptance: Option<f64>,
     /// Output format: md (llama-bench's table), text, csv, json, jsonl.
     #[arg(short = 'o', long, value_enum, default_value = "md")]
     output: BenchFormat,
@@ -125,6 +137,30 @@ struct Row {
     discard_reasons: Vec<String>,
     /// The gate ran out of retries: the samples it kept may come from a busy machine.
     gate_exhausted: bool,
+    /// Speculative decoding rows (`--spec`): what was drafted and kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: Option<SpecRow>,
+}
+
+/// The speculative part of a `--spec` row.
+#[derive(Serialize, Clone)]
+struct SpecRow {
+    /// `mtp` with replayed drafts: `replay`.
+    draft: String,
+    draft_max: usize,
+    /// The replayed drafts' chance of being right (given the previous one was).
+    target_acceptance: Option<f64>,
+    /// Measured: kept drafts over kept drafts plus rejections, and over drafts proposed.
+    conditional_acceptance: f64,
+    acceptance: f64,
+    /// Plain greedy decoding of the same tokens in the same windows, and the ratio.
+    plain_avg_ts: f64,
+    speedup: f64,
+    /// Seconds per window in each part (medians).
+    verify_s: f64,
+    save_s: f64,
+    recompute_s: f64,
+    steps: usize,
 }
 
 /// What every row of one engine shares.
@@ -203,6 +239,7 @@ fn rows_of(r: &E2eReport, f: &Facts) -> Vec<Row> {
             discarded_windows: g.discards(),
             discard_reasons: g.discard_reasons(),
             gate_exhausted: g.exhausted,
+            spec: None,
         }
     };
     let mut out = Vec::new();
@@ -444,6 +481,41 @@ pub fn main(a: Args) -> Result<()> {
         checks::prompt_len("-p", p, context)?;
     }
     checks::total_len(1, a.n_gen, context)?;
+    if let Some(acc) = a.replay_acceptance
+        && !(0.0..=1.0).contains(&acc)
+    {
+        return Err(InputError(format!(
+            "--replay-acceptance {acc}: a probability in [0, 1]"
+        ))
+        .into());
+    }
+    if a.spec.is_some() {
+        if a.n_gen < 2 {
+            return Err(InputError("--spec times the tgN test: give -n 2 or more".into()).into());
+        }
+        if a.draft_max == 0 || a.draft_max > 16 {
+            return Err(InputError(format!(
+                "--draft-max {}: 1 to 16 drafts per step",
+                a.draft_max
+            ))
+            .into());
+        }
+        if a.replay_acceptance.is_none() {
+            return Err(InputError(
+                "--spec mtp: tally's MTP draft head is not implemented yet; give \
+                 --replay-acceptance A to time the verification pipeline with replayed drafts"
+                    .into(),
+            )
+            .into());
+        }
+        if model.mtp.is_empty() {
+            return Err(InputError(format!(
+                "--spec mtp: {} has no MTP block (tally synth --mtp writes one)",
+                a.model.display()
+            ))
+            .into());
+        }
+    }
     let max_ctx = a
         .prompts
         .iter()
@@ -550,6 +622,9 @@ pub fn main(a: Args) -> Result<()> {
             None => rows.extend(rows_of(&e2e(&mut ours, cfg)?, &ours_facts)),
         }
     }
+    if let (Some(_), Some(acc)) = (&a.spec, a.replay_acceptance) {
+        rows.push(spec_row(&mut ours.session, &ours_facts, &a, acc)?);
+    }
     let mem = tally_engine::Backend::memory_in_use(&ours.session.backend);
     let peak = tally_engine::Backend::memory_peak(&ours.session.backend);
     let file = serde_json::json!({
@@ -598,6 +673,30 @@ pub fn main(a: Args) -> Result<()> {
                     }
                 );
             }
+            for r in &rows {
+                if let Some(sp) = &r.spec {
+                    println!(
+                        "\nspeculative, {} {}: drafts {} (target acceptance {}), kept {:.2} given \
+                         the previous ({:.2} of all drafted) over {} steps; {:.2} t/s vs {:.2} t/s \
+                         plain greedy in the same windows: {:.2}x; per window verify {:.3} s, \
+                         save {:.3} s, restore + recompute {:.3} s",
+                        r.engine,
+                        r.test,
+                        sp.draft,
+                        sp.target_acceptance
+                            .map_or("-".to_string(), |x| format!("{x:.2}")),
+                        sp.conditional_acceptance,
+                        sp.acceptance,
+                        sp.steps,
+                        r.avg_ts,
+                        sp.plain_avg_ts,
+                        sp.speedup,
+                        sp.verify_s,
+                        sp.save_s,
+                        sp.recompute_s
+                    );
+                }
+            }
             let gib = |b: Option<u64>| {
                 b.map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
                     .unwrap_or_else(|| "n/a".into())
@@ -619,6 +718,119 @@ pub fn main(a: Args) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// The `--spec` row: speculative greedy decoding of the tgN test's length after a one-token
+/// prompt, window by window against plain greedy decoding of the same tokens (interleaved:
+/// plain, then speculative, in each window; one untimed warm-up window first). Replayed
+/// drafts follow tally's own greedy continuation (recorded once, untimed).
+fn spec_row(
+    session: &mut tally_engine::Session<Box<dyn tally_engine::Backend>>,
+    facts: &Facts,
+    a: &Args,
+    acceptance: f64,
+) -> Result<Row> {
+    use tally_engine::spec::{ReplayDraft, greedy, greedy_plain};
+    let vocab = session.model.config.vocab;
+    let prompt = [(0x5EED_u64 % vocab as u64) as u32];
+    let n = a.n_gen;
+    let reference = greedy_plain(session, &prompt, n)?;
+    let (mut plain_ts, mut spec_ts, mut verify, mut save, mut recompute) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut last = None;
+    for w in 0..=a.repeats {
+        session.prefill(&prompt)?;
+        let t0 = Instant::now();
+        let mut t = reference[0];
+        for _ in 1..n {
+            t = tally_engine::sample::argmax(&session.decode(t)?);
+        }
+        let plain_s = t0.elapsed().as_secs_f64();
+        let mut draft = ReplayDraft::new(1, reference.clone(), acceptance, vocab, 7 + w as u64);
+        let (got, st) = greedy(session, &prompt, n, a.draft_max, &mut draft)?;
+        if got != reference {
+            let at = got
+                .iter()
+                .zip(&reference)
+                .take_while(|(x, y)| x == y)
+                .count();
+            return Err(anyhow::anyhow!(
+                "speculative decoding diverged from greedy decoding at token {at} of {n} \
+                 (window {w}): a bug, or a near-tie between batched and one-token logits"
+            ));
+        }
+        if w == 0 {
+            continue; // warm-up
+        }
+        plain_ts.push((n - 1) as f64 / plain_s);
+        spec_ts.push(st.decode_tok_s());
+        verify.push(st.verify_s);
+        save.push(st.save_s);
+        recompute.push(st.recompute_s);
+        last = Some(st);
+    }
+    let st = last.ok_or_else(|| anyhow::anyhow!("no timed window"))?;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (avg_ts, stddev_ts) = mean_sd(&spec_ts);
+    let (plain_avg, _) = mean_sd(&plain_ts);
+    let ns: Vec<u64> = spec_ts
+        .iter()
+        .map(|ts| ((n - 1) as f64 / ts * 1e9) as u64)
+        .collect();
+    let avg_ns = ns.iter().sum::<u64>() / ns.len().max(1) as u64;
+    let mut sorted = spec_ts.clone();
+    Ok(Row {
+        build_commit: facts.build_commit.clone(),
+        build_number: 0,
+        cpu_info: facts.cpu_info.clone(),
+        gpu_info: facts.gpu_info.clone(),
+        backends: facts.backends.clone(),
+        model_filename: facts.model_filename.clone(),
+        model_type: facts.model_type.clone(),
+        model_size: facts.model_size,
+        model_n_params: facts.model_n_params,
+        n_batch: facts.n_batch,
+        n_ubatch: facts.n_ubatch,
+        n_threads: facts.n_threads,
+        flash_attn: facts.flash_attn,
+        n_prompt: 0,
+        n_gen: n as u64,
+        n_depth: 0,
+        test_time: facts.test_time.clone(),
+        avg_ns,
+        stddev_ns: 0,
+        avg_ts,
+        stddev_ts,
+        samples_ns: ns,
+        samples_ts: spec_ts,
+        engine: "tally".into(),
+        test: format!("tg{n} spec k={}", a.draft_max),
+        median_ts: median(&mut sorted),
+        ratio_to_peer: None,
+        discarded_windows: 0,
+        discard_reasons: Vec::new(),
+        gate_exhausted: false,
+        spec: Some(SpecRow {
+            draft: "replay".into(),
+            draft_max: a.draft_max,
+            target_acceptance: Some(acceptance),
+            conditional_acceptance: st.conditional_acceptance(),
+            acceptance: st.acceptance(),
+            plain_avg_ts: plain_avg,
+            speedup: if plain_avg > 0.0 {
+                avg_ts / plain_avg
+            } else {
+                0.0
+            },
+            verify_s: median(&mut verify),
+            save_s: median(&mut save),
+            recompute_s: median(&mut recompute),
+            steps: st.steps,
+        }),
+    })
 }
 
 fn peer_common(a: &Args) -> Common {

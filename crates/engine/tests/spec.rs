@@ -1,0 +1,92 @@
+//! Speculative decoding reproduces plain greedy decoding token for token, whatever the drafts:
+//! replayed drafts right with probability 0, 0.6 and 1, k = 1, 2, 4, several models, seeds
+//! and prompt lengths; and the draft and acceptance counts are what the drafts imply.
+
+mod common;
+
+use common::*;
+use tally_engine::spec::{Draft, ReplayDraft, greedy, greedy_plain};
+use tally_model::synth::{Preset, QuantMix};
+
+/// Proposes nothing: speculative decoding must fall back to plain steps.
+struct NoDraft;
+impl Draft for NoDraft {
+    fn propose(&mut self, _sequence: &[u32], _k: usize) -> Vec<u32> {
+        Vec::new()
+    }
+}
+
+#[test]
+fn speculative_greedy_is_plain_greedy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (preset, quant, seed) in [
+        (Preset::Tiny, QuantMix::Q8_0, 31),
+        (Preset::TinyOdd, QuantMix::Bf16, 32),
+        (Preset::Tiny, QuantMix::Q4KM, 33),
+    ] {
+        let model = synth_model(&dir, preset, quant, seed);
+        let vocab = model.config.vocab;
+        for (p_len, n_gen) in [(1, 14), (9, 18)] {
+            let prompt = random_ids(p_len, vocab, seed * 7 + p_len as u64);
+            let want = greedy_plain(&mut session(&model, 64), &prompt, n_gen).expect("plain");
+            assert_eq!(want.len(), n_gen);
+            let (got, st) = greedy(&mut session(&model, 64), &prompt, n_gen, 3, &mut NoDraft)
+                .expect("no drafts");
+            assert_eq!(got, want, "{preset:?} {quant:?}: no drafts");
+            assert_eq!((st.drafted, st.steps), (0, n_gen - 1));
+            for k in [1, 2, 4] {
+                for acc in [0.0, 0.6, 1.0] {
+                    let mut d = ReplayDraft::new(p_len, want.clone(), acc, vocab, seed + k as u64);
+                    let mut s = session(&model, 64);
+                    let (got, st) = greedy(&mut s, &prompt, n_gen, k, &mut d).expect("spec");
+                    assert_eq!(
+                        got, want,
+                        "{preset:?} {quant:?} prompt {p_len} k {k} acceptance {acc}: {st:?}"
+                    );
+                    assert_eq!(st.tokens, n_gen);
+                    assert_eq!(
+                        s.n_past(),
+                        p_len + n_gen - 1,
+                        "every token but the last ran"
+                    );
+                    if acc == 0.0 {
+                        // Every draft differs from greedy's token: none may be kept.
+                        assert_eq!(st.accepted, 0, "{st:?}");
+                        // One token per step; each step but the last (no room to draft)
+                        // verified drafts, rejected the first and recomputed.
+                        assert_eq!(st.steps, n_gen - 1, "{st:?}");
+                        assert_eq!(st.recomputes, st.steps - 1, "{st:?}");
+                    }
+                    if acc == 1.0 {
+                        assert_eq!(st.accepted, st.drafted, "{st:?}");
+                        assert_eq!(st.recomputes, 0);
+                        // Each step yields k + 1 tokens (the last step fewer).
+                        assert!(st.steps <= (n_gen - 1).div_ceil(k + 1) + 1, "{st:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A replayed draft of acceptance a measures close to a (per position, given the one before).
+#[test]
+fn replayed_acceptance_is_measured() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 41);
+    let vocab = model.config.vocab;
+    let prompt = random_ids(4, vocab, 41);
+    let n_gen = 240;
+    let want = greedy_plain(&mut session(&model, 256), &prompt, n_gen).expect("plain");
+    for acc in [0.5, 0.7, 0.9] {
+        let mut d = ReplayDraft::new(prompt.len(), want.clone(), acc, vocab, 99);
+        let (got, st) = greedy(&mut session(&model, 256), &prompt, n_gen, 3, &mut d).expect("spec");
+        assert_eq!(got, want);
+        let a = st.conditional_acceptance();
+        assert!(
+            (a - acc).abs() < 0.12,
+            "acceptance {acc}: measured {a} ({st:?})"
+        );
+        assert!(st.accepted < st.drafted);
+    }
+}
