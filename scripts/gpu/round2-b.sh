@@ -4,6 +4,7 @@
 #   1. `tally bench --peer llama.cpp`: pp512, pp2048, pp8192, tg128, side by side in one run;
 #   2. tally's physical batch: pp8192 and pp32768 at --ubatch 2048, 4096, 8192 and 0 (one batch),
 #      with tally's device allocation peak per run;
+#   2b. speculative decoding with replayed drafts at acceptance 0.5/0.7/0.9, k = 3;
 #   3. generation through `tally serve --backend cuda` (35B, real Qwen vocabulary):
 #      tools/serve/speed.py, sequential and 4 concurrent streams, 128 tokens each, against
 #      `tally generate` on the same prompt.
@@ -37,6 +38,12 @@ for ub in (2048, 4096, 8192, 0):
                      "peak_gib": (b.get("tally_device_memory_peak_bytes") or 0) / 2**30})
 json.dump(rows, open(f"{out}/ubatch.json", "w"), indent=1)
 PY
+# 2b. speculative decoding with replayed drafts (verify k drafts per step, restore + recompute)
+for acc in 0.5 0.7 0.9; do
+  timeout 100 "$TALLY_NOPEER" bench -m "$BIG" --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max 3 \
+    --replay-acceptance $acc --out-dir "/tmp/spec$acc" -o md > "$OUT/spec$acc.md" 2>&1
+  echo "spec acceptance $acc rc=$?: $(grep '^speculative' "$OUT/spec$acc.md")"
+done
 # 3. through the server
 "$TALLY_NOPEER" serve --model "$BIG" --backend cuda --tokenizer "$VOCAB" --template crates/text/tests/data/templates/Qwen3.5-4B.jinja --port 8391 --ctx 4096 \
   > "$OUT/serve.log" 2>&1 &

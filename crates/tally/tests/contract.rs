@@ -295,20 +295,6 @@ fn bad_input_contract() {
             "MTP draft head is not implemented yet",
         ),
         row(
-            "bench --spec mtp on a file without MTP",
-            s(&[
-                "bench",
-                "-m",
-                &gs,
-                "--spec",
-                "mtp",
-                "--replay-acceptance",
-                "0.8",
-            ]),
-            2,
-            "has no MTP block",
-        ),
-        row(
             "bench --replay-acceptance 2",
             s(&[
                 "bench",
