@@ -187,70 +187,85 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
+/// One row from its timed windows: `tokens` tokens in each of `samples_ms`.
+fn row(
+    f: &Facts,
+    engine: &str,
+    test: String,
+    (n_prompt, n_gen, tokens): (u64, u64, u64),
+    samples_ms: &[f64],
+) -> Row {
+    let ts: Vec<f64> = samples_ms
+        .iter()
+        .map(|ms| tokens as f64 * 1e3 / ms)
+        .collect();
+    let ns: Vec<u64> = samples_ms.iter().map(|ms| (ms * 1e6) as u64).collect();
+    let (avg_ts, stddev_ts) = mean_sd(&ts);
+    let (avg_ms, sd_ms) = mean_sd(samples_ms);
+    let mut sorted = samples_ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let med = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    Row {
+        build_commit: f.build_commit.clone(),
+        build_number: 0,
+        cpu_info: f.cpu_info.clone(),
+        gpu_info: f.gpu_info.clone(),
+        backends: f.backends.clone(),
+        model_filename: f.model_filename.clone(),
+        model_type: f.model_type.clone(),
+        model_size: f.model_size,
+        model_n_params: f.model_n_params,
+        n_batch: f.n_batch,
+        n_ubatch: f.n_ubatch,
+        n_threads: f.n_threads,
+        flash_attn: f.flash_attn,
+        n_prompt,
+        n_gen,
+        n_depth: 0,
+        test_time: f.test_time.clone(),
+        avg_ns: (avg_ms * 1e6) as u64,
+        stddev_ns: (sd_ms * 1e6) as u64,
+        avg_ts,
+        stddev_ts,
+        samples_ns: ns,
+        samples_ts: ts,
+        engine: engine.to_string(),
+        test,
+        median_ts: if med > 0.0 {
+            tokens as f64 * 1e3 / med
+        } else {
+            0.0
+        },
+        ratio_to_peer: None,
+        discarded_windows: 0,
+        discard_reasons: Vec::new(),
+        gate_exhausted: false,
+        spec: None,
+    }
+}
+
 fn rows_of(r: &E2eReport, f: &Facts) -> Vec<Row> {
-    let mk = |n_prompt: u64, n_gen: u64, samples_ms: &[f64], g: &GroupRecord| {
-        let tokens = n_prompt + n_gen;
-        let ts: Vec<f64> = samples_ms
-            .iter()
-            .map(|ms| tokens as f64 * 1e3 / ms)
-            .collect();
-        let ns: Vec<u64> = samples_ms.iter().map(|ms| (ms * 1e6) as u64).collect();
-        let (avg_ts, stddev_ts) = mean_sd(&ts);
-        let (avg_ms, sd_ms) = mean_sd(samples_ms);
-        let mut sorted = samples_ms.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let med = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    let mk = |n_prompt: u64, n_gen: u64, g: &GroupRecord| {
+        let test = if n_gen == 0 {
+            format!("pp{n_prompt}")
+        } else {
+            format!("tg{n_gen}")
+        };
+        let counts = (n_prompt, n_gen, n_prompt + n_gen);
         Row {
-            build_commit: f.build_commit.clone(),
-            build_number: 0,
-            cpu_info: f.cpu_info.clone(),
-            gpu_info: f.gpu_info.clone(),
-            backends: f.backends.clone(),
-            model_filename: f.model_filename.clone(),
-            model_type: f.model_type.clone(),
-            model_size: f.model_size,
-            model_n_params: f.model_n_params,
-            n_batch: f.n_batch,
-            n_ubatch: f.n_ubatch,
-            n_threads: f.n_threads,
-            flash_attn: f.flash_attn,
-            n_prompt,
-            n_gen,
-            n_depth: 0,
-            test_time: f.test_time.clone(),
-            avg_ns: (avg_ms * 1e6) as u64,
-            stddev_ns: (sd_ms * 1e6) as u64,
-            avg_ts,
-            stddev_ts,
-            samples_ns: ns,
-            samples_ts: ts,
-            engine: r.engine.clone(),
-            test: if n_gen == 0 {
-                format!("pp{n_prompt}")
-            } else {
-                format!("tg{n_gen}")
-            },
-            median_ts: if med > 0.0 {
-                tokens as f64 * 1e3 / med
-            } else {
-                0.0
-            },
-            ratio_to_peer: None,
             discarded_windows: g.discards(),
             discard_reasons: g.discard_reasons(),
             gate_exhausted: g.exhausted,
-            spec: None,
+            ..row(f, &r.engine, test, counts, &g.samples_ms(0))
         }
     };
     let mut out = Vec::new();
     if r.n_tokens > 1 || r.decode.is_none() {
-        let g = &r.prefill.group;
-        out.push(mk(r.n_tokens, 0, &g.samples_ms(0), g));
+        out.push(mk(r.n_tokens, 0, &r.prefill.group));
     }
     if let Some(d) = &r.decode {
         // llama-bench's tgN times N decodes after a warm-up token: n_prompt 0.
-        let g = &d.series.group;
-        out.push(mk(0, d.n_gen, &g.samples_ms(0), g));
+        out.push(mk(0, d.n_gen, &d.series.group));
     }
     out
 }
@@ -767,45 +782,11 @@ fn spec_row(
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    let (avg_ts, stddev_ts) = mean_sd(&spec_ts);
+    let (avg_ts, _) = mean_sd(&spec_ts);
     let (plain_avg, _) = mean_sd(&plain_ts);
-    let ns: Vec<u64> = spec_ts
-        .iter()
-        .map(|ts| ((n - 1) as f64 / ts * 1e9) as u64)
-        .collect();
-    let avg_ns = ns.iter().sum::<u64>() / ns.len().max(1) as u64;
-    let mut sorted = spec_ts.clone();
+    let spec_ms: Vec<f64> = spec_ts.iter().map(|ts| (n - 1) as f64 * 1e3 / ts).collect();
+    let test = format!("tg{n} spec k={}", a.draft_max);
     Ok(Row {
-        build_commit: facts.build_commit.clone(),
-        build_number: 0,
-        cpu_info: facts.cpu_info.clone(),
-        gpu_info: facts.gpu_info.clone(),
-        backends: facts.backends.clone(),
-        model_filename: facts.model_filename.clone(),
-        model_type: facts.model_type.clone(),
-        model_size: facts.model_size,
-        model_n_params: facts.model_n_params,
-        n_batch: facts.n_batch,
-        n_ubatch: facts.n_ubatch,
-        n_threads: facts.n_threads,
-        flash_attn: facts.flash_attn,
-        n_prompt: 0,
-        n_gen: n as u64,
-        n_depth: 0,
-        test_time: facts.test_time.clone(),
-        avg_ns,
-        stddev_ns: 0,
-        avg_ts,
-        stddev_ts,
-        samples_ns: ns,
-        samples_ts: spec_ts,
-        engine: "tally".into(),
-        test: format!("tg{n} spec k={}", a.draft_max),
-        median_ts: median(&mut sorted),
-        ratio_to_peer: None,
-        discarded_windows: 0,
-        discard_reasons: Vec::new(),
-        gate_exhausted: false,
         spec: Some(SpecRow {
             draft: "replay".into(),
             draft_max: a.draft_max,
@@ -823,6 +804,13 @@ fn spec_row(
             recompute_s: median(&mut recompute),
             steps: st.steps,
         }),
+        ..row(
+            facts,
+            "tally",
+            test,
+            (0, n as u64, (n - 1) as u64),
+            &spec_ms,
+        )
     })
 }
 
