@@ -99,7 +99,7 @@ fn synth(dir: &Path) -> PathBuf {
 }
 
 /// Runs `tally bench` on `model` in format `fmt`: pp8 and tg2, 3 windows, one thread. The gate's
-/// busy limit is high so a loaded CI machine does not exhaust it (timing is not under test).
+/// busy limit is high so a loaded CI machine rarely exhausts it (timing is not under test).
 fn bench(model: &Path, dir: &Path, fmt: &str) -> String {
     let o = tally()
         .arg("bench")
@@ -122,10 +122,12 @@ fn bench(model: &Path, dir: &Path, fmt: &str) -> String {
         .args(["-o", fmt])
         .output()
         .expect("bench");
-    assert_eq!(
+    // 3: the noise gate ran out of retries (outliers on a loaded machine); the output is
+    // complete either way, and timing is not what this test checks.
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(3)),
+        "bench -o {fmt}: {:?} {}",
         o.status.code(),
-        Some(0),
-        "bench -o {fmt}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout).expect("utf-8 output")
