@@ -10,6 +10,12 @@
 //! restore, a later batch overwrites their rows). Keeping per-token states inside the verify
 //! batch instead (no recompute) needs the recurrent kernels to write them: not done.
 //!
+//! With sampling ([`generate`] with a temperature), a draft token `d` is kept with the
+//! target's probability `p(d)` (after every filter and penalty of [`crate::sample`]), and on a
+//! rejection the step's token is drawn from `p` without `d`, renormalised: the standard
+//! speculative-sampling rule for a draft that proposes one token (its `q` is one-hot), which
+//! leaves each token's distribution exactly the target's ([`accept_or_resample`]).
+//!
 //! Drafts come from a [`Draft`]. [`ReplayDraft`] replays a recorded greedy continuation,
 //! corrupted at a chosen rate, so the pipeline can be measured at a known acceptance on
 //! models whose own draft head is random (synthetic files).
@@ -20,7 +26,9 @@ use tally_model::rng::Rng;
 
 use crate::EngineError;
 use crate::backend::Backend;
-use crate::sample::argmax;
+use crate::sample::{
+    SampleStep, SamplingParams, argmax, draw_point, penalise, sample_logits, survivors,
+};
 use crate::session::Session;
 
 /// Where drafts come from.
@@ -133,6 +141,50 @@ impl SpecStats {
 /// The backend slot the state is saved into before each verification.
 const SPEC_SLOT: u64 = u64::MAX - 1;
 
+/// The speculative acceptance rule for one drafted token `draft` against the target row
+/// `logits` (penalised with `window`, then filtered as [`crate::sample`] specifies): keep it
+/// with probability `p(draft)` (`u_keep` decides), else draw from `p` without `draft`,
+/// renormalised (`u_draw`). Returns whether the draft was kept, and the token. Over the random
+/// draws the token is distributed as `p` exactly. Greedy parameters keep the draft iff it is
+/// the argmax.
+pub fn accept_or_resample(
+    logits: &[f32],
+    params: &SamplingParams,
+    window: &[u32],
+    draft: u32,
+    u_keep: u64,
+    u_draw: u64,
+) -> (bool, u32) {
+    let mut w = logits.to_vec();
+    penalise(&mut w, params, window);
+    let best = argmax(&w);
+    if params.is_greedy() || w.len() <= 1 {
+        return (draft == best, best);
+    }
+    let surv = survivors(&w, params);
+    let z: u64 = surv.iter().map(|&(_, m)| m).sum();
+    if z == 0 {
+        return (draft == best, best);
+    }
+    let pd = surv
+        .iter()
+        .find(|&&(id, _)| id == draft)
+        .map_or(0, |&(_, m)| m);
+    if draw_point(u_keep, z) < pd {
+        return (true, draft);
+    }
+    // Rejected: p without the draft. Its mass is z - pd > 0 (pd == z is always kept).
+    let r = draw_point(u_draw, z - pd);
+    let mut acc = 0u64;
+    for &(id, m) in surv.iter().filter(|&&(id, _)| id != draft) {
+        acc += m;
+        if acc > r {
+            return (false, id);
+        }
+    }
+    (false, best)
+}
+
 /// Greedy decoding of `n_gen` tokens after `prompt` (a fresh sequence), verifying up to `k`
 /// drafts per step. The tokens are plain greedy decoding's: with `k = 0` or a draft that
 /// proposes nothing, this is plain greedy decoding.
@@ -143,17 +195,44 @@ pub fn greedy<B: Backend>(
     k: usize,
     draft: &mut dyn Draft,
 ) -> Result<(Vec<u32>, SpecStats), EngineError> {
+    generate(session, prompt, n_gen, k, draft, &SamplingParams::default())
+}
+
+/// Decoding of `n_gen` tokens after `prompt` (a fresh sequence) with `params`' sampling (its
+/// `max_tokens`, stop strings and EOS are the caller's business), verifying up to `k` drafts
+/// per step. Greedy parameters give plain greedy decoding's tokens; otherwise each token is
+/// distributed as plain sampling's, drawn from the random stream of `params.seed`.
+pub fn generate<B: Backend>(
+    session: &mut Session<B>,
+    prompt: &[u32],
+    n_gen: usize,
+    k: usize,
+    draft: &mut dyn Draft,
+    params: &SamplingParams,
+) -> Result<(Vec<u32>, SpecStats), EngineError> {
     let vocab = session.model.config.vocab;
+    let mut rng = Rng::new(params.seed);
     let mut stats = SpecStats::default();
     let mut out = Vec::with_capacity(n_gen);
     if n_gen == 0 {
         return Ok((out, stats));
     }
-    let logits = session.prefill(prompt)?;
-    out.push(argmax(&logits));
-    let t0 = Instant::now();
     let mut seq: Vec<u32> = prompt.to_vec();
-    seq.push(out[0]);
+    let pick = |logits: &[f32], history: &[u32], rng: &mut Rng| {
+        sample_logits(
+            logits,
+            &SampleStep {
+                params,
+                window: params.window(history),
+                random: rng.next_u64(),
+            },
+        )
+    };
+    let logits = session.prefill(prompt)?;
+    let first = pick(&logits, &seq, &mut rng);
+    out.push(first);
+    seq.push(first);
+    let t0 = Instant::now();
     while out.len() < n_gen {
         let last = *out.last().unwrap_or(&0);
         // Never draft past what is wanted, nor past the context (the batch is 1 + drafts).
@@ -169,7 +248,8 @@ pub fn greedy<B: Backend>(
         stats.draft_s += td.elapsed().as_secs_f64();
         if drafts.is_empty() {
             let tv = Instant::now();
-            let next = argmax(&session.decode(last)?);
+            let logits = session.decode(last)?;
+            let next = pick(&logits, &seq, &mut rng);
             stats.verify_s += tv.elapsed().as_secs_f64();
             stats.steps += 1;
             out.push(next);
@@ -188,9 +268,25 @@ pub fn greedy<B: Backend>(
         stats.verify_s += tv.elapsed().as_secs_f64();
         stats.steps += 1;
         stats.drafted += drafts.len();
-        // Row i scores the token after batch[i]: draft i is kept while it is that argmax.
-        let best: Vec<u32> = rows.chunks(vocab).map(argmax).collect();
-        let kept = drafts.iter().zip(&best).take_while(|(d, b)| d == b).count();
+        // Row i scores the token after batch[i] (the history then holds drafts[..i]).
+        let mut kept = 0;
+        let mut next = None;
+        let mut history = seq.clone();
+        for (i, &d) in drafts.iter().enumerate() {
+            let row = &rows[i * vocab..(i + 1) * vocab];
+            let (keep, token) =
+                accept_or_resample(row, params, &history, d, rng.next_u64(), rng.next_u64());
+            if !keep {
+                next = Some(token);
+                break;
+            }
+            kept += 1;
+            history.push(d);
+        }
+        let next = match next {
+            Some(t) => t,
+            None => pick(&rows[drafts.len() * vocab..], &history, &mut rng),
+        };
         stats.accepted += kept;
         if kept < drafts.len() {
             // The state holds rejected drafts: back to n0, then the kept tokens again.
@@ -200,8 +296,7 @@ pub fn greedy<B: Backend>(
             stats.recompute_s += tr.elapsed().as_secs_f64();
             stats.recomputes += 1;
         }
-        let new = drafts[..kept].iter().copied().chain([best[kept]]);
-        for t in new {
+        for t in drafts[..kept].iter().copied().chain([next]) {
             if out.len() < n_gen {
                 out.push(t);
                 seq.push(t);
@@ -233,5 +328,78 @@ pub fn greedy_plain<B: Backend>(
             return Ok(out);
         }
         logits = session.decode(t)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over many draws, the rule's token is distributed as the target: for every draft token
+    /// (likely, unlikely, filtered out), each token's frequency is within 4.5 sigma of p.
+    #[test]
+    fn acceptance_rule_keeps_the_target_distribution() {
+        let logits = [1.3f32, -0.4, 2.1, 0.2, -2.5, 1.9];
+        let params = SamplingParams {
+            temperature: 0.9,
+            top_k: 4,
+            ..SamplingParams::default()
+        };
+        let surv = survivors(&logits, &params);
+        let z: u64 = surv.iter().map(|&(_, m)| m).sum();
+        let p = |t: u32| {
+            surv.iter()
+                .find(|&&(id, _)| id == t)
+                .map_or(0.0, |&(_, m)| m as f64 / z as f64)
+        };
+        assert_eq!(surv.len(), 4, "top-k 4 leaves two tokens out");
+        let n = 60_000;
+        let mut rng = Rng::new(5);
+        for draft in 0..logits.len() as u32 {
+            let mut counts = [0usize; 6];
+            let mut kept = 0;
+            for _ in 0..n {
+                let (keep, t) = accept_or_resample(
+                    &logits,
+                    &params,
+                    &[],
+                    draft,
+                    rng.next_u64(),
+                    rng.next_u64(),
+                );
+                counts[t as usize] += 1;
+                if keep {
+                    assert_eq!(t, draft);
+                    kept += 1;
+                }
+            }
+            let pd = p(draft);
+            let sd = (pd * (1.0 - pd) / n as f64).sqrt();
+            let f = kept as f64 / n as f64;
+            assert!(
+                (f - pd).abs() <= 4.5 * sd + 1e-12,
+                "draft {draft}: kept {f} vs p {pd}"
+            );
+            for (t, &c) in counts.iter().enumerate() {
+                let pt = p(t as u32);
+                let sd = (pt * (1.0 - pt) / n as f64).sqrt();
+                let f = c as f64 / n as f64;
+                assert!(
+                    (f - pt).abs() <= 4.5 * sd + 1e-12,
+                    "draft {draft}: token {t} at {f}, target {pt}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn greedy_rule_keeps_only_the_argmax() {
+        let logits = [0.1f32, 3.0, -1.0];
+        let g = SamplingParams::default();
+        assert_eq!(accept_or_resample(&logits, &g, &[], 1, 0, 0), (true, 1));
+        assert_eq!(
+            accept_or_resample(&logits, &g, &[], 2, u64::MAX, 0),
+            (false, 1)
+        );
     }
 }
