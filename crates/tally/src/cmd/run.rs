@@ -148,47 +148,52 @@ pub fn main(a: Args) -> Result<()> {
     };
     match a.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),
-        Format::Md => {
-            println!("| | |\n|---|---|");
-            println!("| model | `{}` |", r.model);
-            println!(
-                "| backend | {} on {} (loaded in {:.0} ms) |",
-                r.backend, r.device, r.load_ms
-            );
-            println!(
-                "| prefill | {} tokens in {:.2} ms ({:.1} tokens/s) |",
-                r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s
-            );
+        Format::Md | Format::Text => {
+            let md = a.output == Format::Md;
+            let mut facts = vec![
+                ("model", r.model.clone()),
+                (
+                    "backend",
+                    format!("{} on {} (loaded in {:.0} ms)", r.backend, r.device, r.load_ms),
+                ),
+                (
+                    "prefill",
+                    format!(
+                        "{} tokens in {:.2} ms ({:.1} tokens/s)",
+                        r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s
+                    ),
+                ),
+            ];
             if a.decode > 0 {
-                println!(
-                    "| decode | {} tokens in {:.2} ms ({:.1} tokens/s): {:?} |",
-                    a.decode, r.decode_ms, r.decode_tokens_per_s, r.decoded
-                );
+                facts.push((
+                    "decode",
+                    format!(
+                        "{} tokens in {:.2} ms ({:.1} tokens/s): {:?}",
+                        a.decode, r.decode_ms, r.decode_tokens_per_s, r.decoded
+                    ),
+                ));
             }
-            println!("\nTop logits of the last prompt token:\n\n| token id | logit |\n|---:|---:|");
+            if md {
+                println!("| | |\n|---|---|");
+            }
+            for (k, v) in &facts {
+                if md {
+                    println!("| {k} | {v} |");
+                } else {
+                    println!("{k:<8} {v}");
+                }
+            }
+            if md {
+                println!("\nTop logits of the last prompt token:\n\n| token id | logit |\n|---:|---:|");
+            } else {
+                println!("top logits of the last prompt token:");
+            }
             for (id, v) in &r.top_logits {
-                println!("| {id} | {v:.5} |");
-            }
-        }
-        Format::Text => {
-            println!("model    {}", r.model);
-            println!(
-                "backend  {} on {} (loaded in {:.0} ms)",
-                r.backend, r.device, r.load_ms
-            );
-            println!(
-                "prefill  {} tokens in {:.2} ms ({:.1} tokens/s)",
-                r.prompt_tokens, r.prefill_ms, r.prefill_tokens_per_s
-            );
-            if a.decode > 0 {
-                println!(
-                    "decode   {} tokens in {:.2} ms ({:.1} tokens/s): {:?}",
-                    a.decode, r.decode_ms, r.decode_tokens_per_s, r.decoded
-                );
-            }
-            println!("top logits of the last prompt token:");
-            for (id, v) in &r.top_logits {
-                println!("  {id:>8} {v:>12.5}");
+                if md {
+                    println!("| {id} | {v:.5} |");
+                } else {
+                    println!("  {id:>8} {v:>12.5}");
+                }
             }
         }
     }
