@@ -22,6 +22,7 @@ model's pre-tokenizer) when the original raises. Nothing else in the converter i
 
 Usage (from the repository root; see crates/engine/tests/fixtures/converter/README.md):
     /work/venv/bin/python tools/convert/make_fixtures.py --out crates/engine/tests/fixtures/converter
+    (--only conv-c,conv-d-mtp builds just those; the others' files are left as they are)
 """
 from __future__ import annotations
 
@@ -73,6 +74,16 @@ CONFIGS = [
     Fixture("conv-b", 3, 3, (4, 4, 8, 0.25), (2, 6, 8, 16), (6, 3, 32, 32), seed=23),
     # conv-a's trunk (same seed, same weights) plus one MTP block
     Fixture("conv-a-mtp", 4, 2, (4, 1, 8, 0.5), (4, 4, 8, 8), (4, 2, 32, 32), seed=12, mtp=True),
+    # The head dims the CUDA kernels run (attention 32/64/128/256; delta rule key 64/128, value
+    # 32..128 in steps of 32); conv-a/b/a-mtp above stop there at the kernel limits.
+    # The real model's head dims: attention head dim 256 with partial rotary 0.25 (its 16:2 heads
+    # shrunk to 2:1), delta rule key dim 128 and value dim 128 with key:value heads 1:2 (16:32 in
+    # the real model); 8 experts top-2; layers L F
+    Fixture("conv-c", 2, 2, (2, 1, 256, 0.25), (1, 2, 128, 128), (8, 2, 32, 32), seed=31),
+    # The other supported dims: attention 64 (4:1, rotary 32), delta rule key 64, value 32 with
+    # heads 1:4; 8 experts top-4; layers L F plus one MTP block (no plain twin, to stay small:
+    # 16 experts made the f32 file 1.04 MB, the MoE being 3/5 of the parameters)
+    Fixture("conv-d-mtp", 2, 2, (4, 1, 64, 0.5), (1, 4, 64, 32), (8, 4, 32, 32), seed=41, mtp=True),
 ]
 
 CHAT_TEMPLATE = (
@@ -389,6 +400,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(2)
     args.out.mkdir(parents=True, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
+    unknown = only - {fx.name for fx in CONFIGS}
+    if unknown:
+        ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {[fx.name for fx in CONFIGS]}")
     with tempfile.TemporaryDirectory(prefix="tally-convert-") as tmp:
         for fx in CONFIGS:
             if only and fx.name not in only:

@@ -5,8 +5,13 @@
 //! tally loads: nothing is undone in between, so these tests hold tally's reading of the
 //! converter's layout (norm + 1, V-head reordering, `[d, 1]` vectors, the MTP block...).
 //!
+//! conv-a, conv-b and conv-a-mtp have head dims (8, 16) below what the CUDA kernels run; conv-c
+//! (the real model's head dims) and conv-d-mtp (the other supported dims) are the ones
+//! `scripts/gpu/converter.sh` expects to pass on CUDA, and `new_fixtures_use_dims_cuda_runs` holds
+//! them to those dims.
+//!
 //! Bounds, relative error in f64 over each logits vector (measured worst over the prompt and 8
-//! greedy steps, conv-a / conv-b / conv-a-mtp, in the fixtures' README):
+//! greedy steps of every fixture, in the fixtures' README):
 //! - f32 files: 1e-5. The converter stores the checkpoint's f32 weights exactly; what remains is
 //!   tally's f32 arithmetic against float64 (measured ~2e-7).
 //! - bf16 files: 2e-2. Every matrix is rounded to 8 significant bits (relative error up to
@@ -186,6 +191,73 @@ fn conv_a_mtp_runs_the_trunk_and_keeps_the_block() {
         .find(|t| t.name == format!("blk.{l}.ffn_gate_inp_shexp.weight"))
         .expect("shared gate kept");
     assert_eq!(g.dims, vec![d]);
+}
+
+#[test]
+fn conv_c_f32_matches_transformers() {
+    check("conv-c", "f32", F32_TOL);
+}
+
+#[test]
+fn conv_c_q8_0_and_bf16_give_the_same_tokens() {
+    check("conv-c", "q8_0", Q8_0_TOL);
+    check("conv-c", "bf16", BF16_TOL);
+}
+
+/// conv-d-mtp has no plain twin (to keep the fixtures small): the trunk's logits are held to
+/// transformers' directly, and the MTP block is checked as it is for conv-a-mtp.
+#[test]
+fn conv_d_mtp_runs_the_trunk_and_keeps_the_block() {
+    check("conv-d-mtp", "f32", F32_TOL);
+    check("conv-d-mtp", "q8_0", Q8_0_TOL);
+    check("conv-d-mtp", "bf16", BF16_TOL);
+    for outtype in ["f32", "q8_0", "bf16"] {
+        let m = Model::open(&fixture(&format!("conv-d-mtp-{outtype}.gguf"))).expect("open");
+        assert_eq!(m.config.n_layers, 2);
+        assert_eq!(m.config.n_mtp_layers, 1);
+        let [mtp] = m.mtp.as_slice() else {
+            panic!("one MTP block expected, got {}", m.mtp.len())
+        };
+        assert_eq!(mtp.layer, 2);
+        assert!(mtp.own_head_norm && !mtp.own_embed_tokens && !mtp.own_head);
+        let d = m.config.hidden as u64;
+        let eh = mtp
+            .tensors
+            .iter()
+            .find(|t| t.name == "blk.2.nextn.eh_proj.weight")
+            .expect("eh_proj kept");
+        assert_eq!(eh.dims, vec![2 * d, d], "{outtype}");
+        let experts = mtp
+            .tensors
+            .iter()
+            .find(|t| t.name == "blk.2.ffn_gate_exps.weight")
+            .expect("MTP experts kept");
+        assert_eq!(experts.dims[2], 8, "{outtype}: the MTP block's experts");
+    }
+}
+
+/// The new fixtures exist to run on the CUDA backend: their head dims are ones its kernels
+/// take (attention 32/64/128/256; delta rule key 64/128, value 32..128 in steps of 32). A
+/// regenerated fixture that lost them would quietly stop covering the GPU.
+#[test]
+fn new_fixtures_use_dims_cuda_runs() {
+    // (name, heads q:kv, head dim, rotary dims, delta-rule heads k:v, key dim, value dim,
+    // experts, used)
+    let want = [
+        ("conv-c-f32.gguf", (2, 1), 256, 64, (1, 2), 128, 128, 8, 2),
+        ("conv-d-mtp-f32.gguf", (4, 1), 64, 32, (1, 4), 64, 32, 8, 4),
+    ];
+    for (file, heads, hd, rope, ssm, kd, vd, ne, nu) in want {
+        let c = Model::open(&fixture(file)).expect("open").config;
+        assert_eq!((c.n_head, c.n_head_kv), heads, "{file}");
+        assert_eq!((c.head_dim, c.rope_dims), (hd, rope), "{file}");
+        assert_eq!((c.ssm_k_heads, c.ssm_v_heads), ssm, "{file}");
+        assert_eq!((c.ssm_k_dim, c.ssm_v_dim), (kd, vd), "{file}");
+        assert_eq!((c.n_experts, c.n_experts_used), (ne, nu), "{file}");
+        assert!(matches!(c.head_dim, 32 | 64 | 128 | 256), "{file}");
+        assert!(matches!(c.ssm_k_dim, 64 | 128), "{file}");
+        assert!(c.ssm_v_dim % 32 == 0 && c.ssm_v_dim <= 128, "{file}");
+    }
 }
 
 /// Real metadata (a gpt2 tokenizer with merges and token types, pre-tokenizer `qwen35`, a chat

@@ -2,9 +2,12 @@
 //! merge of lowest rank among adjacent pairs (leftmost first on ties, as HF tokenizers and
 //! llama.cpp both do), until no adjacent pair has a merge.
 //!
-//! A binary heap of candidate pairs with lazy invalidation makes a word of n bytes cost
+//! Short words (nearly all of them) keep their symbols and the merge of each adjacent pair in
+//! two small arrays and scan for the lowest rank: one table lookup per pair, none repeated. Long
+//! words use a binary heap of candidate pairs with lazy invalidation, so a word of n bytes costs
 //! O(n log n), which matters for the long words the pre-tokenizer produces on text without
-//! spaces (CJK, long identifiers).
+//! spaces (CJK, long identifiers). Both give the same ids (tests below, against the textbook
+//! algorithm).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -47,12 +50,64 @@ struct Sym {
 
 const NONE: usize = usize::MAX;
 
+/// Words up to this many bytes are merged by scanning (see the module comment).
+const SCAN_MAX_BYTES: usize = 48;
+
 /// Reusable buffers, so encoding many words allocates nothing per word.
 #[derive(Default)]
 pub(crate) struct Scratch {
     syms: Vec<Sym>,
     /// `(rank, left index, left id, right id)`, smallest first.
     heap: BinaryHeap<Reverse<(u32, usize, u32, u32)>>,
+    /// The scan's symbols and, for each adjacent pair, `(rank, merged id)` (`u32::MAX` rank:
+    /// no merge).
+    ids: Vec<u32>,
+    pairs: Vec<(u32, u32)>,
+}
+
+const NO_MERGE: (u32, u32) = (u32::MAX, u32::MAX);
+
+/// [`merge_word`] for short words: find the lowest-rank pair (leftmost on ties), merge it,
+/// look up only the two pairs it changed, repeat.
+fn merge_scan(
+    word: &[u8],
+    byte_ids: &[u32; 256],
+    merges: &Merges,
+    scratch: &mut Scratch,
+    out: &mut Vec<u32>,
+) {
+    let ids = &mut scratch.ids;
+    let pairs = &mut scratch.pairs;
+    ids.clear();
+    pairs.clear();
+    ids.extend(word.iter().map(|&b| byte_ids[usize::from(b)]));
+    pairs.extend(
+        ids.windows(2)
+            .map(|w| merges.get(w[0], w[1]).unwrap_or(NO_MERGE)),
+    );
+    loop {
+        let mut best = 0;
+        let mut rank = u32::MAX;
+        for (i, &(r, _)) in pairs.iter().enumerate() {
+            if r < rank {
+                rank = r;
+                best = i;
+            }
+        }
+        if rank == u32::MAX {
+            break;
+        }
+        ids[best] = pairs[best].1;
+        ids.remove(best + 1);
+        pairs.remove(best);
+        if best > 0 {
+            pairs[best - 1] = merges.get(ids[best - 1], ids[best]).unwrap_or(NO_MERGE);
+        }
+        if best < pairs.len() {
+            pairs[best] = merges.get(ids[best], ids[best + 1]).unwrap_or(NO_MERGE);
+        }
+    }
+    out.extend_from_slice(ids);
 }
 
 /// Appends the ids of `word` to `out`. `byte_ids[b]` is the id of the single-byte token `b`.
@@ -69,8 +124,20 @@ pub(crate) fn merge_word(
             out.push(byte_ids[usize::from(word[0])]);
             return;
         }
+        n if n <= SCAN_MAX_BYTES => return merge_scan(word, byte_ids, merges, scratch, out),
         _ => {}
     }
+    merge_heap(word, byte_ids, merges, scratch, out);
+}
+
+/// [`merge_word`] for long words.
+fn merge_heap(
+    word: &[u8],
+    byte_ids: &[u32; 256],
+    merges: &Merges,
+    scratch: &mut Scratch,
+    out: &mut Vec<u32>,
+) {
     let syms = &mut scratch.syms;
     let heap = &mut scratch.heap;
     syms.clear();
@@ -141,9 +208,18 @@ mod tests {
         (ids, m)
     }
 
+    /// Through `merge_word`, and through both of its paths, which must agree.
     fn run(word: &[u8], ids: &[u32; 256], m: &Merges) -> Vec<u32> {
         let mut out = Vec::new();
-        merge_word(word, ids, m, &mut Scratch::default(), &mut out);
+        let mut scratch = Scratch::default();
+        merge_word(word, ids, m, &mut scratch, &mut out);
+        if word.len() >= 2 {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            merge_scan(word, ids, m, &mut scratch, &mut a);
+            merge_heap(word, ids, m, &mut scratch, &mut b);
+            assert_eq!(a, out, "scan, word {word:?}");
+            assert_eq!(b, out, "heap, word {word:?}");
+        }
         out
     }
 
@@ -179,7 +255,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for _ in 0..200 {
+        for _ in 0..2000 {
             let alphabet = 2 + (next() % 4) as u8;
             let mut merges = Vec::new();
             let mut have: Vec<u32> = (0..u32::from(alphabet))
@@ -192,7 +268,7 @@ mod tests {
                 have.push(256 + merges.len() as u32 - 1);
             }
             let (ids, m) = table(&merges);
-            let len = 1 + (next() % 24) as usize;
+            let len = 1 + (next() % 80) as usize;
             let word: Vec<u8> = (0..len)
                 .map(|_| b'a' + (next() % u64::from(alphabet)) as u8)
                 .collect();

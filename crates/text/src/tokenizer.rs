@@ -491,7 +491,7 @@ impl Tokenizer {
         }
         let text: Cow<str> =
             if self.nfc && !text.is_ascii() && is_nfc_quick(text.chars()) != IsNormalized::Yes {
-                Cow::Owned(text.nfc().collect())
+                Cow::Owned(nfc_by_line(text))
             } else {
                 Cow::Borrowed(text)
             };
@@ -528,6 +528,21 @@ struct Cache {
     words: FxHashMap<Box<str>, (u32, u32)>,
 }
 
+/// NFC of `text`, one line at a time: only the lines that may not be NFC are normalised. A line
+/// feed has combining class 0 and is in no composition or decomposition, so nothing composes
+/// across it and NFC(a + "\n" + b) = NFC(a) + "\n" + NFC(b).
+fn nfc_by_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    for line in text.split_inclusive('\n') {
+        if line.is_ascii() || is_nfc_quick(line.chars()) == IsNormalized::Yes {
+            out.push_str(line);
+        } else {
+            out.extend(line.nfc());
+        }
+    }
+    out
+}
+
 /// `bytes` with each byte that is not part of a valid UTF-8 sequence replaced by U+FFFD.
 fn replace_invalid_per_byte(mut bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() + 8);
@@ -551,6 +566,21 @@ fn replace_invalid_per_byte(mut bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nfc_by_line_is_nfc() {
+        for t in [
+            "e\u{301}\nx",
+            "a\n\u{301}b\n",
+            "\n\u{301}",
+            "ok\n\u{1100}\u{1161}\n\u{1161}",
+            "\u{212B}\nA\u{30A}\r\nx\u{323}\u{307}",
+            "",
+        ] {
+            let want: String = t.nfc().collect();
+            assert_eq!(nfc_by_line(t), want, "{t:?}");
+        }
+    }
 
     #[test]
     fn invalid_bytes_become_one_replacement_each() {

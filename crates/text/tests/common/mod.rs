@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 use tally_gguf::GgufFile;
 use tally_text::Tokenizer;
 
+/// A file of crates/text/tests/data. This module is also included by crates/peer-llama's tests
+/// (`#[path]`), where `CARGO_MANIFEST_DIR` is that crate's: the path goes through the sibling
+/// `text` folder so it is the same from both.
 pub fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
+        .join("../text/tests/data")
         .join(name)
 }
 
