@@ -154,7 +154,10 @@ pub fn main(a: Args) -> Result<()> {
                 ("model", r.model.clone()),
                 (
                     "backend",
-                    format!("{} on {} (loaded in {:.0} ms)", r.backend, r.device, r.load_ms),
+                    format!(
+                        "{} on {} (loaded in {:.0} ms)",
+                        r.backend, r.device, r.load_ms
+                    ),
                 ),
                 (
                     "prefill",
@@ -184,7 +187,9 @@ pub fn main(a: Args) -> Result<()> {
                 }
             }
             if md {
-                println!("\nTop logits of the last prompt token:\n\n| token id | logit |\n|---:|---:|");
+                println!(
+                    "\nTop logits of the last prompt token:\n\n| token id | logit |\n|---:|---:|"
+                );
             } else {
                 println!("top logits of the last prompt token:");
             }
