@@ -53,10 +53,10 @@ fn a_wrong_offset_fails_the_kernel_build() {
         .find(|s| s.name == "norm")
         .expect("norm source");
     let text = source_text(norm).expect("source");
-    let right = "__builtin_offsetof(NormArgs, l2) == 60";
+    let right = "TALLY_OFFSETOF(NormArgs, l2) == 60";
     assert!(text.contains(right), "the check of NormArgs.l2 moved");
     compile_uncached("norm", &text, &opts).expect("the right layout compiles");
-    let wrong = text.replace(right, "__builtin_offsetof(NormArgs, l2) == 64");
+    let wrong = text.replace(right, "TALLY_OFFSETOF(NormArgs, l2) == 64");
     let e = compile_uncached("norm", &wrong, &opts).expect_err("a wrong offset must not compile");
     assert!(
         e.to_string()

@@ -1,6 +1,7 @@
 //! `#[repr(C)]` mirrors of the kernels' parameter structs (pointers are device addresses), and
 //! the check that they match: [`layout_asserts`] writes, from `offset_of!` and `size_of`, one
-//! `static_assert` per field of every struct a kernel source defines, which `compile` appends to
+//! `static_assert` per field of every struct a kernel source defines (NVRTC has no `offsetof`:
+//! `TALLY_OFFSETOF` is its front end's builtin, `__INTADDR__`), which `compile` appends to
 //! that source, so a kernel build with a struct out of step with its mirror fails (tested in
 //! `tests/cuda_kernels_compile.rs`, also with a deliberately wrong offset).
 
@@ -310,7 +311,7 @@ macro_rules! layout {
         $(
             let c = layout!(@name $f $($c)?);
             s.push_str(&format!(
-                "static_assert(__builtin_offsetof({0}, {1}) == {2}, \"{0}.{1}: offset differs from args.rs\");\n",
+                "static_assert(TALLY_OFFSETOF({0}, {1}) == {2}, \"{0}.{1}: offset differs from args.rs\");\n",
                 stringify!($ty),
                 c,
                 std::mem::offset_of!($ty, $f)
@@ -387,7 +388,7 @@ mod tests {
             for line in asserts.lines() {
                 let ty = line
                     .trim_start_matches("static_assert(sizeof(")
-                    .trim_start_matches("static_assert(__builtin_offsetof(")
+                    .trim_start_matches("static_assert(TALLY_OFFSETOF(")
                     .split([')', ','])
                     .next()
                     .unwrap_or("");
@@ -399,6 +400,6 @@ mod tests {
                 );
             }
         }
-        assert!(layout_asserts("norm").contains("__builtin_offsetof(NormArgs, l2) == 60"));
+        assert!(layout_asserts("norm").contains("TALLY_OFFSETOF(NormArgs, l2) == 60"));
     }
 }

@@ -186,6 +186,8 @@ pub fn compile(src: &Source, arch: &str) -> Result<Vec<u8>, EngineError> {
 pub fn source_text(src: &Source) -> Result<String, EngineError> {
     let mut text = expand_includes(src.text)?;
     text.push_str("\n// Checks written by the host (crates/engine/src/cuda/args.rs, ops/).\n");
+    // NVRTC provides no <cstddef>: offsetof through its front end's builtin.
+    text.push_str("#define TALLY_OFFSETOF(T, f) __INTADDR__(&((T*)0)->f)\n");
     text.push_str(&super::args::layout_asserts(src.name));
     text.push_str(&super::ops::geometry_asserts(src.name));
     Ok(text)
