@@ -5,20 +5,30 @@
 // The lab measured flash_attn_h_w4 1.6x faster than the engine's flash_attn_d* at pp8192: the
 // next to move into the engine, with its name.
 
+// The f16 cache copies flash_attn_h_* read and attn_kv_to_f16 writes: set by the harness before
+// launching them (cudaMemcpyToSymbol; the emulator assigns it), so every variant keeps the
+// engine's one-AttnArgs signature.
+__device__ AttnKv16 attn_lab_kv16;
+
+#define ATTN_PREFILL_KV16(NAME, D, NW)                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { \
+        attn::prefill<D, NW, true>(attn::at_pos(a), attn_lab_kv16);                            \
+    }
+
 ATTN_PREFILL(flash_attn_w4_d32, 32, 4, false)
 ATTN_PREFILL(flash_attn_w4_d64, 64, 4, false)
 ATTN_PREFILL(flash_attn_w4_d128, 128, 4, false)
 ATTN_PREFILL(flash_attn_w4_d256, 256, 4, false)
-ATTN_PREFILL(flash_attn_h_d32, 32, 8, true)
-ATTN_PREFILL(flash_attn_h_d64, 64, 8, true)
-ATTN_PREFILL(flash_attn_h_d128, 128, 8, true)
-ATTN_PREFILL(flash_attn_h_d256, 256, 8, true)
-ATTN_PREFILL(flash_attn_h_w4_d32, 32, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d64, 64, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d128, 128, 4, true)
-ATTN_PREFILL(flash_attn_h_w4_d256, 256, 4, true)
+ATTN_PREFILL_KV16(flash_attn_h_d32, 32, 8)
+ATTN_PREFILL_KV16(flash_attn_h_d64, 64, 8)
+ATTN_PREFILL_KV16(flash_attn_h_d128, 128, 8)
+ATTN_PREFILL_KV16(flash_attn_h_d256, 256, 8)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d32, 32, 4)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d64, 64, 4)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d128, 128, 4)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d256, 256, 4)
 
-// k16/v16[row, c] = half(k/v[row, c]) for rows < min(P, q_pos0 + R), c < Hkv * d; grid.y 0: K, 1: V.
+// attn_lab_kv16.k/v[row, c] = half(k/v[row, c]) for rows < min(P, q_pos0 + R), c < Hkv * d; grid.y 0: K, 1: V.
 extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) {
     const AttnArgs a = attn::at_pos(a_in);
     const int width = a.Hkv * a.d;
@@ -37,5 +47,5 @@ extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) 
     u.y = attn::pack_h2(x0.z, x0.w);
     u.z = attn::pack_h2(x1.x, x1.y);
     u.w = attn::pack_h2(x1.z, x1.w);
-    *reinterpret_cast<uint4*>((is_v ? a.v16 : a.k16) + static_cast<i64>(r) * a.ld16 + c) = u;
+    *reinterpret_cast<uint4*>((is_v ? attn_lab_kv16.v : attn_lab_kv16.k) + static_cast<i64>(r) * attn_lab_kv16.ld + c) = u;
 }

@@ -21,6 +21,8 @@
 
 #include "delta.cu"
 #include "conv.cu"
+#include "variants.cu"  // conv_silu_l2norm, which the engine does not load
+#include "elementwise.cu"  // delta_gates
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -247,15 +249,15 @@ static DeltaDev upload(const DeltaInputs& in) {
 static void launch_chunked(const DeltaArgs& a, bool sync) {
     if (a.T == 0) return;
     const int nc = (int)delta_chunks(a.T);
-    delta_chunk_prep<<<dim3(nc, a.Hv), 256, delta_prep_smem_bytes(a.dk)>>>(a);
-    after_launch("delta_chunk_prep", sync);
-    delta_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
-    after_launch("delta_chunk_scan", sync);
+    delta_rule_chunk_prep<<<dim3(nc, a.Hv), 256, delta_prep_smem_bytes(a.dk)>>>(a);
+    after_launch("delta_rule_chunk_prep", sync);
+    delta_rule_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
+    after_launch("delta_rule_chunk_scan", sync);
 }
 static void launch_step(const DeltaArgs& a, bool sync) {
     if (a.T == 0) return;
-    delta_step<<<dim3(a.Hv, a.dv / DELTA_NS), 128>>>(a);
-    after_launch("delta_step", sync);
+    delta_rule_step<<<dim3(a.Hv, a.dv / DELTA_NS), 128>>>(a);
+    after_launch("delta_rule_step", sync);
 }
 
 // CPU float64 version of the prep's workspace, compared with what the GPU wrote.
@@ -517,12 +519,12 @@ static void delta_timing(bool quick) {
         const int nc = (int)delta_chunks(T);
         const double tot = time_ms([&] { launch_chunked(a, false); });
         const double tp = time_ms([&] {
-            delta_chunk_prep<<<dim3(nc, a.Hv), 256, delta_prep_smem_bytes(a.dk)>>>(a);
-            after_launch("delta_chunk_prep", false);
+            delta_rule_chunk_prep<<<dim3(nc, a.Hv), 256, delta_prep_smem_bytes(a.dk)>>>(a);
+            after_launch("delta_rule_chunk_prep", false);
         });
         const double ts = time_ms([&] {
-            delta_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
-            after_launch("delta_chunk_scan", false);
+            delta_rule_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
+            after_launch("delta_rule_chunk_scan", false);
         });
         const double fl = 7.0 * T * s.Hv * s.dk * s.dv;
         printf("  %-28s %10.4f %10.4f %10.4f %9.2f %10.2e %10.2e\n", name, tot, tp, ts, fl / (tot * 1e9), r.o.rel, r.s.rel);
@@ -749,12 +751,12 @@ int main(int argc, char** argv) {
     printf("device: %s, %d SMs, %.0f MHz, L2 %d MB, smem/block optin %zu KB\n", p.name, p.multiProcessorCount,
            clock_khz / 1e3, p.l2CacheSize >> 20, p.sharedMemPerBlockOptin >> 10);
     const int prep_smem = delta_prep_smem_bytes(128), scan_smem = delta_scan_smem_bytes(128);
-    CK(cudaFuncSetAttribute(delta_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem));
-    CK(cudaFuncSetAttribute(delta_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, scan_smem));
+    CK(cudaFuncSetAttribute(delta_rule_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem));
+    CK(cudaFuncSetAttribute(delta_rule_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, scan_smem));
     struct K { const char* n; const void* f; int threads, smem; } ks[] = {
-        {"delta_chunk_prep", (const void*)delta_chunk_prep, 256, prep_smem},
-        {"delta_chunk_scan", (const void*)delta_chunk_scan, 256, scan_smem},
-        {"delta_step", (const void*)delta_step, 128, 0},
+        {"delta_rule_chunk_prep", (const void*)delta_rule_chunk_prep, 256, prep_smem},
+        {"delta_rule_chunk_scan", (const void*)delta_rule_chunk_scan, 256, scan_smem},
+        {"delta_rule_step", (const void*)delta_rule_step, 128, 0},
         {"conv_silu", (const void*)conv_silu, CONV_THREADS, 0},
         {"conv_silu_l2norm", (const void*)conv_silu_l2norm, CONV_THREADS, 0},
         {"delta_gates", (const void*)delta_gates, 256, 0},

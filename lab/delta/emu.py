@@ -1,5 +1,5 @@
-# Warp-level numpy emulation of crates/engine/src/cuda/kernels/delta.cu (delta_chunk_prep and
-# delta_chunk_scan), written without a GPU to check the design before the first device run:
+# Warp-level numpy emulation of crates/engine/src/cuda/kernels/delta.cu (delta_rule_chunk_prep and
+# delta_rule_chunk_scan), written without a GPU to check the design before the first device run:
 # ldmatrix (.x4, plain and .trans) and mma.m16n8k16 follow the PTX ISA fragment layouts; shared
 # memory is a byte array with the kernels' padded layouts; every index expression mirrors the CUDA
 # source. Keep it in step with delta.cu when the kernels change.

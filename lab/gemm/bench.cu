@@ -1,4 +1,4 @@
-// GEMM lab: checks every kernel of gemm.cu, moe_route.cu and quant.cuh against float64 / bit-exact
+// GEMM lab: checks every kernel of gemm.cu, moe.cu and quant.cuh against float64 / bit-exact
 // host references, then times the model's shapes. See README.md.
 // Build (repository root):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I crates/engine/src/cuda/kernels \
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "gemm.cu"
-#include "moe_route.cu"
+#include "moe.cu"
 #include "cases.h"
 
 #define CK(call)                                                                                        \

@@ -1,5 +1,5 @@
 // Test cases of the GEMM lab, shared by bench.cu (on the GPU) and emu/emu_test.cpp (on the CPU
-// emulator). Include after gemm.cu / moe_route.cu (for GemmArgs, MoeRouteArgs, the kernels).
+// emulator). Include after gemm.cu / moe.cu (for GemmArgs, MoeRouteArgs, the kernels).
 //
 // A backend B provides: template<class T> T* upload(const std::vector<T>&); template<class T>
 // T* alloc(size_t n); void poison(float* p, size_t n) (NaN); template<class T> std::vector<T>

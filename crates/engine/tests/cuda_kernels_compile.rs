@@ -1,11 +1,18 @@
-//! Every CUDA kernel source compiles with NVRTC for sm_90a. Runs wherever libnvrtc and the CUDA
-//! headers are found (CI installs them from PyPI wheels); says so and passes where they are not,
-//! unless TALLY_REQUIRE_NVRTC is set.
+//! Every CUDA kernel source compiles with NVRTC for sm_90a, with the host's checks appended (each
+//! argument struct's layout against its `#[repr(C)]` mirror, the launch geometry against the
+//! kernels' formulas) and the host's constants as `-D` defines, exactly as the backend builds
+//! them; and a wrong offset fails the build. Runs wherever libnvrtc and the CUDA headers are
+//! found (CI installs them from PyPI wheels); says so and passes where they are not, unless
+//! TALLY_REQUIRE_NVRTC is set.
 
-use tally_engine::cuda::compile::{SOURCES, compile_uncached, cuda_include_dir, expand_includes};
+use std::path::PathBuf;
 
-#[test]
-fn every_kernel_source_compiles_for_sm_90a() {
+use tally_engine::cuda::compile::{
+    SOURCES, compile_uncached, cuda_include_dir, options, source_text,
+};
+
+/// The CUDA headers, or None (the test passes) where NVRTC is absent.
+fn nvrtc() -> Option<PathBuf> {
     // SAFETY: probing for the NVRTC library has no preconditions.
     let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
     let include = cuda_include_dir();
@@ -15,19 +22,72 @@ fn every_kernel_source_compiles_for_sm_90a() {
             "NVRTC or CUDA headers missing but TALLY_REQUIRE_NVRTC is set"
         );
         eprintln!("skipped: NVRTC (libnvrtc.so) or CUDA headers not found");
-        return;
+        return None;
     }
-    let include = include.expect("checked above");
+    include
+}
+
+#[test]
+fn every_kernel_source_compiles_for_sm_90a() {
+    let Some(include) = nvrtc() else { return };
+    let opts = options("sm_90a", &include);
     for src in SOURCES {
-        let text = expand_includes(src.text).expect("includes");
-        let opts = vec![
-            "--gpu-architecture=sm_90a".to_string(),
-            "--std=c++17".to_string(),
-            format!("--include-path={}", include.display()),
-            "-DNDEBUG".to_string(),
-        ];
+        let text = source_text(src).expect("source");
+        assert!(
+            text.contains("offset differs from args.rs"),
+            "{}: no layout checks appended",
+            src.name
+        );
         let cubin = compile_uncached(src.name, &text, &opts)
             .unwrap_or_else(|e| panic!("{}: {e}", src.name));
         assert!(cubin.len() > 1000, "{}: suspiciously small CUBIN", src.name);
     }
+}
+
+#[test]
+fn a_wrong_offset_fails_the_kernel_build() {
+    let Some(include) = nvrtc() else { return };
+    let opts = options("sm_90a", &include);
+    let norm = SOURCES
+        .iter()
+        .find(|s| s.name == "norm")
+        .expect("norm source");
+    let text = source_text(norm).expect("source");
+    let right = "TALLY_OFFSETOF(NormArgs, l2) == 60";
+    assert!(text.contains(right), "the check of NormArgs.l2 moved");
+    compile_uncached("norm", &text, &opts).expect("the right layout compiles");
+    let wrong = text.replace(right, "TALLY_OFFSETOF(NormArgs, l2) == 64");
+    let e = compile_uncached("norm", &wrong, &opts).expect_err("a wrong offset must not compile");
+    assert!(
+        e.to_string()
+            .contains("NormArgs.l2: offset differs from args.rs"),
+        "{e}"
+    );
+    // The same for a wrong size, and for a host geometry that differs from the kernel's.
+    let right = format!("sizeof(NormArgs) == {}", 64);
+    assert!(text.contains(&right), "NormArgs is 64 bytes");
+    let e = compile_uncached(
+        "norm",
+        &text.replace(&right, "sizeof(NormArgs) == 72"),
+        &opts,
+    )
+    .expect_err("a wrong size must not compile");
+    assert!(e.to_string().contains("NormArgs: size differs"), "{e}");
+    let attn = SOURCES
+        .iter()
+        .find(|s| s.name == "attention")
+        .expect("attention");
+    let text = source_text(attn).expect("source");
+    let right = "ATTN_SMEM_BYTES(128, ATTN_NW, 0) == 69632";
+    assert!(text.contains(right), "attention smem check at d 128");
+    let e = compile_uncached(
+        "attention",
+        &text.replace(right, "ATTN_SMEM_BYTES(128, ATTN_NW, 0) == 69633"),
+        &opts,
+    )
+    .expect_err("a wrong shared-memory size must not compile");
+    assert!(
+        e.to_string().contains("attention smem of d 128 differs"),
+        "{e}"
+    );
 }

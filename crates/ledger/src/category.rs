@@ -24,8 +24,10 @@ pub enum Category {
     Router,
     /// Shared expert: its gate/up/down projections, activation and sigmoid scalar gate.
     SharedExpert,
-    /// Gated delta rule recurrence of the linear-attention layers (state update and readout).
-    DeltaNet,
+    /// The gated delta rule: the recurrence of the linear-attention layers (state update and
+    /// readout). Measurements recorded before the rename name it `delta_net`, still read.
+    #[serde(alias = "delta_net")]
+    DeltaRule,
     /// Causal depthwise convolution of the linear-attention layers (with its state).
     Conv,
     /// Softmax attention of the full-attention layers (scores, softmax, weighted sum).
@@ -55,7 +57,7 @@ impl Category {
         Category::MoeDown,
         Category::Router,
         Category::SharedExpert,
-        Category::DeltaNet,
+        Category::DeltaRule,
         Category::Conv,
         Category::Attention,
         Category::Norm,
@@ -75,7 +77,7 @@ impl Category {
             Category::MoeDown => "moe_down",
             Category::Router => "router",
             Category::SharedExpert => "shared_expert",
-            Category::DeltaNet => "delta_net",
+            Category::DeltaRule => "delta_rule",
             Category::Conv => "conv",
             Category::Attention => "attention",
             Category::Norm => "norm",
@@ -96,7 +98,7 @@ impl Category {
             Category::MoeDown => "MoE experts down",
             Category::Router => "Router and top-k",
             Category::SharedExpert => "Shared expert",
-            Category::DeltaNet => "Linear-attention recurrence",
+            Category::DeltaRule => "Delta rule (linear-attention recurrence)",
             Category::Conv => "Causal conv",
             Category::Attention => "Attention",
             Category::Norm => "Norms",
@@ -109,8 +111,12 @@ impl Category {
         }
     }
 
-    /// Parses a machine name (as produced by [`Category::name`]).
+    /// Parses a machine name (as produced by [`Category::name`], or an older name of it:
+    /// `delta_net` for [`Category::DeltaRule`]).
     pub fn from_name(s: &str) -> Option<Category> {
+        if s == "delta_net" {
+            return Some(Category::DeltaRule);
+        }
         Category::ALL.into_iter().find(|c| c.name() == s)
     }
 }
@@ -124,6 +130,18 @@ impl std::fmt::Display for Category {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_delta_rule_keeps_reading_its_old_name() {
+        assert_eq!(Category::DeltaRule.name(), "delta_rule");
+        assert_eq!(Category::from_name("delta_net"), Some(Category::DeltaRule));
+        let old: Category = serde_json::from_str("\"delta_net\"").expect("old name");
+        assert_eq!(old, Category::DeltaRule);
+        assert_eq!(
+            serde_json::to_string(&Category::DeltaRule).expect("json"),
+            "\"delta_rule\""
+        );
+    }
 
     #[test]
     fn names_round_trip_and_match_serde() {

@@ -320,7 +320,7 @@ mod tests {
                 &[(2, RowDep::Same)],
             ),
             node(4, "c", Category::Conv, Some(8), &[(0, RowDep::All)]),
-            node(5, "state", Category::DeltaNet, None, &[(0, RowDep::All)]),
+            node(5, "state", Category::DeltaRule, None, &[(0, RowDep::All)]),
         ];
         nodes[3].is_output = true;
         nodes[5].persistent = true;

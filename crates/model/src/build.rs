@@ -315,7 +315,7 @@ impl<'a> Builder<'a> {
         );
     }
 
-    /// Gated DeltaNet mixer. The whole recurrence runs over all T tokens (state); only the rows
+    /// Gated DeltaRule mixer. The whole recurrence runs over all T tokens (state); only the rows
     /// `r0..r0+nr` of its output are read downstream.
     fn linear_mixer(&mut self, il: usize, a: &Acts, r0: usize, nr: usize) {
         let c = self.cfg;
@@ -402,14 +402,14 @@ impl<'a> Builder<'a> {
         let o = self.top(a.o_lin, nr);
         debug_assert!(o.rows <= t);
         self.node(
-            format!("blk.{il}.ssm_delta"),
+            format!("blk.{il}.delta_rule"),
             Op::DeltaRule {
                 k_heads: c.ssm_k_heads,
                 v_heads: c.ssm_v_heads,
                 k_dim: c.ssm_k_dim,
                 v_dim: c.ssm_v_dim,
             },
-            Category::DeltaNet,
+            Category::DeltaRule,
             Some(il),
             vec![q_rows, k, v, g, beta, sv],
             vec![],

@@ -238,7 +238,7 @@ pub fn expected_counts(cfg: &Config) -> Vec<ExpectedCount> {
         ),
         e(
             "delta-rule recurrences",
-            Category::DeltaNet,
+            Category::DeltaRule,
             None,
             lin,
             format!("{lin} linear-attention layers"),

@@ -93,7 +93,7 @@ pub const RULES: &[Rule] = &[
     rule(&["ROPE"], &[], &[], Rope),
     rule(&["FLASH_ATTN_EXT"], &[], &[], Attention),
     rule(&["SSM_CONV"], &[], &[], Conv),
-    rule(&["GATED_DELTA_NET", "SSM_SCAN"], &[], &[], DeltaNet),
+    rule(&["GATED_DELTA_NET", "SSM_SCAN"], &[], &[], DeltaRule),
     rule(&["ARGSORT", "TOP_K"], &[], &[], Router),
     // Name-driven (llama-graph.cpp's build_moe_ffn and qwen35moe.cpp's shared expert).
     rule(
@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(cat("SET_ROWS", "cache_k_l3 (view)", &[]), Layout);
         assert_eq!(cat("ADD", "node_41", &[]), Elementwise);
         assert_eq!(cat("MUL", "gate-0", &["blk.0.ssm_a"]), Elementwise);
-        assert_eq!(cat("GATED_DELTA_NET", "node_50", &[]), DeltaNet);
+        assert_eq!(cat("GATED_DELTA_NET", "node_50", &[]), DeltaRule);
         assert_eq!(cat("SSM_CONV", "conv_output_raw-0", &[]), Conv);
         assert_eq!(cat("FLASH_ATTN_EXT", "__fattn__-3", &[]), Attention);
         assert_eq!(cat("SCALE", "q_conv_predelta-0", &[]), Norm);

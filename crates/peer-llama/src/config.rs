@@ -161,7 +161,7 @@ impl ModelConfig {
             ),
             per(
                 "delta-net recurrences",
-                Some(Category::DeltaNet),
+                Some(Category::DeltaRule),
                 Some("GATED_DELTA_NET"),
                 lin,
                 format!("{lin} linear layers x 1 (fused gated delta net)"),

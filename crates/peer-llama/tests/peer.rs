@@ -136,7 +136,7 @@ fn graph_export_matches_the_architecture() {
     let cfg = p.config().clone();
     let layers = u64::from(cfg.n_layer);
     assert_eq!(found(&g, Some(Category::MoeGateUp), None), 2 * layers);
-    assert_eq!(found(&g, Some(Category::DeltaNet), None), cfg.n_linear());
+    assert_eq!(found(&g, Some(Category::DeltaRule), None), cfg.n_linear());
     assert_eq!(found(&g, Some(Category::Attention), None), cfg.n_full());
     assert_eq!(found(&g, Some(Category::Other), None), 0, "unmapped nodes");
     assert!(g.nodes.iter().any(|n| n.is_view));
@@ -246,7 +246,7 @@ fn replay_leaves_the_outputs_bit_identical() {
     for c in [
         Category::DenseProj,
         Category::MoeGateUp,
-        Category::DeltaNet,
+        Category::DeltaRule,
         Category::Norm,
     ] {
         let set = BTreeSet::from([c]);

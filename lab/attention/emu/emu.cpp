@@ -112,7 +112,7 @@ static void run(const Problem& p, const std::vector<double>& ref, const Variant&
     a.q = p.q.data(), a.ldq = p.ldq, a.k = p.k.data(), a.ldk = p.ldk, a.v = p.v.data(), a.ldv = p.ldv;
     a.o = o.data(), a.ldo = p.ldo, a.R = p.R, a.P = p.P, a.H = p.H, a.Hkv = p.Hkv, a.d = p.d, a.q_pos0 = p.q_pos0;
     a.scale = p.scale, a.n_split = V.n_split, a.kv_chunk = V.kv_chunk, a.ws = ws.data();
-    a.k16 = k16.data(), a.v16 = v16.data(), a.ld16 = (long long)p.Hkv * p.d;
+    attn_lab_kv16 = AttnKv16{k16.data(), v16.data(), (long long)p.Hkv * p.d};
     int pos = 0;
     if (V.dev_pos) {
         a.q_pos0 = std::min(p.q_pos0, 3);

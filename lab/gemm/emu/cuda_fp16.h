@@ -1,5 +1,5 @@
 // CPU emulation of the CUDA features the GEMM kernels use, so that gemm.cu / quant.cuh /
-// moe_route.cu run unchanged (with TALLY_EMU defined) on a machine without a GPU.
+// moe.cu run unchanged (with TALLY_EMU defined) on a machine without a GPU.
 //
 // Found by `#include <cuda_fp16.h>` in common.cuh when this directory comes first on the include
 // path and the CUDA headers are absent. Every CUDA thread of a block is a fiber (ucontext) on

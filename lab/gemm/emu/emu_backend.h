@@ -1,6 +1,6 @@
 // The CPU emulator's backend for lab/gemm/cases.h (see the contract at the top of cases.h):
 // host memory, 256-byte aligned allocations filled with garbage, launches through emu::launch.
-// Include after the emulator (cuda_fp16.h), gemm.cu, moe_route.cu and cases.h.
+// Include after the emulator (cuda_fp16.h), gemm.cu, moe.cu and cases.h.
 #pragma once
 #include <cstdlib>
 #include <cstring>

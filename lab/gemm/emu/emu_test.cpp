@@ -1,5 +1,5 @@
 // Runs the GEMM lab's correctness checks on the CPU emulator (no GPU needed): the device code of
-// quant.cuh, gemm.cu and moe_route.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
+// quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv]
@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "gemm.cu"
-#include "moe_route.cu"
+#include "moe.cu"
 #include "../cases.h"
 #include "emu_backend.h"
 

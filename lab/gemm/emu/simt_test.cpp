@@ -5,7 +5,7 @@
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include "gemm.cu"
-#include "moe_route.cu"
+#include "moe.cu"
 #include "../cases.h"
 #include "emu_backend.h"
 

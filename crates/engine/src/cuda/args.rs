@@ -1,5 +1,9 @@
-//! `#[repr(C)]` mirrors of the kernels' parameter structs (field order and types must match the
-//! C structs in `kernels/*.cu` exactly; pointers are device addresses).
+//! `#[repr(C)]` mirrors of the kernels' parameter structs (pointers are device addresses), and
+//! the check that they match: [`layout_asserts`] writes, from `offset_of!` and `size_of`, one
+//! `static_assert` per field of every struct a kernel source defines (NVRTC has no `offsetof`:
+//! `TALLY_OFFSETOF` is its front end's builtin, `__INTADDR__`), which `compile` appends to
+//! that source, so a kernel build with a struct out of step with its mirror fails (tested in
+//! `tests/cuda_kernels_compile.rs`, also with a deliberately wrong offset).
 
 pub type DPtr = u64;
 
@@ -66,11 +70,6 @@ pub struct BinaryArgs {
     pub cols: i32,
     pub op: i32,
 }
-
-pub const BIN_ADD: i32 = 0;
-pub const BIN_MUL_SILU: i32 = 1;
-pub const BIN_MUL_SIGMOID: i32 = 2;
-pub const BIN_SWIGLU: i32 = 3;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -139,48 +138,6 @@ pub struct DeltaArgs {
     pub dv: i32,
 }
 
-/// Tokens per chunk of the chunked delta rule (`DELTA_C`).
-pub const DELTA_C: i64 = 64;
-/// S columns per scan / step block (`DELTA_NS`).
-pub const DELTA_NS: i64 = 32;
-
-/// Mirror of `delta_work_floats` in delta.cu.
-pub fn delta_work_floats(t: i64, hk: i64, hv: i64, dk: i64, dv: i64) -> i64 {
-    let nc = (t + DELTA_C - 1) / DELTA_C;
-    nc * (hv * (32 * dk + 4096 + 64 * dv + 64) + hk * 64 * dk)
-}
-
-/// Mirror of `delta_prep_smem_bytes` in delta.cu.
-pub fn delta_prep_smem_bytes(dk: i64) -> u32 {
-    let ldk = dk + 8;
-    let ldv = 128 + 8;
-    let tile = 64 * ldk * 2;
-    let mut o = 0;
-    o += 64 * ldv * 2; // vh
-    o += 64 * ldv * 2; // vl
-    o += tile; // bk
-    o += 64 * 72 * 2; // tm
-    o += 3 * 256 * 4; // z
-    o = o.max(4 * tile);
-    o += 64 * 72 * 4; // am
-    o += 64 * 72 * 4; // tf
-    o += 64 * 4 + 64 * 4 + 32 * 4; // gs, bs, red
-    o as u32
-}
-
-/// Mirror of `delta_scan_smem_bytes` in delta.cu.
-pub fn delta_scan_smem_bytes(dk: i64) -> u32 {
-    let ldk = dk + 8;
-    let o = 3 * 64 * ldk * 2 // wb, qb, kb
-        + 2 * 64 * 72 * 2 // pb, pl
-        + 2 * 64 * 40 * 4 // ub, ob
-        + 64 * 4 // gb
-        + 2 * dk * 40 * 2 // sh, sl
-        + 4 * 64 * 40 * 2 // vh, vl, xh, xl
-        + 16 * 4; // red
-    o as u32
-}
-
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ConvSiluArgs {
@@ -213,21 +170,6 @@ pub struct DeltaGatesArgs {
     pub h: i32,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delta_layouts_match_the_kernel_comments() {
-        // delta.cu documents 107,136 B and 132,416 B at dk = 128.
-        assert_eq!(delta_prep_smem_bytes(128), 107_136);
-        assert_eq!(delta_scan_smem_bytes(128), 132_416);
-        // 21 MB of workspace at T = 512 with the real heads (16 key, 32 value, 128 dims).
-        let mb = delta_work_floats(512, 16, 32, 128, 128) * 4 / 1_000_000;
-        assert_eq!(mb, 21);
-    }
-}
-
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct AttnArgs {
@@ -250,40 +192,8 @@ pub struct AttnArgs {
     pub kv_chunk: i32,
     pub pad0: i32,
     pub ws: DPtr,
-    pub k16: DPtr,
-    pub v16: DPtr,
-    pub ld16: i64,
     /// The batch position (`[1, 1]` i32), added to `q_pos0` on the device.
     pub pos: DPtr,
-}
-
-/// Mirror of `ATTN_SMEM_BYTES(D, NW, KV16)` in attention.cu (dynamic shared memory of the
-/// prefill kernels): `(16*NW + 2*BN) * (D + 8) * 2` bytes, BN = min(1024*NW/D, 64) (64 for f16 K/V).
-pub fn attn_smem_bytes(d: i64, nw: i64, kv16: bool) -> u32 {
-    let bn = if kv16 { 64 } else { (1024 * nw / d).min(64) };
-    ((16 * nw + 2 * bn) * (d + 8) * 2) as u32
-}
-
-/// Query rows per decode kernel (`ATTN_DEC_MAXQ`): R * (H / Hkv) at most this goes to
-/// `flash_decode_*`.
-pub const ATTN_DEC_MAXQ: i64 = 8;
-
-#[cfg(test)]
-mod attn_tests {
-    use super::*;
-
-    #[test]
-    fn attention_smem_matches_the_kernel_table() {
-        // attention.cu: flash_attn_d* 20480 36864 69632 101376; flash_attn_w4_d* ... 50688.
-        let d = [32, 64, 128, 256];
-        let want8 = [20480, 36864, 69632, 101376];
-        let want4 = [15360, 27648, 34816, 50688];
-        for i in 0..4 {
-            assert_eq!(attn_smem_bytes(d[i], 8, false), want8[i]);
-            assert_eq!(attn_smem_bytes(d[i], 4, false), want4[i]);
-        }
-        assert_eq!(attn_smem_bytes(256, 8, true), 135168);
-    }
 }
 
 #[repr(C)]
@@ -335,32 +245,6 @@ pub struct CastF16Args {
     pub out: DPtr,
 }
 
-/// Output columns per tensor-core GEMM block (`GEMM_BN`).
-pub const GEMM_BN: i64 = 128;
-/// Output columns per GEMV block (`GEMV_ROWS`).
-pub const GEMV_ROWS: i64 = 16;
-/// Threads per block of the f32 SIMT GEMMs (`SIMT_THREADS`).
-pub const SIMT_THREADS: u32 = 256;
-/// Square block tile of `gemm_f32_simt` (`SIMT_BM` = `SIMT_BN`).
-pub const SIMT_TILE: i64 = 64;
-/// Square block tile of `gemm_f32_simt_m32` (`SIMT_M32_BM` = `SIMT_M32_BN`).
-pub const SIMT_M32_TILE: i64 = 32;
-
-/// Mirror of `GEMM_SMEM_BYTES(t, bm)` in gemm.cu: two f16 stages of A and B tiles, two row
-/// tables, three stages of raw weight bytes per thread.
-pub fn gemm_smem_bytes(ty: tally_gguf::GgmlType, bm: i64) -> u32 {
-    use tally_gguf::GgmlType as T;
-    let slot = match ty {
-        T::Q4_K => 32,
-        T::Q5_K | T::Q8_0 => 48,
-        T::Q6_K => 80,
-        T::Q3_K => 96,
-        T::F32 => 128,
-        _ => 64,
-    };
-    (2 * (bm + GEMM_BN) * 72 * 2 + 8 * bm + 3 * 256 * slot) as u32
-}
-
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct MoeRouteArgs {
@@ -394,22 +278,128 @@ pub struct DequantRowsArgs {
     pub err: DPtr,
 }
 
+/// `SampleArgs` of sample.cu (`sample_token`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SampleArgs {
+    pub logits: DPtr,
+    pub work: DPtr,
+    pub window: DPtr,
+    pub out: DPtr,
+    pub vocab: i32,
+    pub n_window: i32,
+    pub top_k: i32,
+    pub greedy: i32,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub rep: f32,
+    pub freq: f32,
+    pub presence: f32,
+    pub min_weight: u64,
+    pub random: u64,
+}
+
+/// `static_assert`s of a struct's size and of each field's offset; a field whose C name differs
+/// from the Rust one is written `rust as C`.
+macro_rules! layout {
+    ($ty:ident { $($f:ident $(as $c:ident)?),* $(,)? }) => {{
+        let mut s = format!(
+            "static_assert(sizeof({0}) == {1}, \"{0}: size differs from args.rs\");\n",
+            stringify!($ty),
+            std::mem::size_of::<$ty>()
+        );
+        $(
+            let c = layout!(@name $f $($c)?);
+            s.push_str(&format!(
+                "static_assert(TALLY_OFFSETOF({0}, {1}) == {2}, \"{0}.{1}: offset differs from args.rs\");\n",
+                stringify!($ty),
+                c,
+                std::mem::offset_of!($ty, $f)
+            ));
+        )*
+        s
+    }};
+    (@name $f:ident) => { stringify!($f) };
+    (@name $f:ident $c:ident) => { stringify!($c) };
+}
+
+/// The layout checks of the structs kernel source `source` (a [`super::compile::Source`] name)
+/// defines: every field's offset and every struct's size as Rust lays out its mirror.
+pub fn layout_asserts(source: &str) -> String {
+    match source {
+        "norm" => layout!(NormArgs { x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2 }),
+        "rope" => layout!(RopeArgs { x, ldx, y, ldy, rows, n_heads, head_dim, dims, pos0, theta, pos }),
+        "kv_store" => layout!(KvStoreArgs { k, ldk, v, ldv, kc, ldkc, vc, ldvc, pos, rows, cols, cap }),
+        "elementwise" => [
+            layout!(BinaryArgs { a, lda, b, ldb, y, ldy, rows, cols, op }),
+            layout!(SharedGateArgs { x, ldx, s, lds, w, y, ldy, rows, cols }),
+            layout!(DeltaGatesArgs {
+                b, ldbin, a, lda, dt_bias, ssm_a, beta, ldbeta, g, ldg, t as T, h as H
+            }),
+        ]
+        .concat(),
+        "router" => layout!(TopkArgs { logits, ld, ids, ld_ids, w, ld_w, rows, experts, k }),
+        "moe" => [
+            layout!(MoeRouteArgs {
+                ids, n_tokens, k, n_expert, bm, max_tiles, counts, sorted_rows, tile_expert,
+                tile_start, tile_rows, err
+            }),
+            layout!(CombineArgs { y, ldy, w, ldw, out, ldo, rows, cols, k }),
+        ]
+        .concat(),
+        "conv" => layout!(ConvSiluArgs { x, ldx, state, lds, w, y, ldy, t as T, c as C, k as K }),
+        "delta" => layout!(DeltaArgs {
+            q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, state, o, ldo, work, t as T, r as R,
+            hk as Hk, hv as Hv, dk, dv
+        }),
+        "attention" => layout!(AttnArgs {
+            q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_pos0, scale,
+            n_split, kv_chunk, pad0, ws, pos
+        }),
+        "gemm" => [
+            layout!(GemmArgs {
+                w, w_row_bytes, w_expert_bytes, x, ldx, y, ldy, m as M, n as N, k as K,
+                sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head
+            }),
+            layout!(DequantF16Args { w, row_bytes, ty as type, k as K, n as N, out, layout, head_dim, n_head }),
+            layout!(CastF16Args { x, ldx, m as M, k as K, out }),
+            layout!(DequantRowsArgs {
+                w, row_bytes, ty as type, k as K, n_rows_w, row_ids, row0, n_rows, out, ldo, err
+            }),
+        ]
+        .concat(),
+        "sample" => layout!(SampleArgs {
+            logits, work, window, out, vocab, n_window, top_k, greedy, temperature, top_p, rep,
+            freq, presence, min_weight, random
+        }),
+        _ => String::new(),
+    }
+}
+
 #[cfg(test)]
-mod gemm_tests {
+mod tests {
     use super::*;
-    use tally_gguf::GgmlType as T;
 
     #[test]
-    fn gemm_smem_matches_the_kernel_table() {
-        // gemm.cu: BM=128: q4_k 99328, q5_k 111616, q6_k 136192, q8_0 111616, f16 123904, f32 173056;
-        // BM=32: q4_k 70912.
-        assert_eq!(gemm_smem_bytes(T::Q4_K, 128), 99_328);
-        assert_eq!(gemm_smem_bytes(T::Q5_K, 128), 111_616);
-        assert_eq!(gemm_smem_bytes(T::Q6_K, 128), 136_192);
-        assert_eq!(gemm_smem_bytes(T::Q8_0, 128), 111_616);
-        assert_eq!(gemm_smem_bytes(T::F16, 128), 123_904);
-        assert_eq!(gemm_smem_bytes(T::F32, 128), 173_056);
-        assert_eq!(gemm_smem_bytes(T::Q4_K, 32), 70_912);
-        assert_eq!(gemm_smem_bytes(T::BF16, 64), 104_960);
+    fn every_source_checks_its_structs() {
+        for src in super::super::compile::SOURCES {
+            let asserts = layout_asserts(src.name);
+            assert!(!asserts.is_empty(), "{}: no layout checks", src.name);
+            for line in asserts.lines() {
+                let ty = line
+                    .trim_start_matches("static_assert(sizeof(")
+                    .trim_start_matches("static_assert(TALLY_OFFSETOF(")
+                    .split([')', ','])
+                    .next()
+                    .unwrap_or("");
+                let text = super::super::compile::expand_includes(src.text).expect("includes");
+                assert!(
+                    text.contains(&format!("struct {ty} {{")),
+                    "{}.cu does not define {ty}",
+                    src.name
+                );
+            }
+        }
+        assert!(layout_asserts("norm").contains("TALLY_OFFSETOF(NormArgs, l2) == 60"));
     }
 }

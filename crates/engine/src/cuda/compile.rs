@@ -22,31 +22,52 @@ const HEADERS: &[(&str, &str)] = &[
     ("quant_small.cuh", include_str!("kernels/quant_small.cuh")),
 ];
 
-/// Every kernel source of the backend.
+/// Headers for nvcc builds only: common.cuh includes it outside NVRTC (`#ifndef TALLY_NVRTC`),
+/// so the line is kept as is and NVRTC skips it.
+const NVCC_ONLY: &[&str] = &["host_consts.cuh"];
+
+/// Every kernel source of the backend, one per op family (`cuda/ops/<name>.rs` is its host
+/// side; `gemm` serves `matmul`, `moe` and `embed`).
 pub const SOURCES: &[Source] = &[
     Source {
-        name: "ops",
-        text: include_str!("kernels/ops.cu"),
+        name: "norm",
+        text: include_str!("kernels/norm.cu"),
     },
     Source {
-        name: "gemm",
-        text: include_str!("kernels/gemm.cu"),
+        name: "rope",
+        text: include_str!("kernels/rope.cu"),
     },
     Source {
-        name: "moe_route",
-        text: include_str!("kernels/moe_route.cu"),
+        name: "kv_store",
+        text: include_str!("kernels/kv_store.cu"),
     },
     Source {
-        name: "delta",
-        text: include_str!("kernels/delta.cu"),
+        name: "elementwise",
+        text: include_str!("kernels/elementwise.cu"),
+    },
+    Source {
+        name: "router",
+        text: include_str!("kernels/router.cu"),
+    },
+    Source {
+        name: "moe",
+        text: include_str!("kernels/moe.cu"),
     },
     Source {
         name: "conv",
         text: include_str!("kernels/conv.cu"),
     },
     Source {
+        name: "delta",
+        text: include_str!("kernels/delta.cu"),
+    },
+    Source {
         name: "attention",
         text: include_str!("kernels/attention.cu"),
+    },
+    Source {
+        name: "gemm",
+        text: include_str!("kernels/gemm.cu"),
     },
     Source {
         name: "sample",
@@ -61,6 +82,11 @@ pub fn expand_includes(src: &str) -> Result<String, EngineError> {
             let t = line.trim_start();
             if let Some(rest) = t.strip_prefix("#include \"") {
                 let name = rest.trim_end().trim_end_matches('"');
+                if NVCC_ONLY.contains(&name) {
+                    out.push_str(line);
+                    out.push('\n');
+                    continue;
+                }
                 let (hname, htext) = HEADERS
                     .iter()
                     .find(|(n, _)| *n == name)
@@ -125,19 +151,14 @@ fn nvrtc_version() -> (c_int, c_int) {
 
 /// Compiles `src` for `arch` (e.g. `sm_90a`) to CUBIN, using the disk cache.
 pub fn compile(src: &Source, arch: &str) -> Result<Vec<u8>, EngineError> {
-    let text = expand_includes(src.text)?;
+    let text = source_text(src)?;
     let include = cuda_include_dir().ok_or_else(|| {
         EngineError::Cuda(
             "CUDA headers not found: set TALLY_CUDA_INCLUDE to the directory holding cuda_fp16.h"
                 .into(),
         )
     })?;
-    let opts = vec![
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".to_string(),
-        format!("--include-path={}", include.display()),
-        "-DNDEBUG".to_string(),
-    ];
+    let opts = options(arch, &include);
     let (maj, min) = nvrtc_version();
     let key = tally_model::rng::hash_str(&format!("{text}\n{opts:?}\nnvrtc {maj}.{min}"));
     let dir = cache_dir();
@@ -156,6 +177,33 @@ pub fn compile(src: &Source, arch: &str) -> Result<Vec<u8>, EngineError> {
         }
     }
     Ok(cubin)
+}
+
+/// What NVRTC compiles for `src`: its text with the local headers inlined, then the host's checks:
+/// every argument struct's layout against its Rust mirror (`args::layout_asserts`) and the
+/// launch geometry the host computes against the kernel's own formulas
+/// (`ops::geometry_asserts`). A mismatch is a compile error, at the kernels' build.
+pub fn source_text(src: &Source) -> Result<String, EngineError> {
+    let mut text = expand_includes(src.text)?;
+    text.push_str("\n// Checks written by the host (crates/engine/src/cuda/args.rs, ops/).\n");
+    // NVRTC provides no <cstddef>: offsetof through its front end's builtin.
+    text.push_str("#define TALLY_OFFSETOF(T, f) __INTADDR__(&((T*)0)->f)\n");
+    text.push_str(&super::args::layout_asserts(src.name));
+    text.push_str(&super::ops::geometry_asserts(src.name));
+    Ok(text)
+}
+
+/// NVRTC's options: the architecture, the CUDA headers and the host's constants
+/// ([`super::consts`]) as `-D` defines.
+pub fn options(arch: &str, include: &Path) -> Vec<String> {
+    let mut opts = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        format!("--include-path={}", include.display()),
+        "-DNDEBUG".to_string(),
+    ];
+    opts.extend(super::consts::nvrtc_defines());
+    opts
 }
 
 /// Compiles without the cache; errors carry NVRTC's log.

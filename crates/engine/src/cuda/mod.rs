@@ -4,32 +4,40 @@
 //! absent); kernels are CUDA C++ sources compiled with NVRTC at first use (see [`compile`]).
 //! Weights are uploaded as stored in the GGUF file; activations are f32. One stream; a barrier is
 //! a stream synchronisation; a plain prefill is captured once as a CUDA graph and replayed.
+//!
+//! The backend in parts: the device ([`Gpu`]), the kernels as typed handles
+//! ([`kernels::Kernels`]), the weights ([`weights::Weights`]), the prepared plan's buffers
+//! ([`arena::Arena`]), the captured graphs ([`Graphs`]), the sampler's buffers and the saved
+//! sequence states. `ops/` holds the host side of every op.
 
+mod arena;
 mod args;
 pub mod compile;
-mod dispatch;
+pub mod consts;
+mod kernels;
 mod launch;
 mod mem;
 mod ops;
-mod ops_big;
 pub mod options;
-#[path = "ops/sample.rs"]
-mod sample;
-#[path = "ops/snapshot.rs"]
-mod snapshot;
+mod peaks;
+mod weights;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaGraph, CudaModule, CudaStream, result, sys};
-use tally_gguf::GgmlType;
+use cudarc::driver::{CudaContext, CudaGraph, CudaStream, result, sys};
 use tally_model::{BufKind, DType, Model, Plan, View};
 
 use crate::EngineError;
 use crate::backend::{Backend, GraphCount, Target};
-use launch::Kernel;
+use arena::{Arena, Slot};
+use kernels::Kernels;
 use mem::{DevBuf, cuda_err};
+use ops::{sample, snapshot};
 pub use options::CudaOptions;
+pub use peaks::peaks;
+pub use weights::DevWeight;
+use weights::Weights;
 
 /// Why CUDA cannot be used here, if it cannot (no driver library, no device).
 pub fn unavailable_reason() -> Option<String> {
@@ -61,51 +69,35 @@ pub struct DeviceProps {
     pub cc: (i32, i32),
 }
 
-/// A weight tensor on the device, bytes as in the file.
-pub struct DevWeight {
-    pub buf: DevBuf,
-    pub ty: GgmlType,
-    pub dims: Vec<u64>,
-    pub row_bytes: usize,
+/// The device: its context, the one stream, and the cuBLAS handle.
+struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// Bound to `stream`; made by `prepare`, before any capture.
+    blas: Option<cudarc::cublas::CudaBlas>,
 }
 
-enum Slot {
-    Own(DevBuf),
-    State(String),
+/// Captured plans by batch length, valid while the buffers they point at stay where they are
+/// (cleared whenever `prepare` or the workspace moves one). Plans hold no position, so the
+/// one-token plan's graph serves every decode step.
+#[derive(Default)]
+struct Graphs {
+    by_len: HashMap<usize, (CudaGraph, GraphCount)>,
+    /// The counts of the capture in progress.
+    capturing: Option<GraphCount>,
 }
 
 pub struct CudaBackend {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    _modules: Vec<Arc<CudaModule>>,
-    kernels: HashMap<&'static str, Kernel>,
-    model: Arc<Model>,
-    weights: HashMap<String, DevWeight>,
-    bufs: Vec<Slot>,
-    shapes: Vec<(usize, usize, DType, String)>,
-    /// What each buffer of the prepared plan holds.
-    kinds: Vec<BufKind>,
-    state: HashMap<String, DevBuf>,
-    scratch: Vec<DevBuf>,
-    /// Workspace for kernels that need one (delta rule, MoE routing), grown on demand.
-    work: Option<DevBuf>,
-    /// Captured plans by batch length, valid while the buffers they point at stay where they
-    /// are (cleared whenever `prepare` or the workspace moves one). Plans hold no position, so
-    /// the one-token plan's graph serves every decode step.
-    graphs: HashMap<usize, (CudaGraph, GraphCount)>,
-    /// The counts of the capture in progress.
-    capturing: Option<GraphCount>,
+    gpu: Gpu,
+    pub props: DeviceProps,
     /// The switches, read once when the backend opened.
     pub options: CudaOptions,
-    /// Its handle, bound to `stream`; made by `prepare`, before any capture.
-    blas: Option<cudarc::cublas::CudaBlas>,
-    pub props: DeviceProps,
-    /// Seconds spent uploading weights.
-    pub load_seconds: f64,
-    /// Bytes of weights on the device.
-    pub weight_bytes: u64,
+    kernels: Kernels,
+    weights: Weights,
+    arena: Arena,
+    graphs: Graphs,
     /// Device buffers of on-device sampling.
-    sample_bufs: sample::SampleBufs,
+    sampling: sample::SampleBufs,
     /// Saved sequence states by slot (see `Backend::save_state`).
     snapshots: snapshot::Snapshots,
 }
@@ -144,109 +136,35 @@ impl CudaBackend {
         } else {
             format!("sm_{}{}", cc.0, cc.1)
         };
-        let mut modules = Vec::new();
-        let mut kernels = HashMap::new();
-        for src in compile::SOURCES {
-            let cubin = compile::compile(src, &arch)?;
-            let module = ctx
-                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
-                .map_err(|e| EngineError::Cuda(format!("loading module {}: {e}", src.name)))?;
-            for name in dispatch::kernel_names(src.name) {
-                let f = module.load_function(name).map_err(|e| {
-                    EngineError::Cuda(format!("kernel {name} in {}: {e}", src.name))
-                })?;
-                kernels.insert(
-                    *name,
-                    Kernel {
-                        f: f.cu_function(),
-                        name,
-                    },
-                );
-            }
-            modules.push(module);
-        }
-        let mut b = CudaBackend {
-            ctx,
-            stream,
-            _modules: modules,
-            kernels,
-            model,
-            weights: HashMap::new(),
-            bufs: Vec::new(),
-            shapes: Vec::new(),
-            kinds: Vec::new(),
-            state: HashMap::new(),
-            scratch: Vec::new(),
-            work: None,
-            graphs: HashMap::new(),
-            capturing: None,
-            options,
-            blas: None,
+        let kernels = Kernels::load(&ctx, &arch)?;
+        ops::configure(&kernels)?;
+        let weights = Weights::upload(&model, stream.cu_stream())?;
+        Ok(CudaBackend {
+            gpu: Gpu {
+                ctx,
+                stream,
+                blas: None,
+            },
             props,
-            load_seconds: 0.0,
-            weight_bytes: 0,
-            sample_bufs: Default::default(),
+            options,
+            kernels,
+            weights,
+            arena: Arena::default(),
+            graphs: Graphs::default(),
+            sampling: Default::default(),
             snapshots: Default::default(),
-        };
-        dispatch::configure_kernels(&b.kernels)?;
-        b.upload_weights()?;
-        Ok(b)
+        })
     }
 
     fn cu_stream(&self) -> sys::CUstream {
-        self.stream.cu_stream()
-    }
-
-    fn upload_weights(&mut self) -> Result<(), EngineError> {
-        let t0 = std::time::Instant::now();
-        let names: Vec<String> = self
-            .model
-            .config
-            .tensor_shapes()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        let stream = self.cu_stream();
-        for name in names {
-            let (info, bytes) = self.model.weight(&name)?;
-            let buf = DevBuf::alloc(bytes.len(), &name)?;
-            // Chunks keep the driver's staging of pageable memory bounded.
-            for (i, chunk) in bytes.chunks(64 << 20).enumerate() {
-                buf.upload_at(i * (64 << 20), chunk, stream)?;
-            }
-            self.weight_bytes += bytes.len() as u64;
-            let row_bytes = info.ty.row_bytes(info.dims[0])? as usize;
-            self.weights.insert(
-                name,
-                DevWeight {
-                    buf,
-                    ty: info.ty,
-                    dims: info.dims.clone(),
-                    row_bytes,
-                },
-            );
-        }
-        self.load_seconds = t0.elapsed().as_secs_f64();
-        Ok(())
-    }
-
-    fn kernel(&self, name: &'static str) -> Result<Kernel, EngineError> {
-        self.kernels
-            .get(name)
-            .copied()
-            .ok_or_else(|| EngineError::Cuda(format!("kernel {name} not loaded")))
-    }
-
-    fn weight(&self, name: &str) -> Result<&DevWeight, EngineError> {
-        self.weights
-            .get(name)
-            .ok_or_else(|| EngineError::Internal(format!("weight {name} not on the device")))
+        self.gpu.stream.cu_stream()
     }
 
     fn slot_buf(&self, plan: &Plan, id: tally_model::BufId) -> Result<&DevBuf, EngineError> {
-        match self.bufs.get(id.0 as usize) {
+        match self.arena.bufs.get(id.0 as usize) {
             Some(Slot::Own(b)) => Ok(b),
             Some(Slot::State(n)) => self
+                .arena
                 .state
                 .get(n)
                 .ok_or_else(|| EngineError::Internal(format!("state {n} missing"))),
@@ -265,26 +183,16 @@ impl CudaBackend {
         Ok((base.at(off), b.cols as i64))
     }
 
-    /// Scratch slot `slot` holding at least `bytes`; its leading dimension is the view's width.
-    fn scratch(&mut self, slot: usize, bytes: usize) -> Result<u64, EngineError> {
-        while self.scratch.len() <= slot {
-            self.scratch.push(DevBuf::alloc(1, "replay scratch")?);
-        }
-        if self.scratch[slot].bytes < bytes {
-            self.scratch[slot] = DevBuf::alloc(bytes, "replay scratch")?;
-        }
-        Ok(self.scratch[slot].ptr)
-    }
-
     /// The cuBLAS handle, made on first use (prepare() makes it before any graph capture:
     /// creating one allocates, which a capturing stream does not allow).
     fn blas_handle(&mut self) -> Result<cudarc::cublas::sys::cublasHandle_t, EngineError> {
-        if self.blas.is_none() {
-            let h = cudarc::cublas::CudaBlas::new(self.stream.clone())
+        if self.gpu.blas.is_none() {
+            let h = cudarc::cublas::CudaBlas::new(self.gpu.stream.clone())
                 .map_err(|e| EngineError::Cuda(format!("cuBLAS: {e:?}")))?;
-            self.blas = Some(h);
+            self.gpu.blas = Some(h);
         }
         Ok(self
+            .gpu
             .blas
             .as_ref()
             .map(|h| *h.handle())
@@ -293,13 +201,19 @@ impl CudaBackend {
 
     /// A workspace of at least `bytes`.
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
-        if self.work.as_ref().is_none_or(|w| w.bytes < bytes) {
-            // prepare() sizes the workspace for the whole plan; growing it here (standalone
-            // timing of another shape) moves it, so a captured graph pointing at it must go.
-            self.graphs.clear();
-            self.work = Some(DevBuf::alloc(bytes, "kernel workspace")?);
+        // prepare() sizes the workspace for the whole plan; growing it here (standalone timing
+        // of another shape) moves it, so a captured graph pointing at it must go.
+        if self.arena.grow_work(bytes, &mut DevBuf::alloc)? {
+            self.graphs.by_len.clear();
         }
-        Ok(self.work.as_ref().map(|w| w.ptr).unwrap_or(0))
+        Ok(self.arena.work.as_ref().map(|w| w.ptr).unwrap_or(0))
+    }
+
+    /// Zeroes `bytes` at `ptr` on the stream and waits.
+    fn zero(&self, ptr: u64, bytes: usize) -> Result<(), EngineError> {
+        // SAFETY: callers pass a live allocation of the backend (a state buffer) of `bytes`.
+        unsafe { result::memset_d8_async(ptr, 0, bytes, self.cu_stream()) }.map_err(cuda_err)?;
+        self.sync()
     }
 
     fn sync(&self) -> Result<(), EngineError> {
@@ -309,7 +223,7 @@ impl CudaBackend {
 
     /// Device memory in use and total, in bytes.
     pub fn memory_use(&self) -> (u64, u64) {
-        let _ = self.ctx.bind_to_thread();
+        let _ = self.gpu.ctx.bind_to_thread();
         let (free, total) = result::mem_get_info().unwrap_or((0, 0));
         ((total - free) as u64, total as u64)
     }
@@ -328,68 +242,48 @@ impl Backend for CudaBackend {
     }
 
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
-        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         if self.options.cublas_min_m.is_some() {
             self.blas_handle()?;
         }
-        // Compared in place: decode calls this once per token.
-        let same =
-            self.bufs.len() == plan.buffers.len()
-                && self.shapes.len() == plan.buffers.len()
-                && self.shapes.iter().zip(&plan.buffers).all(|(s, b)| {
-                    s.0 == b.rows && s.1 == b.cols && s.2 == b.dtype && s.3 == b.name
-                });
-        if same {
+        self.weights.resolve(plan)?;
+        if self.arena.holds(plan) {
             return Ok(());
         }
-        let shapes: Vec<(usize, usize, DType, String)> = plan
-            .buffers
-            .iter()
-            .map(|b| (b.rows, b.cols, b.dtype, b.name.clone()))
-            .collect();
-        // New buffers: any captured graph points at the old ones.
-        self.graphs.clear();
-        let mut bufs = Vec::with_capacity(plan.buffers.len());
-        for b in &plan.buffers {
-            let bytes = b.elems() * b.dtype.size_bytes();
-            if b.kind == BufKind::State {
-                let fresh = self.state.get(&b.name).is_none_or(|s| s.bytes != bytes);
-                if fresh {
-                    let buf = DevBuf::alloc(bytes, &b.name)?;
-                    dispatch::zero(self, buf.ptr, bytes)?;
-                    self.state.insert(b.name.clone(), buf);
-                }
-                bufs.push(Slot::State(b.name.clone()));
-            } else {
-                bufs.push(Slot::Own(DevBuf::alloc(bytes, &b.name)?));
-            }
+        // New buffers: any captured graph points at the old ones, which `rebuild` frees before
+        // it allocates (old and new never coexist).
+        self.graphs.by_len.clear();
+        let stream = self.cu_stream();
+        self.arena
+            .rebuild(plan, &mut DevBuf::alloc, &mut |buf: &DevBuf| {
+                // SAFETY: `buf` is the state allocation just made, `buf.bytes` long.
+                unsafe { result::memset_d8_async(buf.ptr, 0, buf.bytes, stream) }.map_err(cuda_err)
+            })?;
+        let mut work = 0;
+        for i in 0..plan.nodes.len() {
+            work = work.max(ops::work_bytes(self, plan, i)?);
         }
-        self.bufs = bufs;
-        self.shapes = shapes;
-        self.kinds = plan.buffers.iter().map(|b| b.kind).collect();
-        let work = plan
-            .nodes
-            .iter()
-            .map(|n| ops_big::node_work_bytes(self, n))
-            .max()
-            .unwrap_or(0);
         self.workspace(work.max(256))?;
         self.sync()
     }
 
     fn reset_state(&mut self) -> Result<(), EngineError> {
-        let list: Vec<(u64, usize)> = self.state.values().map(|b| (b.ptr, b.bytes)).collect();
+        let list: Vec<(u64, usize)> = self
+            .arena
+            .state
+            .values()
+            .map(|b| (b.ptr, b.bytes))
+            .collect();
         for (p, n) in list {
-            dispatch::zero(self, p, n)?;
+            self.zero(p, n)?;
         }
         Ok(())
     }
 
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         let before = launch::counts();
-        dispatch::dispatch(self, plan, index, target)
-            .map_err(|e| e.in_node(&plan.nodes[index].name))?;
-        if let Some(c) = self.capturing.as_mut() {
+        ops::dispatch(self, plan, index, target).map_err(|e| e.in_node(&plan.nodes[index].name))?;
+        if let Some(c) = self.graphs.capturing.as_mut() {
             let after = launch::counts();
             let (k, l) = (after.0 - before.0, after.1 - before.1);
             c.dispatches += 1;
@@ -441,7 +335,7 @@ impl Backend for CudaBackend {
     }
 
     fn graph_count(&self, plan: &Plan) -> Option<GraphCount> {
-        self.graphs.get(&plan.n_tokens).map(|(_, c)| *c)
+        self.graphs.by_len.get(&plan.n_tokens).map(|(_, c)| *c)
     }
 
     fn poison(&mut self) -> Result<(), EngineError> {
@@ -449,7 +343,7 @@ impl Backend for CudaBackend {
     }
 
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
-        match self.graphs.get(&plan.n_tokens).map(|(g, _)| g) {
+        match self.graphs.by_len.get(&plan.n_tokens).map(|(g, _)| g) {
             Some(g) => {
                 g.launch().map_err(cuda_err)?;
                 Ok(true)
@@ -462,18 +356,18 @@ impl Backend for CudaBackend {
         if !self.options.graph_for(plan.n_tokens) {
             return Ok(false);
         }
-        self.graphs.remove(&plan.n_tokens);
-        self.capturing = Some(GraphCount::default());
+        self.graphs.by_len.remove(&plan.n_tokens);
+        self.graphs.capturing = Some(GraphCount::default());
         self.begin_capture()
     }
 
     fn capture_end(&mut self, plan: &Plan, keep: bool) -> Result<(), EngineError> {
-        let count = self.capturing.take().unwrap_or_default();
+        let count = self.graphs.capturing.take().unwrap_or_default();
         // A failed dispatch leaves a partial capture: end it without running it.
         let g = self.end_capture(keep)?;
         if keep {
             let kernel_nodes = kernel_nodes(&g)?;
-            self.graphs.insert(
+            self.graphs.by_len.insert(
                 plan.n_tokens,
                 (
                     g,
@@ -543,13 +437,19 @@ impl CudaBackend {
     fn poison_all(&mut self) -> Result<(), EngineError> {
         const NAN_BITS: u32 = 0x7fc0_0000;
         let mut spans: Vec<(u64, usize)> = Vec::new();
-        for (slot, shape) in self.bufs.iter().zip(&self.kinds) {
+        for (slot, shape) in self.arena.bufs.iter().zip(&self.arena.kinds) {
             if let (Slot::Own(b), BufKind::Activation | BufKind::Logits) = (slot, shape) {
                 spans.push((b.ptr, b.bytes));
             }
         }
-        spans.extend(self.work.iter().map(|w| (w.ptr, w.bytes)));
-        spans.extend(self.scratch.iter().map(|w| (w.ptr, w.bytes)));
+        spans.extend(self.arena.work.iter().map(|w| (w.ptr, w.bytes)));
+        spans.extend(
+            self.arena
+                .scratch
+                .iter()
+                .flatten()
+                .map(|w| (w.ptr, w.bytes)),
+        );
         for (ptr, bytes) in spans {
             // SAFETY: each span is a live allocation of the backend, `bytes / 4` words long.
             unsafe { sys::cuMemsetD32Async(ptr, NAN_BITS, bytes / 4, self.cu_stream()) }
@@ -561,7 +461,8 @@ impl CudaBackend {
 
     /// Starts capturing this thread's launches on the stream into a graph.
     fn begin_capture(&mut self) -> Result<bool, EngineError> {
-        self.stream
+        self.gpu
+            .stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda_err)?;
         Ok(true)
@@ -570,6 +471,7 @@ impl CudaBackend {
     /// Ends the capture; with `launch`, runs the graph once (the captured work has not run yet).
     fn end_capture(&mut self, launch: bool) -> Result<CudaGraph, EngineError> {
         let g = self
+            .gpu
             .stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
             .map_err(cuda_err)?
@@ -621,111 +523,5 @@ impl CudaBackend {
             base.upload_at(((view.row0 + i) * b.cols + view.col0) * 4, row, stream)?;
         }
         Ok(())
-    }
-}
-
-/// GPU ceilings: a 2 GiB device-to-device copy (read + write counted) and an 8192^3 f16 GEMM
-/// through cuBLAS (f32 accumulation, the precision of the tensor-core kernels), random data,
-/// medians of repeated runs timed with CUDA events.
-pub fn peaks() -> Result<crate::peaks::Peaks, EngineError> {
-    use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
-    if let Some(why) = unavailable_reason() {
-        return Err(EngineError::Unsupported(why));
-    }
-    let ctx = CudaContext::new(0).map_err(cuda_err)?;
-    let stream = ctx.new_stream().map_err(cuda_err)?;
-    let time = |f: &mut dyn FnMut() -> Result<(), EngineError>| -> Result<f64, EngineError> {
-        let start = ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(cuda_err)?;
-        let end = ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(cuda_err)?;
-        start.record(&stream).map_err(cuda_err)?;
-        f()?;
-        end.record(&stream).map_err(cuda_err)?;
-        end.synchronize().map_err(cuda_err)?;
-        Ok(f64::from(start.elapsed_ms(&end).map_err(cuda_err)?))
-    };
-    let bytes = 2usize << 30;
-    let src = DevBuf::alloc(bytes, "peak copy source")?;
-    let dst = DevBuf::alloc(bytes, "peak copy destination")?;
-    // Random bytes (never zeros): one 64 MiB random block uploaded over the whole buffer.
-    let block: Vec<u32> = (0..(16u32 << 20))
-        .map(|i| i.wrapping_mul(2_654_435_761).rotate_left(13) ^ 0x9E37_79B9)
-        .collect();
-    for off in (0..bytes).step_by(64 << 20) {
-        src.upload_at(off, &block, stream.cu_stream())?;
-    }
-    let mut copy = Vec::new();
-    for _ in 0..10 {
-        copy.push(time(&mut || {
-            // SAFETY: both allocations hold `bytes`.
-            unsafe { result::memcpy_dtod_async(dst.ptr, src.ptr, bytes, stream.cu_stream()) }
-                .map_err(cuda_err)
-        })?);
-    }
-    copy.sort_by(f64::total_cmp);
-    let gbps = 2.0 * bytes as f64 / (copy[copy.len() / 2] / 1e3) / 1e9;
-    drop((src, dst));
-    let n = 8192usize;
-    let host: Vec<half::f16> = (0..n * n)
-        .map(|i| half::f16::from_f32(((i * 2_654_435_761usize) % 2001) as f32 / 1000.0 - 1.0))
-        .collect();
-    let a = stream.clone_htod(&host).map_err(cuda_err)?;
-    let b = stream.clone_htod(&host).map_err(cuda_err)?;
-    let mut c = stream.alloc_zeros::<half::f16>(n * n).map_err(cuda_err)?;
-    let blas_h =
-        CudaBlas::new(stream.clone()).map_err(|e| EngineError::Cuda(format!("cuBLAS: {e:?}")))?;
-    let cfg = GemmConfig {
-        transa: blas::cublasOperation_t::CUBLAS_OP_N,
-        transb: blas::cublasOperation_t::CUBLAS_OP_N,
-        m: n as i32,
-        n: n as i32,
-        k: n as i32,
-        alpha: half::f16::ONE,
-        lda: n as i32,
-        ldb: n as i32,
-        beta: half::f16::ZERO,
-        ldc: n as i32,
-    };
-    let mut gemm = Vec::new();
-    for i in 0..8 {
-        let ms = time(&mut || {
-            // SAFETY: a, b, c hold n*n elements, matching the configuration.
-            unsafe { blas_h.gemm(cfg, &a, &b, &mut c) }
-                .map_err(|e| EngineError::Cuda(format!("cuBLAS gemm: {e:?}")))
-        })?;
-        if i >= 2 {
-            gemm.push(ms);
-        }
-    }
-    gemm.sort_by(f64::total_cmp);
-    let tflops = 2.0 * (n as f64).powi(3) / (gemm[gemm.len() / 2] / 1e3) / 1e12;
-    let name = ctx.name().map_err(cuda_err)?;
-    let cc = ctx.compute_capability().map_err(cuda_err)?;
-    Ok(crate::peaks::Peaks {
-        gbps: Some(gbps),
-        tflops: Some(tflops),
-        method: "cuda: device copy of 2 GiB (read+write), median of 10; cuBLAS f16 GEMM 8192^3 (f32 accumulate), median of 6 after 2 warm-ups; CUDA events".into(),
-        gpu: Some(tally_ledger::schema::GpuInfo {
-            name,
-            sm_count: attr(&ctx, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as u32,
-            l2_bytes: attr(&ctx, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as u64,
-            memory_bytes: ctx.total_mem().map_err(cuda_err)? as u64,
-            compute_capability: format!("{}.{}", cc.0, cc.1),
-            driver: driver_version(),
-        }),
-    })
-}
-
-fn driver_version() -> String {
-    let mut v = 0i32;
-    // SAFETY: cuDriverGetVersion writes one int through a valid pointer.
-    let r = unsafe { sys::cuDriverGetVersion(&mut v) };
-    if r == sys::cudaError_enum::CUDA_SUCCESS {
-        format!("{}.{}", v / 1000, (v % 1000) / 10)
-    } else {
-        String::new()
     }
 }

@@ -13,7 +13,7 @@
 //   flash_attn_combine   merges split partials (n_split > 1) into o.
 // Variants of the same templates that the engine does not load live in lab/attention/variants.cu:
 //   flash_attn_w4_d{D}   the same with 64-row tiles (4 warps; two blocks fit on one SM).
-//   flash_attn_h_d{D}    prefill, 128-row tiles, K/V read as f16 from k16/v16 (cp.async).
+//   flash_attn_h_d{D}    prefill, 128-row tiles, K/V read as f16 from AttnKv16 (cp.async).
 //   flash_attn_h_w4_d{D} the same with 64-row tiles.
 //   attn_kv_to_f16       writes f16 copies of the first min(P, q_pos0 + R) cache rows for flash_attn_h_*.
 //
@@ -41,10 +41,9 @@
 //   only when ceil(rows / BM) * Hkv * 4 < SMs, the same way with target = SMs / (ceil(rows / BM) * Hkv).
 // Workspace (n_split > 1 only): ws = n_split * R * H * (d + 2) floats: partial outputs
 //   [n_split][R][H][d] (each normalised by its own sum), then (max * scale * log2 e, sum) pairs
-//   [n_split][R][H][2]. f16 copies for flash_attn_h_*: k16, v16 of at least min(P, P_vis) rows of ld16.
+//   [n_split][R][H][2]. f16 copies for flash_attn_h_*: AttnKv16, at least min(P, P_vis) rows.
 // Requirements: scale > 0; |q|, |k|, |v| < 65504 (f16 range); o does not alias q, k, v or ws.
 // 16-byte aligned pointers with ld a multiple of 4 take vector loads, anything else a scalar path;
-// k16/v16 must be 16-byte aligned with ld16 a multiple of 8 (attn_kv_to_f16 output).
 // A kernel whose D differs from d, or with H % Hkv != 0, writes nothing.
 #include "common.cuh"
 
@@ -63,10 +62,16 @@ struct AttnArgs {
     i32 kv_chunk;  // keys per split, rounded up to 64 by the kernels
     i32 pad0;
     float* ws;            // split partials, n_split * R * H * (d + 2) floats (n_split > 1)
-    __half* k16;          // flash_attn_h_*: f16 K, [>= P_vis, ld16]
-    __half* v16;          // flash_attn_h_*: f16 V
-    i64 ld16;             // elements, a multiple of 8
     const i32* pos;       // the batch position (n_past), added to q_pos0; null: 0
+};
+
+// f16 copies of the caches, read by the lab's flash_attn_h_* variants (lab/attention/variants.cu
+// passes them; the engine's kernels, KV16 = false, get an empty one): [>= P_vis, ld] each, 16-byte
+// aligned, ld a multiple of 8.
+struct AttnKv16 {
+    __half* k;
+    __half* v;
+    i64 ld;
 };
 
 // Dynamic shared memory of flash_attn_*: (BM + 2 * BN) rows of (D + 8) halves.
@@ -188,7 +193,7 @@ struct Cfg {
 };
 
 template <int D, int NW, bool KV16>
-__device__ __forceinline__ void prefill(const AttnArgs& a) {
+__device__ __forceinline__ void prefill(const AttnArgs& a, const AttnKv16& kv16) {
     using C = Cfg<D, NW, KV16>;
     constexpr int BM = C::BM, BN = C::BN, NT = C::NT, LDS = C::LDS;
     constexpr int NF4 = BN * D / 4 / NT;  // f32 staging: float4 per thread per tile
@@ -247,8 +252,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
     const float* gk = a.k + static_cast<i64>(kvh) * D;
     const float* gv = a.v + static_cast<i64>(kvh) * D;
     const bool kv_vec = aligned(a.k, a.ldk, 16), vv_vec = aligned(a.v, a.ldv, 16);
-    const __half* gk16 = a.k16 + static_cast<i64>(kvh) * D;
-    const __half* gv16 = a.v16 + static_cast<i64>(kvh) * D;
+    const __half* gk16 = kv16.k + static_cast<i64>(kvh) * D;
+    const __half* gv16 = kv16.v + static_cast<i64>(kvh) * D;
 
     // Thread tid moves columns c_f32 (or c_f16) of tile rows r_f32 + j * RS_F32 (or r_f16 + j * RS_F16):
     // one base pointer per tile and compile-time steps keep the staging addressing out of the registers.
@@ -273,8 +278,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
     };
     auto issue_f16 = [&](const __half* g, __half* s, int key0) {
         const int key = key0 + r_f16;
-        const __half* src = g + static_cast<i64>(key) * a.ld16 + c_f16;
-        const i64 step = static_cast<i64>(RS_F16) * a.ld16;
+        const __half* src = g + static_cast<i64>(key) * kv16.ld + c_f16;
+        const i64 step = static_cast<i64>(RS_F16) * kv16.ld;
         const u32 dst = smem_u32(s + r_f16 * LDS + c_f16);
 #pragma unroll
         for (int j = 0; j < NC16; ++j) {
@@ -457,8 +462,6 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
 // keeps row q's running max and sum, then all 256 threads accumulate P V with float4 columns
 // (D/4 threads per key row, 1024/D key groups), reduced across key groups at the end.
 
-#define ATTN_DEC_MAXQ 8
-#define ATTN_DEC_STEP 64
 
 template <int D>
 __device__ __forceinline__ void load_slice(const float* row, int lane, bool vec, float (&x)[D / 32]) {
@@ -635,15 +638,15 @@ __device__ __forceinline__ AttnArgs at_pos(AttnArgs a) {
 
 #define ATTN_PREFILL(NAME, D, NW, KV16)                                                        \
     extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { \
-        attn::prefill<D, NW, KV16>(attn::at_pos(a));                                           \
+        attn::prefill<D, NW, KV16>(attn::at_pos(a), AttnKv16{});                               \
     }
 #define ATTN_DECODE(NAME, D) \
     extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { attn::decode<D>(attn::at_pos(a)); }
 
-ATTN_PREFILL(flash_attn_d32, 32, 8, false)
-ATTN_PREFILL(flash_attn_d64, 64, 8, false)
-ATTN_PREFILL(flash_attn_d128, 128, 8, false)
-ATTN_PREFILL(flash_attn_d256, 256, 8, false)
+ATTN_PREFILL(flash_attn_d32, 32, ATTN_NW, false)
+ATTN_PREFILL(flash_attn_d64, 64, ATTN_NW, false)
+ATTN_PREFILL(flash_attn_d128, 128, ATTN_NW, false)
+ATTN_PREFILL(flash_attn_d256, 256, ATTN_NW, false)
 ATTN_DECODE(flash_decode_d32, 32)
 ATTN_DECODE(flash_decode_d64, 64)
 ATTN_DECODE(flash_decode_d128, 128)

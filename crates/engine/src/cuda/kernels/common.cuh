@@ -4,6 +4,13 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// Tile, block and shared-memory constants shared with the host (GEMM_BN, DELTA_C, ...) are defined
+// once, in crates/engine/src/cuda/consts.rs: NVRTC gets them as -D options (with TALLY_NVRTC);
+// nvcc builds (lab harnesses, emulators) read the same values from host_consts.cuh.
+#ifndef TALLY_NVRTC
+#include "host_consts.cuh"
+#endif
+
 typedef unsigned char u8;
 typedef signed char i8;
 typedef unsigned short u16;

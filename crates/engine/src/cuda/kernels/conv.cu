@@ -1,13 +1,15 @@
-// Gated DeltaNet pre-processing: causal depthwise conv + SiLU (Op::ConvSilu), optionally fused with
-// the per-head L2 norm of q and k (Op::L2Norm), and the delta-rule gates (Op::DeltaGates).
+// Causal depthwise conv + SiLU of the delta-rule layers: Op::ConvSilu; reference
+// crates/engine/src/cpu/ops/conv.rs. The variant fused with the per-head L2 norm of q and k
+// (conv_silu_l2norm, the `L2` instantiation of conv_body) is lab/delta/variants.cu's: the engine
+// does not load it.
 //
-// conv_silu / conv_silu_l2norm: grid (ceil(C / 512), ceil(T / 32)), 128 threads, no dynamic smem.
-//   A thread owns 4 consecutive channels of 32 consecutive tokens (16-byte accesses, coalesced
-//   across the warp), sliding a K-1 row window in registers. Only the blocks of the first token
-//   tile (blockIdx.y == 0) read the carried state, and the same thread that read a channel's state
-//   writes that channel's new state afterwards: no other block touches the state, so in-place
-//   state update is race-free. y must not overlap x or the state. T = 0: launch nothing.
-// delta_gates: grid ceil(T*H / 256), 256 threads.
+// conv_silu: grid (ceil(C / (4 * CONV_THREADS)), ceil(T / CONV_ROWS)), CONV_THREADS threads, no
+//   dynamic smem. A thread owns 4 consecutive channels of CONV_ROWS consecutive tokens (16-byte
+//   accesses, coalesced across the warp), sliding a K-1 row window in registers. Only the blocks
+//   of the first token tile (blockIdx.y == 0) read the carried state, and the same thread that
+//   read a channel's state writes that channel's new state afterwards: no other block touches the
+//   state, so in-place state update is race-free. y must not overlap x or the state. T = 0:
+//   launch nothing. CONV_ROWS and CONV_THREADS come from the host (cuda/consts.rs).
 #include "common.cuh"
 
 struct ConvSiluArgs {
@@ -18,28 +20,8 @@ struct ConvSiluArgs {
     i32 T, C, K;              // 1 <= K <= 4 (other K: the kernels write nothing)
 };
 
-// Fused variant: after SiLU, channels [0, norm_cols) are L2-normalised in groups of `group`
-// consecutive channels (y / sqrt(sum y^2 + eps)), and channels [0, scale_cols) then also
-// multiplied by `scale` (q: 1/sqrt(dk)). group divides 128 and is a multiple of 4; norm_cols and
-// scale_cols are multiples of group.
-struct ConvSiluL2Args {
-    ConvSiluArgs conv;
-    i32 norm_cols, group, scale_cols;
-    float eps, scale;
-};
 
-struct DeltaGatesArgs {
-    const float* b; i64 ldbin;  // [T, H] beta logits
-    const float* a; i64 lda;    // [T, H] alpha
-    const float* dt_bias;       // [H]
-    const float* ssm_a;         // [H] (= -exp(A_log))
-    float* beta; i64 ldbeta;    // [T, H] out: sigmoid(b)
-    float* g; i64 ldg;          // [T, H] out: ssm_a * softplus(a + dt_bias)
-    i32 T, H;
-};
 
-#define CONV_ROWS 32
-#define CONV_THREADS 128
 
 __device__ __forceinline__ bool conv_aligned16(const void* p, i64 ld) {
     return ((((unsigned long long)p) & 15ull) == 0) && ((ld & 3) == 0);
@@ -184,22 +166,4 @@ __device__ __forceinline__ void conv_dispatch(const ConvSiluArgs& a, const ConvN
 
 extern "C" __global__ void __launch_bounds__(CONV_THREADS) conv_silu(ConvSiluArgs a) {
     conv_dispatch<false>(a, ConvNorm{0, 4, 0, 0.0f, 1.0f});
-}
-
-extern "C" __global__ void __launch_bounds__(CONV_THREADS) conv_silu_l2norm(ConvSiluL2Args a) {
-    conv_dispatch<true>(a.conv, ConvNorm{a.norm_cols, a.group, a.scale_cols, a.eps, a.scale});
-}
-
-__device__ __forceinline__ float gates_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-extern "C" __global__ void __launch_bounds__(256) delta_gates(DeltaGatesArgs a) {
-    const i64 total = (i64)a.T * a.H;
-    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
-        const i64 t = e / a.H;
-        const int j = (int)(e - t * a.H);
-        const float bv = a.b[t * a.ldbin + j];
-        const float av = a.a[t * a.lda + j];
-        a.beta[t * a.ldbeta + j] = 1.0f / (1.0f + expf(-bv));
-        a.g[t * a.ldg + j] = a.ssm_a[j] * gates_softplus(av + a.dt_bias[j]);
-    }
 }

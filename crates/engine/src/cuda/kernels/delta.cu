@@ -4,17 +4,17 @@
 //
 // Two paths, one parameter struct (DeltaArgs):
 //  * chunked prefill (chunks of 64 tokens):
-//      1. delta_chunk_prep  grid (nc, Hv), 256 threads, delta_prep_smem_bytes(dk) dynamic smem.
+//      1. delta_rule_chunk_prep  grid (nc, Hv), 256 threads, delta_prep_smem_bytes(dk) dynamic smem.
 //         Fully parallel over (chunk, value head). Per chunk: G = cumsum(g); the strictly lower
 //         A_ij = beta_i (k_i.k_j) exp(G_i-G_j); T = (I+A)^-1 (blocked forward substitution, f32);
 //         W = T (beta exp(G) K), U = T (beta V), P_ij = (q_i.k_j) exp(G_i-G_j) (j <= i), written to
 //         the workspace (W, k, q as f16; P as hi + lo f16; U, G as f32).
-//      2. delta_chunk_scan  grid (Hv, dv/32), 256 threads, delta_scan_smem_bytes(dk) dynamic smem.
+//      2. delta_rule_chunk_scan  grid (Hv, dv/32), 256 threads, delta_scan_smem_bytes(dk) dynamic smem.
 //         Sequential over chunks; a block owns (value head, 32 columns of S), S stays in registers
 //         (f32). Per chunk: vnew = U - W S;  o = exp(G) (Q S) + P vnew;
 //         S = exp(G_last) S + K^T (exp(G_last - G) vnew).
 //    Both launches on one stream, prep first. nc = ceil(T/64). T = 0: launch neither.
-//  * token by token (decode, small T): delta_step  grid (Hv, dv/32), 128 threads, no dynamic smem.
+//  * token by token (decode, small T): delta_rule_step  grid (Hv, dv/32), 128 threads, no dynamic smem.
 //
 // Tensor cores: mma.sync m16n8k16 f16 x f16 -> f32. The operands that carry the recurrence (S, vnew)
 // and beta*V are split into hi + lo f16 halves after a power-of-two rescale of the block's values
@@ -54,18 +54,15 @@ struct DeltaArgs {
     i32 T, R, Hk, Hv, dk, dv;
 };
 
-#define DELTA_C 64        // tokens per chunk
-#define DELTA_NS 32       // S columns per scan / step block
-#define DELTA_DV_MAX 128
 
 // ---------------------------------------------------------------------------------------------
 // Workspace: per chunk c and value head h: W [64][dk] f16, P [2][64][64] f16 (hi, lo), U [64][dv] f32,
 // G [64] f32; per chunk c and key head: K [64][dk] f16, Q [64][dk] f16. Rows past T are zero.
 // Sizes in floats (every part a multiple of 16 bytes):
 
-__host__ __device__ inline i64 delta_chunks(i64 T) { return (T + DELTA_C - 1) / DELTA_C; }
+__host__ __device__ constexpr i64 delta_chunks(i64 T) { return (T + DELTA_C - 1) / DELTA_C; }
 
-__host__ __device__ inline i64 delta_work_floats(i64 T, i64 Hk, i64 Hv, i64 dk, i64 dv) {
+__host__ __device__ constexpr i64 delta_work_floats(i64 T, i64 Hk, i64 Hv, i64 dk, i64 dv) {
     return delta_chunks(T) * (Hv * (32 * dk + 4096 + 64 * dv + 64) + Hk * 64 * dk);
 }
 
@@ -106,8 +103,8 @@ struct DeltaPrepSmem {
     int kh, kl, qh, ql, vh, vl, bk, tm, z, am, tf, gs, bs, red, total;
 };
 
-__host__ __device__ inline DeltaPrepSmem delta_prep_layout(int dk) {
-    DeltaPrepSmem s;
+__host__ __device__ constexpr DeltaPrepSmem delta_prep_layout(int dk) {
+    DeltaPrepSmem s{};
     const int ldk = dk + 8, ldv = DELTA_DV_MAX + 8;
     const int tile = 64 * ldk * 2;
     s.kh = 0; s.kl = tile; s.qh = 2 * tile; s.ql = 3 * tile;
@@ -127,14 +124,14 @@ __host__ __device__ inline DeltaPrepSmem delta_prep_layout(int dk) {
     return s;
 }
 
-__host__ __device__ inline int delta_prep_smem_bytes(int dk) { return delta_prep_layout(dk).total; }
+__host__ __device__ constexpr int delta_prep_smem_bytes(int dk) { return delta_prep_layout(dk).total; }
 
 struct DeltaScanSmem {
     int wb, qb, kb, pb, pl, ub, ob, gb, sh, sl, vh, vl, xh, xl, red, total;
 };
 
-__host__ __device__ inline DeltaScanSmem delta_scan_layout(int dk) {
-    DeltaScanSmem s;
+__host__ __device__ constexpr DeltaScanSmem delta_scan_layout(int dk) {
+    DeltaScanSmem s{};
     const int ldk = dk + 8;
     int o = 0;
     s.wb = o; o += 64 * ldk * 2;
@@ -156,7 +153,7 @@ __host__ __device__ inline DeltaScanSmem delta_scan_layout(int dk) {
     return s;
 }
 
-__host__ __device__ inline int delta_scan_smem_bytes(int dk) { return delta_scan_layout(dk).total; }
+__host__ __device__ constexpr int delta_scan_smem_bytes(int dk) { return delta_scan_layout(dk).total; }
 
 // ---------------------------------------------------------------------------------------------
 // PTX helpers.
@@ -254,7 +251,7 @@ __device__ __forceinline__ float4 delta_ld4(const float* p, i64 ld, i64 r, int c
 }
 
 // ---------------------------------------------------------------------------------------------
-// delta_chunk_prep: one block per (chunk, value head), 256 threads.
+// delta_rule_chunk_prep: one block per (chunk, value head), 256 threads.
 
 template <int DK>
 __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned char* sm) {
@@ -560,7 +557,7 @@ __device__ __forceinline__ bool delta_shape_ok(const DeltaArgs& a) {
            a.Hv % a.Hk == 0 && a.R >= 0 && a.R <= a.T;
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) delta_chunk_prep(DeltaArgs a) {
+extern "C" __global__ void __launch_bounds__(256, 2) delta_rule_chunk_prep(DeltaArgs a) {
     extern __shared__ __align__(16) unsigned char delta_sm[];
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_prep_body<128>(a, delta_sm);
@@ -568,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) delta_chunk_prep(DeltaArgs 
 }
 
 // ---------------------------------------------------------------------------------------------
-// delta_chunk_scan: one block per (value head, 32 columns of S), 256 threads, chunks in order.
+// delta_rule_chunk_scan: one block per (value head, 32 columns of S), 256 threads, chunks in order.
 //
 // Per chunk c (barriers #0..#3):
 //   #0  group A(c) = {W, Q, U, G} landed; S hi/lo in smem (scaled by 2^sS)
@@ -868,7 +865,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
         }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) delta_chunk_scan(DeltaArgs a) {
+extern "C" __global__ void __launch_bounds__(256, 1) delta_rule_chunk_scan(DeltaArgs a) {
     extern __shared__ __align__(16) unsigned char delta_sm[];
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_scan_body<128>(a, delta_sm);
@@ -876,7 +873,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) delta_chunk_scan(DeltaArgs 
 }
 
 // ---------------------------------------------------------------------------------------------
-// delta_step: token by token, f32 throughout (decode and short prompts). One block per
+// delta_rule_step: token by token, f32 throughout (decode and short prompts). One block per
 // (value head, 32 columns), 128 threads: warp w owns columns 8w..8w+7; lane = column (l & 7) x
 // row quarter (l >> 3), each thread DK/4 rows of its column in registers.
 
@@ -927,7 +924,7 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
     for (int r = 0; r < RQ; ++r) st[(i64)(rq * RQ + r) * dv] = S[r];
 }
 
-extern "C" __global__ void __launch_bounds__(128) delta_step(DeltaArgs a) {
+extern "C" __global__ void __launch_bounds__(128) delta_rule_step(DeltaArgs a) {
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_step_body<128>(a);
     else if (a.dk == 64) delta_step_body<64>(a);

@@ -27,7 +27,7 @@
 //   tensor-core dense: (ceil(N / GEMM_BN), ceil(M / BM));  MoE: (ceil(N / GEMM_BN), max_tiles)
 //   gemv dense:        (ceil(N / GEMV_ROWS), M);           MoE: (ceil(N / GEMV_ROWS), max_tiles)
 //   gemm_f32_simt:     (ceil(N / 64), ceil(M / 64));       gemm_f32_simt_m32: (ceil(N / 32), ceil(M / 32))
-// where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe_route.cu) makes for that BM
+// where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe.cu) makes for that BM
 // (any tile size works for gemv). Blocks of unused tiles (tile_expert -1) exit.
 //
 // Preconditions (checked where cheap; a violated one writes nothing, so the caller's poison
@@ -77,11 +77,6 @@ struct GemmArgs {
     i32 n_head;
 };
 
-#define GEMM_BN 128
-#define GEMM_BK 64
-#define GEMM_THREADS 256
-#define GEMM_LDS 72
-#define GEMM_WSTAGES 3
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
 #define GEMM_SLOT_BYTES(t)                                                                         \
     ((t) == QT_Q4_K ? 32 : (t) == QT_Q5_K ? 48 : (t) == QT_Q6_K ? 80 : (t) == QT_Q8_0 ? 48 : (t) == QT_F32 ? 128 : (t) == QT_Q3_K ? 96 : 64)
@@ -89,19 +84,8 @@ struct GemmArgs {
 // then GEMM_WSTAGES stages of raw weight bytes (GEMM_THREADS slots each).
 #define GEMM_SMEM_BYTES(t, bm) \
     (2 * ((bm) + GEMM_BN) * GEMM_LDS * 2 + 8 * (bm) + GEMM_WSTAGES * GEMM_THREADS * GEMM_SLOT_BYTES(t))
-#define GEMV_ROWS 16
-#define GEMV_THREADS 256
 // f32 SIMT GEMM: block tile SIMT_BM x SIMT_BN (gemm_f32_simt) or SIMT_M32_BM x SIMT_M32_BN with
 // SIMT_M32_KS K slices (gemm_f32_simt_m32); K steps of SIMT_BK through SIMT_STAGES smem stages.
-#define SIMT_THREADS 256
-#define SIMT_STAGES 3
-#define SIMT_BM 64
-#define SIMT_BN 64
-#define SIMT_BK 16
-#define SIMT_M32_BM 32
-#define SIMT_M32_BN 32
-#define SIMT_M32_KS 4
-#define SIMT_M32_BK 32
 
 #ifndef TALLY_EMU
 __device__ __forceinline__ void ldsm_x4(const u16* p, u32 r[4]) {
@@ -634,7 +618,6 @@ TALLY_GEMM_KERNELS(q3_k, QT_Q3_K)
 // memory across the warps of a larger group (all loops are block-uniform around the barriers).
 // Preconditions (else nothing is written): as gemv_<t>, and K / 32 <= MMV_THREADS (K <= 8192).
 // Precision: the same f32 operations as gemv_<t> in a different summation order (~1e-6).
-#define MMV_THREADS 256
 #define MMV_UNROLL(t) ((t) == QT_Q6_K || (t) == QT_F32 || (t) == QT_F16 || (t) == QT_BF16 || (t) == QT_Q3_K ? 2 : 4)
 __host__ __device__ constexpr int mmv_tpr(int K) {
     int t = 1;

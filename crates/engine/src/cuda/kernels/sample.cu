@@ -13,7 +13,6 @@
 // simple and exact; a multi-block version is the next step if the ledger shows it matters.
 #include "common.cuh"
 
-#define SAMPLE_THREADS 1024
 
 struct SampleArgs {
     const float* logits;  // [vocab]

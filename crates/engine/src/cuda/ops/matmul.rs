@@ -3,38 +3,18 @@
 //! router), and the opt-in cuBLAS path.
 
 use tally_gguf::GgmlType;
-use tally_model::OutLayout;
+use tally_model::{OutLayout, Plan};
 
+use super::Io;
 use crate::EngineError;
-use crate::cuda::CudaBackend;
-use crate::cuda::args::*;
-use crate::cuda::launch::{blocks, launch};
-
-/// The decode GEMV `mmv_<t>` of a type (gemm.cu): x held in registers across the block's rows.
-pub(crate) fn mmv_kernel(ty: GgmlType) -> Option<&'static str> {
-    Some(match ty {
-        GgmlType::Q4_K => "mmv_q4_k",
-        GgmlType::Q5_K => "mmv_q5_k",
-        GgmlType::Q6_K => "mmv_q6_k",
-        GgmlType::Q8_0 => "mmv_q8_0",
-        GgmlType::BF16 => "mmv_bf16",
-        GgmlType::F16 => "mmv_f16",
-        GgmlType::F32 => "mmv_f32",
-        GgmlType::Q4_0 => "mmv_q4_0",
-        GgmlType::Q4_1 => "mmv_q4_1",
-        GgmlType::Q5_0 => "mmv_q5_0",
-        GgmlType::Q5_1 => "mmv_q5_1",
-        GgmlType::IQ4_NL => "mmv_iq4_nl",
-        GgmlType::IQ4_XS => "mmv_iq4_xs",
-        GgmlType::MXFP4 => "mmv_mxfp4",
-        GgmlType::Q2_K => "mmv_q2_k",
-        GgmlType::Q3_K => "mmv_q3_k",
-        _ => return None,
-    })
-}
-
-/// Threads of `mmv_<t>` per block (MMV_THREADS in gemm.cu).
-pub(crate) const MMV_THREADS: u32 = 256;
+use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
+use crate::cuda::consts::{
+    GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_ROWS, GEMV_THREADS, MMV_THREADS,
+    SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE,
+};
+use crate::cuda::kernels::{GEMM_TYPES, Kernels};
+use crate::cuda::launch::{Kernel, blocks, launch};
+use crate::cuda::{CudaBackend, DevWeight};
 
 /// Rows one `mmv_<t>` block step covers (mmv_rows_per_step in gemm.cu): groups of the pieces
 /// of a row (K/32, rounded up to a power of two) times the rows each thread unrolls.
@@ -56,7 +36,7 @@ fn mmv_rows_per_step(ty: GgmlType, k: usize) -> usize {
 /// and on the MoE down projection (K = 512: gemv_<t> leaves half of each warp's lanes idle,
 /// -44% at Q4_K); elsewhere the two are within a few percent and gemv_<t> stays.
 pub(crate) fn use_mmv(ty: GgmlType, n: usize, k: usize) -> bool {
-    mmv_kernel(ty).is_some()
+    GEMM_TYPES.contains(&ty)
         && k % 32 == 0
         && k / 32 <= MMV_THREADS as usize
         && (k <= 1024 || n >= 65536)
@@ -68,63 +48,6 @@ pub(crate) fn mmv_grid_x(ty: GgmlType, n: usize, k: usize, max_blocks: u32) -> u
     let steps = n.div_ceil(mmv_rows_per_step(ty, k)).max(1);
     (steps as u64).min(u64::from(max_blocks.max(1))) as u32
 }
-
-/// The four kernels of one weight type: BM 128, 64, 32 tensor-core tiles and the GEMV.
-pub(crate) fn gemm_kernels(ty: GgmlType) -> Option<[&'static str; 4]> {
-    Some(match ty {
-        GgmlType::Q4_K => ["gemm_q4_k", "gemm_q4_k_m64", "gemm_q4_k_m32", "gemv_q4_k"],
-        GgmlType::Q5_K => ["gemm_q5_k", "gemm_q5_k_m64", "gemm_q5_k_m32", "gemv_q5_k"],
-        GgmlType::Q6_K => ["gemm_q6_k", "gemm_q6_k_m64", "gemm_q6_k_m32", "gemv_q6_k"],
-        GgmlType::Q8_0 => ["gemm_q8_0", "gemm_q8_0_m64", "gemm_q8_0_m32", "gemv_q8_0"],
-        GgmlType::BF16 => ["gemm_bf16", "gemm_bf16_m64", "gemm_bf16_m32", "gemv_bf16"],
-        GgmlType::F16 => ["gemm_f16", "gemm_f16_m64", "gemm_f16_m32", "gemv_f16"],
-        GgmlType::F32 => ["gemm_f32", "gemm_f32_m64", "gemm_f32_m32", "gemv_f32"],
-        GgmlType::Q4_0 => ["gemm_q4_0", "gemm_q4_0_m64", "gemm_q4_0_m32", "gemv_q4_0"],
-        GgmlType::Q4_1 => ["gemm_q4_1", "gemm_q4_1_m64", "gemm_q4_1_m32", "gemv_q4_1"],
-        GgmlType::Q5_0 => ["gemm_q5_0", "gemm_q5_0_m64", "gemm_q5_0_m32", "gemv_q5_0"],
-        GgmlType::Q5_1 => ["gemm_q5_1", "gemm_q5_1_m64", "gemm_q5_1_m32", "gemv_q5_1"],
-        GgmlType::IQ4_NL => [
-            "gemm_iq4_nl",
-            "gemm_iq4_nl_m64",
-            "gemm_iq4_nl_m32",
-            "gemv_iq4_nl",
-        ],
-        GgmlType::IQ4_XS => [
-            "gemm_iq4_xs",
-            "gemm_iq4_xs_m64",
-            "gemm_iq4_xs_m32",
-            "gemv_iq4_xs",
-        ],
-        GgmlType::MXFP4 => [
-            "gemm_mxfp4",
-            "gemm_mxfp4_m64",
-            "gemm_mxfp4_m32",
-            "gemv_mxfp4",
-        ],
-        GgmlType::Q2_K => ["gemm_q2_k", "gemm_q2_k_m64", "gemm_q2_k_m32", "gemv_q2_k"],
-        GgmlType::Q3_K => ["gemm_q3_k", "gemm_q3_k_m64", "gemm_q3_k_m32", "gemv_q3_k"],
-        _ => return None,
-    })
-}
-
-pub(crate) const GEMM_TYPES: [GgmlType; 16] = [
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::Q8_0,
-    GgmlType::BF16,
-    GgmlType::F16,
-    GgmlType::F32,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-    GgmlType::MXFP4,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-];
 
 /// ggml's numeric type id (what quant.cuh's QT_* constants are).
 pub(crate) fn qt(ty: GgmlType) -> i32 {
@@ -158,7 +81,7 @@ pub(crate) fn dense_variant(
         }
         return Ok(v);
     }
-    if m <= 8 || k % 64 != 0 {
+    if m <= 8 || k as i64 % GEMM_BK != 0 {
         return Ok(3);
     }
     let n_blocks = (n as u64).div_ceil(GEMM_BN as u64);
@@ -174,13 +97,79 @@ pub(crate) fn dense_variant(
 /// The f32 SIMT GEMM of an F32-weight product (m > 8 rows) and its square block tile:
 /// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, else `gemm_f32_simt_m32`
 /// (32 x 32, each K step split over 4 thread groups: 4x the blocks for the same work per output).
-pub(crate) fn simt_variant(m: usize, n: usize, sms: u32) -> (&'static str, i64) {
+pub(crate) fn simt_variant(m: usize, n: usize, sms: u32) -> Simt {
     let tiles = |t: i64| (n as u64).div_ceil(t as u64) * (m as u64).div_ceil(t as u64);
     if tiles(SIMT_TILE) >= u64::from(sms) {
-        ("gemm_f32_simt", SIMT_TILE)
+        Simt::Tile64
     } else {
-        ("gemm_f32_simt_m32", SIMT_M32_TILE)
+        Simt::Tile32
     }
+}
+
+/// The two f32 SIMT GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Simt {
+    /// `gemm_f32_simt`: SIMT_TILE square tiles.
+    Tile64,
+    /// `gemm_f32_simt_m32`: SIMT_M32_TILE square tiles, K split over thread groups.
+    Tile32,
+}
+
+impl Simt {
+    fn tile(self) -> i64 {
+        match self {
+            Simt::Tile64 => SIMT_TILE,
+            Simt::Tile32 => SIMT_M32_TILE,
+        }
+    }
+    fn kernel(self, k: &Kernels) -> Kernel {
+        match self {
+            Simt::Tile64 => k.gemm_f32_simt,
+            Simt::Tile32 => k.gemm_f32_simt_m32,
+        }
+    }
+}
+
+/// Dynamic shared memory of a tensor-core GEMM tile (`GEMM_SMEM_BYTES(t, bm)` in gemm.cu): two
+/// f16 stages of A and B tiles, two row tables, GEMM_WSTAGES stages of raw weight bytes per
+/// thread (`GEMM_SLOT_BYTES(t)`, Piece<T>::SLOT_WORDS * 4).
+pub(crate) fn gemm_smem_bytes(ty: GgmlType, bm: i64) -> u32 {
+    let slot = match ty {
+        GgmlType::Q4_K => 32,
+        GgmlType::Q5_K | GgmlType::Q8_0 => 48,
+        GgmlType::Q6_K => 80,
+        GgmlType::Q3_K => 96,
+        GgmlType::F32 => 128,
+        _ => 64,
+    };
+    (2 * (bm + GEMM_BN) * GEMM_LDS * 2 + 8 * bm + GEMM_WSTAGES * GEMM_THREADS as i64 * slot) as u32
+}
+
+/// Rows per tensor-core tile of the three tile kernels.
+pub(crate) const TILE_BM: [i64; 3] = [128, 64, 32];
+
+/// The host's sizes asserted equal to gemm.cu's own (appended to it at build time).
+pub fn geometry_asserts() -> String {
+    let mut s = String::new();
+    for ty in GEMM_TYPES {
+        for bm in TILE_BM {
+            s += &format!(
+                "static_assert(GEMM_SMEM_BYTES({}, {bm}) == {}, \"GEMM smem of {} BM {bm} differs from matmul.rs\");\n",
+                qt(ty),
+                gemm_smem_bytes(ty, bm),
+                ty.name()
+            );
+        }
+        for k in [32usize, 512, 2048, 4096, 8192] {
+            s += &format!(
+                "static_assert(mmv_rows_per_step({}, {k}) == {}, \"mmv rows per step of {} K {k} differs from matmul.rs\");\n",
+                qt(ty),
+                mmv_rows_per_step(ty, k),
+                ty.name()
+            );
+        }
+    }
+    s
 }
 
 /// Bytes of cuBLAS's own workspace on the cuBLAS path (set explicitly, so a captured graph
@@ -190,12 +179,11 @@ pub(crate) const CUBLAS_WORKSPACE: usize = 32 << 20;
 /// The f16 operand bytes (weight, activations) of a dense projection that takes the cuBLAS path,
 /// or None when it runs on the engine's own kernels: F32 weights (the router stays exact) and
 /// shapes the operand kernels do not take stay there.
-pub(crate) fn cublas_operands(b: &CudaBackend, weight: &str, m: usize) -> Option<(usize, usize)> {
+pub(crate) fn cublas_operands(b: &CudaBackend, w: &DevWeight, m: usize) -> Option<(usize, usize)> {
     let min_m = b.options.cublas_min_m?;
-    let w = b.weight(weight).ok()?;
     let (k, n) = (*w.dims.first()? as usize, *w.dims.get(1)? as usize);
     let block = w.ty.block_elems();
-    let supported = w.ty != GgmlType::F32 && gemm_kernels(w.ty).is_some();
+    let supported = w.ty != GgmlType::F32 && GEMM_TYPES.contains(&w.ty);
     if m < min_m || !supported || k % 8 != 0 || block == 0 || k % block != 0 {
         return None;
     }
@@ -229,13 +217,71 @@ impl GemmExDims {
     }
 }
 
+/// The weight facts a projection launch needs, copied out of the backend's weight table (so
+/// the backend can be borrowed mutably for the workspace).
+#[derive(Clone, Copy)]
+struct W {
+    ptr: u64,
+    ty: GgmlType,
+    row_bytes: usize,
+    k: usize,
+    n: usize,
+}
+
+impl W {
+    fn of(w: &DevWeight) -> W {
+        W {
+            ptr: w.buf.ptr,
+            ty: w.ty,
+            row_bytes: w.row_bytes,
+            k: w.dims[0] as usize,
+            n: w.dims[1] as usize,
+        }
+    }
+}
+
+/// Workspace bytes of a dense projection: the f16 operands and cuBLAS's own workspace on the
+/// cuBLAS path, nothing on the engine's kernels.
+pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, EngineError> {
+    let w = b.weights.of(plan, index, 0)?;
+    Ok(cublas_operands(b, w, plan.nodes[index].inputs[0].rows)
+        .map_or(0, |(w, x)| w + x + CUBLAS_WORKSPACE))
+}
+
+/// `Op::MatMul`: node `index` of `plan`.
+pub fn matmul(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    io: &Io,
+    layout: OutLayout,
+) -> Result<(), EngineError> {
+    let node = &plan.nodes[index];
+    let m = node.inputs[0].rows;
+    let dw = b.weights.of(plan, index, 0)?;
+    if dw.dims.len() < 2 || dw.buf.bytes < dw.row_bytes * dw.dims[1] as usize {
+        return Err(EngineError::Internal(format!(
+            "projection weight {} of dims {:?} in {} bytes",
+            dw.name, dw.dims, dw.buf.bytes
+        )));
+    }
+    let w = W::of(dw);
+    let operands = cublas_operands(b, dw, m);
+    let name = dw.name.clone();
+    let layout = layout_code(layout);
+    match operands {
+        Some(operands) => cublas_gemm(b, w, m, io.ins[0], io.outs[0], layout, operands),
+        None => dense_gemm(b, &name, w, m, io.ins[0], io.outs[0], layout),
+    }
+}
+
 /// A dense projection through cuBLAS: the weight dequantised once to f16 (rows already in
 /// output order for layout 1), the activations rounded to f16, then `cublasGemmEx` with f32
 /// accumulation and output: the precision of the engine's tensor-core kernels, each weight
 /// element decoded once instead of once per M tile.
-pub(crate) fn cublas_gemm(
+fn cublas_gemm(
     b: &mut CudaBackend,
-    weight: &str,
+    w: W,
     m: usize,
     x: (u64, i64),
     y: (u64, i64),
@@ -243,25 +289,16 @@ pub(crate) fn cublas_gemm(
     (w_bytes, x_bytes): (usize, usize),
 ) -> Result<(), EngineError> {
     use cudarc::cublas::{result as blas_result, sys as blas};
-    let (w_ptr, ty, row_bytes, k, n) = {
-        let w = b.weight(weight)?;
-        (
-            w.buf.ptr,
-            w.ty,
-            w.row_bytes,
-            w.dims[0] as usize,
-            w.dims[1] as usize,
-        )
-    };
+    let (k, n) = (w.k, w.n);
     let handle = b.blas_handle()?;
     let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
     let (wh, xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
     let s = b.cu_stream();
     let gx = blocks(k as i64, 2048);
     let dq = DequantF16Args {
-        w: w_ptr,
-        row_bytes: row_bytes as i64,
-        ty: qt(ty),
+        w: w.ptr,
+        row_bytes: w.row_bytes as i64,
+        ty: qt(w.ty),
         k: k as i32,
         n: n as i32,
         out: wh,
@@ -269,12 +306,13 @@ pub(crate) fn cublas_gemm(
         head_dim,
         n_head,
     };
-    // SAFETY: `dq` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    // SAFETY: DequantF16Args mirrors gemm.cu's struct (layout asserted at kernel build). Grid
+    // (K / 2048 blocks, N rows): it reads N rows of row_bytes of the device weight (its size
+    // checked in `matmul`) and writes N x K f16 into `wh`, the first w_bytes >= 2*N*K of the
+    // workspace grown above (cublas_operands sized it).
     unsafe {
         launch(
-            b.kernel("dequant_f16")?,
+            b.kernels.dequant_f16,
             (gx, n as u32, 1),
             (256, 1, 1),
             0,
@@ -289,12 +327,12 @@ pub(crate) fn cublas_gemm(
         k: k as i32,
         out: xh,
     };
-    // SAFETY: `cast` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+    // SAFETY: CastF16Args mirrors gemm.cu's struct (layout asserted at kernel build). Grid
+    // (K / 2048, M rows): it reads the node's M x K input view and writes M x K f16 into `xh`,
+    // x_bytes >= 2*M*K of the workspace after `wh`.
     unsafe {
         launch(
-            b.kernel("cast_f16_rows")?,
+            b.kernels.cast_f16_rows,
             (gx, m as u32, 1),
             (256, 1, 1),
             0,
@@ -343,28 +381,26 @@ pub(crate) fn cublas_gemm(
     .map_err(|e| blas_err("cublasGemmEx", e))
 }
 
-/// A dense projection. F32 weights (the MoE router) with more than 8 rows run on the f32 SIMT
-/// GEMM: exact to f32 like the CPU reference, so near-tied experts are picked the same way (the
-/// tensor-core kernels round operands to f16); up to 8 rows, `gemv_f32` (also f32).
-pub(crate) fn dense_gemm(
-    b: &mut CudaBackend,
-    weight: &str,
+/// A dense projection on the engine's kernels. F32 weights (the MoE router) with more than 8
+/// rows run on the f32 SIMT GEMM: exact to f32 like the CPU reference, so near-tied experts are
+/// picked the same way (the tensor-core kernels round operands to f16); up to 8 rows,
+/// `gemv_f32` (also f32).
+fn dense_gemm(
+    b: &CudaBackend,
+    name: &str,
+    w: W,
     m: usize,
     x: (u64, i64),
     y: (u64, i64),
     (layout, head_dim, n_head): (i32, i32, i32),
 ) -> Result<(), EngineError> {
-    if let Some(operands) = cublas_operands(b, weight, m) {
-        return cublas_gemm(b, weight, m, x, y, (layout, head_dim, n_head), operands);
-    }
     let s = b.cu_stream();
-    let w = b.weight(weight)?;
-    let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
-    let names = gemm_kernels(w.ty).ok_or_else(|| {
-        EngineError::Unsupported(format!("no GEMM for {} weights ({weight})", w.ty.name()))
+    let (k, n, ty) = (w.k, w.n, w.ty);
+    let set = b.kernels.gemm_set(ty).ok_or_else(|| {
+        EngineError::Unsupported(format!("no GEMM for {} weights ({name})", ty.name()))
     })?;
     let a = GemmArgs {
-        w: w.buf.ptr,
+        w: w.ptr,
         w_row_bytes: w.row_bytes as i64,
         w_expert_bytes: 0,
         x: x.0,
@@ -383,59 +419,58 @@ pub(crate) fn dense_gemm(
         head_dim,
         n_head,
     };
-    let ty = w.ty;
     if ty == GgmlType::F32 && m > 8 {
-        let (name, tile) = simt_variant(m, n, b.props.sm_count);
-        let grid = (
-            blocks(n as i64, tile as u32),
-            blocks(m as i64, tile as u32),
-            1,
-        );
-        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
-        return unsafe { launch(b.kernel(name)?, grid, (SIMT_THREADS, 1, 1), 0, s, &a) };
+        let simt = simt_variant(m, n, b.props.sm_count);
+        let tile = simt.tile() as u32;
+        let grid = (blocks(n as i64, tile), blocks(m as i64, tile), 1);
+        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). The grid
+        // tiles N x M in the tile the kernel was built with (consts.rs); it reads the node's
+        // M x K input view and the N x K f32 weight (size checked in `matmul`) and writes the
+        // M x N output view, dense (null MoE tables).
+        return unsafe {
+            launch(
+                simt.kernel(&b.kernels),
+                grid,
+                (SIMT_THREADS, 1, 1),
+                0,
+                s,
+                &a,
+            )
+        };
     }
     let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
     if v == 3 && use_mmv(ty, n, k) {
-        if let Some(name) = mmv_kernel(ty) {
-            let gx = mmv_grid_x(ty, n, k, 4 * b.props.sm_count);
-            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs);
-            // its pointers are the node's views in buffers `prepare` sized for this plan and the
-            // weights on the device; the grid-stride loop keeps every block inside the N rows.
-            return unsafe {
-                launch(
-                    b.kernel(name)?,
-                    (gx, m as u32, 1),
-                    (MMV_THREADS, 1, 1),
-                    0,
-                    s,
-                    &a,
-                )
-            };
-        }
+        let gx = mmv_grid_x(ty, n, k, 4 * b.props.sm_count);
+        // SAFETY: as for the SIMT GEMM, with grid (row steps, M): the kernel's grid-stride loop
+        // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
+        return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
-    let kern = b.kernel(names[v])?;
     if v == 3 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
-        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
-        unsafe { launch(kern, grid, (256, 1, 1), 0, s, &a) }
+        // SAFETY: as for the SIMT GEMM, with GEMV_ROWS output columns per block over M rows.
+        unsafe { launch(set.gemv, grid, (GEMV_THREADS, 1, 1), 0, s, &a) }
     } else {
-        let bm = [128i64, 64, 32][v];
+        let bm = TILE_BM[v];
         let grid = (
             blocks(n as i64, GEMM_BN as u32),
             blocks(m as i64, bm as u32),
             1,
         );
-        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
-        unsafe { launch(kern, grid, (256, 1, 1), gemm_smem_bytes(ty, bm), s, &a) }
+        // SAFETY: as for the SIMT GEMM, with GEMM_BN x BM tiles; dense_variant checked
+        // K % GEMM_BK == 0, and the dynamic shared memory is gemm.cu's own size for (type, BM)
+        // (asserted at kernel build), which `configure` raised the kernel's limit to.
+        unsafe {
+            launch(
+                set.tiles[v],
+                grid,
+                (GEMM_THREADS, 1, 1),
+                gemm_smem_bytes(ty, bm),
+                s,
+                &a,
+            )
+        }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,23 +511,6 @@ mod tests {
     }
 
     #[test]
-    fn simt_constants_mirror_gemm_cu() {
-        let src = include_str!("../kernels/gemm.cu");
-        for (mac, v) in [
-            ("SIMT_THREADS", i64::from(SIMT_THREADS)),
-            ("SIMT_BM", SIMT_TILE),
-            ("SIMT_BN", SIMT_TILE),
-            ("SIMT_M32_BM", SIMT_M32_TILE),
-            ("SIMT_M32_BN", SIMT_M32_TILE),
-        ] {
-            assert!(
-                src.contains(&format!("#define {mac} {v}\n")),
-                "{mac} != {v}"
-            );
-        }
-    }
-
-    #[test]
     fn a_forced_tile_on_a_k_it_cannot_run_is_an_error() {
         // K = 96: only the GEMV runs it; forcing a tensor-core tile used to leave y stale.
         for v in 0..3 {
@@ -507,11 +525,12 @@ mod tests {
     #[test]
     fn simt_variant_gives_every_sm_a_block() {
         // Router shapes (N = 256) on 132 SMs: 64 x 64 tiles from 4 x 33 blocks on.
-        assert_eq!(simt_variant(8192, 256, 132), ("gemm_f32_simt", 64));
-        assert_eq!(simt_variant(4096, 256, 132), ("gemm_f32_simt", 64));
-        assert_eq!(simt_variant(2112, 256, 132), ("gemm_f32_simt", 64));
-        assert_eq!(simt_variant(2048, 256, 132), ("gemm_f32_simt_m32", 32));
-        assert_eq!(simt_variant(512, 256, 132), ("gemm_f32_simt_m32", 32));
-        assert_eq!(simt_variant(100, 8, 132), ("gemm_f32_simt_m32", 32));
+        assert_eq!(simt_variant(8192, 256, 132), Simt::Tile64);
+        assert_eq!(simt_variant(4096, 256, 132), Simt::Tile64);
+        assert_eq!(simt_variant(2112, 256, 132), Simt::Tile64);
+        assert_eq!(simt_variant(2048, 256, 132), Simt::Tile32);
+        assert_eq!(simt_variant(512, 256, 132), Simt::Tile32);
+        assert_eq!(simt_variant(100, 8, 132), Simt::Tile32);
+        assert_eq!((Simt::Tile64.tile(), Simt::Tile32.tile()), (64, 32));
     }
 }

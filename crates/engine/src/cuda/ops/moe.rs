@@ -1,15 +1,19 @@
-//! Routed-expert projections (`Op::MoeMatMul`, reference `cpu/ops/moe.rs`): `moe_route` groups
-//! the (token, expert) pairs by expert into tiles, then the GEMM of the weight type runs them.
+//! Routed experts (reference `cpu/ops/moe.rs`): for `Op::MoeMatMul`, `moe_route`
+//! (`kernels/moe.cu`) groups the (token, expert) pairs by expert into tiles, then the GEMM of the
+//! weight type (`kernels/gemm.cu`) runs them; `Op::MoeCombine` is `moe_combine` (`kernels/moe.cu`).
 
-use tally_model::Node;
+use tally_model::{Node, Plan};
 
+use super::Io;
+use super::matmul::{TILE_BM, gemm_smem_bytes, mmv_grid_x, use_mmv};
 use crate::EngineError;
-use crate::cuda::CudaBackend;
-use crate::cuda::args::*;
-use crate::cuda::dispatch::Io;
+use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
+use crate::cuda::consts::{
+    GEMM_BK, GEMM_BN, GEMM_THREADS, GEMV_ROWS, GEMV_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E,
+    MOE_ROUTE_THREADS,
+};
 use crate::cuda::launch::{blocks, launch};
-
-use super::matmul::{MMV_THREADS, gemm_kernels, mmv_grid_x, mmv_kernel, use_mmv};
+use crate::cuda::{CudaBackend, DevWeight};
 
 /// Rows per MoE tile for `pairs` (token, expert) pairs over `experts`: 1 (GEMV) when experts
 /// get about one row each (decode), else the tensor-core tile nearest the mean rows per expert.
@@ -28,8 +32,8 @@ pub(crate) fn moe_bm(pairs: usize, experts: usize) -> i64 {
 
 /// The MoE routing tables in the workspace for `pairs` (token, expert) pairs over `experts`
 /// experts, weight rows of `k` elements: the tile height, and (i32 each) counts[E], sorted[P],
-/// tile expert / start / rows [max_tiles] each, err[2]. The one place their size is computed
-/// (the plan's workspace and each launch use it).
+/// tile expert / start / rows [max_tiles] each, err[2]. Made only by [`tables`], which both the
+/// plan's workspace ([`work_bytes`]) and the launch use.
 pub(crate) struct MoeTables {
     bm: i64,
     max_tiles: usize,
@@ -40,7 +44,7 @@ pub(crate) struct MoeTables {
 impl MoeTables {
     pub(crate) fn new(pairs: usize, experts: usize, k: usize) -> MoeTables {
         // The tensor-core tiles step through K in 64s; other K go through the GEMV.
-        let bm = if k % 64 != 0 {
+        let bm = if k as i64 % GEMM_BK != 0 {
             1
         } else {
             moe_bm(pairs, experts)
@@ -74,29 +78,58 @@ impl MoeTables {
     }
 }
 
-pub(crate) fn moe_gemm(
+/// The routing tables of a MoE projection of `tokens` tokens with `k` experts each over the
+/// expert weight `w` (`[K, N, E]`): the one place their shape is decided.
+fn tables(w: &DevWeight, tokens: usize, k: usize) -> MoeTables {
+    let (kk, e) = (
+        w.dims[0] as usize,
+        w.dims.get(2).copied().unwrap_or(1) as usize,
+    );
+    MoeTables::new(tokens * k, e, kk)
+}
+
+/// Workspace bytes of node `index` (`Op::MoeMatMul` with `k` experts per token): its tables.
+pub fn work_bytes(
+    b: &CudaBackend,
+    plan: &Plan,
+    index: usize,
+    k: usize,
+) -> Result<usize, EngineError> {
+    let w = b.weights.of(plan, index, 0)?;
+    Ok(tables(w, plan.nodes[index].inputs[1].rows, k).bytes())
+}
+
+/// `Op::MoeMatMul`: node `index` of `plan`.
+pub fn moe_matmul(
     b: &mut CudaBackend,
-    node: &Node,
+    plan: &Plan,
+    index: usize,
     io: &Io,
     k: usize,
     pair_input: bool,
 ) -> Result<(), EngineError> {
-    let s = b.cu_stream();
-    let w = b.weight(&node.weights[0])?;
+    let node = &plan.nodes[index];
+    let w = b.weights.of(plan, index, 0)?;
+    if w.dims.len() != 3 || w.buf.bytes < w.row_bytes * (w.dims[1] * w.dims[2]) as usize {
+        return Err(EngineError::Internal(format!(
+            "expert weight {} of dims {:?} in {} bytes",
+            w.name, w.dims, w.buf.bytes
+        )));
+    }
     let (kk, n, e) = (w.dims[0] as usize, w.dims[1] as usize, w.dims[2] as usize);
     let ty = w.ty;
     let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
-    let names = gemm_kernels(ty).ok_or_else(|| {
+    let tokens = node.inputs[1].rows;
+    let tables = tables(w, tokens, k);
+    let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
     })?;
-    if e > 256 {
+    if e as i64 > MOE_ROUTE_MAX_E {
         return Err(EngineError::Unsupported(format!(
-            "MoE routing supports up to 256 experts; the model has {e}"
+            "MoE routing supports up to {MOE_ROUTE_MAX_E} experts; the model has {e}"
         )));
     }
-    let tokens = node.inputs[1].rows;
     let pairs = tokens * k;
-    let tables = MoeTables::new(pairs, e, kk);
     let (bm, max_tiles) = (tables.bm, tables.max_tiles);
     let base = b.workspace(tables.bytes())?;
     let [counts, sorted, t_exp, t_start, t_rows, err] = tables.addresses(base);
@@ -106,6 +139,7 @@ pub(crate) fn moe_gemm(
             "expert ids must be a contiguous [T, k] view".into(),
         ));
     }
+    let s = b.cu_stream();
     let r = MoeRouteArgs {
         ids: ids.0,
         n_tokens: tokens as i32,
@@ -120,10 +154,20 @@ pub(crate) fn moe_gemm(
         tile_rows: t_rows,
         err,
     };
-    // SAFETY: `r` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-    // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-    // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
-    unsafe { launch(b.kernel("moe_route")?, (1, 1, 1), (1024, 1, 1), 0, s, &r) }?;
+    // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build). One block
+    // of MOE_ROUTE_THREADS, as the kernel requires (it checks); ids is the node's contiguous
+    // T x k i32 view (checked above), the tables lie in the workspace grown above to
+    // `tables.bytes()`, at the offsets `addresses` gives (the same MoeTables).
+    unsafe {
+        launch(
+            b.kernels.moe_route,
+            (1, 1, 1),
+            (MOE_ROUTE_THREADS, 1, 1),
+            0,
+            s,
+            &r,
+        )
+    }?;
     let a = GemmArgs {
         w: wptr,
         w_row_bytes: row_bytes,
@@ -145,50 +189,78 @@ pub(crate) fn moe_gemm(
         n_head: 0,
     };
     if bm == 1 && use_mmv(ty, n, kk) {
-        if let Some(name) = mmv_kernel(ty) {
-            // About four waves of blocks over the used tiles (one per pair at decode).
-            let per_tile = (4 * b.props.sm_count).div_ceil(pairs.max(1) as u32);
-            let gx = mmv_grid_x(ty, n, kk, per_tile);
-            // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs);
-            // its pointers are the node's views, the expert weights on the device and the
-            // routing tables in the workspace `MoeTables` sized; unused tiles exit.
-            return unsafe {
-                launch(
-                    b.kernel(name)?,
-                    (gx, max_tiles as u32, 1),
-                    (MMV_THREADS, 1, 1),
-                    0,
-                    s,
-                    &a,
-                )
-            };
-        }
+        // About four waves of blocks over the used tiles (one per pair at decode).
+        let per_tile = (4 * b.props.sm_count).div_ceil(pairs.max(1) as u32);
+        let gx = mmv_grid_x(ty, n, kk, per_tile);
+        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
+        // is the max_tiles tiles moe_route wrote (unused ones exit), grid.x row steps inside the
+        // N rows (grid-stride); rows come from sorted_rows (pairs < T*k; input row pair / x_div
+        // inside the node's input view), experts' weights from e < E blocks of N rows (size
+        // checked above), outputs to the node's T*k x N view.
+        return unsafe {
+            launch(
+                set.mmv,
+                (gx, max_tiles as u32, 1),
+                (MMV_THREADS, 1, 1),
+                0,
+                s,
+                &a,
+            )
+        };
     }
     if bm == 1 {
         let grid = (blocks(n as i64, GEMV_ROWS as u32), max_tiles as u32, 1);
-        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
-        unsafe { launch(b.kernel(names[3])?, grid, (256, 1, 1), 0, s, &a) }
+        // SAFETY: as for mmv, with GEMV_ROWS output columns per block.
+        unsafe { launch(set.gemv, grid, (GEMV_THREADS, 1, 1), 0, s, &a) }
     } else {
-        let v = match bm {
-            128 => 0,
-            64 => 1,
-            _ => 2,
-        };
+        let v = TILE_BM
+            .iter()
+            .position(|&x| x == bm)
+            .unwrap_or(TILE_BM.len() - 1);
         let grid = (blocks(n as i64, GEMM_BN as u32), max_tiles as u32, 1);
-        // SAFETY: `a` is the #[repr(C)] mirror of the kernel's parameter struct (args.rs); its
-        // pointers are the node's views in buffers `prepare` sized for this plan, weights on the
-        // device, or the workspace sized by `node_work_bytes`, and the grid stays in its shapes.
+        // SAFETY: as for mmv, with GEMM_BN columns per block and tiles of bm <= BM rows
+        // (MoeTables picks bm from TILE_BM only where K % GEMM_BK == 0); the dynamic shared
+        // memory is gemm.cu's own size for (type, BM) (asserted at kernel build), which
+        // `configure` raised the kernel's limit to.
         unsafe {
             launch(
-                b.kernel(names[v])?,
+                set.tiles[v],
                 grid,
-                (256, 1, 1),
+                (GEMM_THREADS, 1, 1),
                 gemm_smem_bytes(ty, bm),
                 s,
                 &a,
             )
         }
+    }
+}
+
+/// `Op::MoeCombine`: the experts' outputs weighted by the router, one thread per output element.
+pub fn combine(b: &CudaBackend, node: &Node, io: &Io, k: usize) -> Result<(), EngineError> {
+    let v_out = node.outputs[0];
+    let a = CombineArgs {
+        y: io.ins[0].0,
+        ldy: io.ins[0].1,
+        w: io.ins[1].0,
+        ldw: io.ins[1].1,
+        out: io.outs[0].0,
+        ldo: io.outs[0].1,
+        rows: v_out.rows as i32,
+        cols: v_out.cols as i32,
+        k: k as i32,
+    };
+    let n = (v_out.rows * v_out.cols) as i64;
+    // SAFETY: CombineArgs mirrors moe.cu's struct (layout asserted at kernel build). One thread
+    // per T x D output element; y is the node's T*k x D view, w its T x k view, out its T x D
+    // view, in buffers `prepare` sized.
+    unsafe {
+        launch(
+            b.kernels.moe_combine,
+            (blocks(n, 256), 1, 1),
+            (256, 1, 1),
+            0,
+            b.cu_stream(),
+            &a,
+        )
     }
 }

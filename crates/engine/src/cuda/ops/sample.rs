@@ -4,38 +4,13 @@
 
 use tally_model::Plan;
 
-use super::CudaBackend;
-use super::launch::launch;
-use super::mem::DevBuf;
 use crate::EngineError;
+use crate::cuda::CudaBackend;
+use crate::cuda::args::SampleArgs;
+use crate::cuda::consts::SAMPLE_THREADS;
+use crate::cuda::launch::launch;
+use crate::cuda::mem::DevBuf;
 use crate::sample::{SampleStep, min_p_weight};
-
-/// Kernels of `kernels/sample.cu`.
-pub const KERNELS: &[&str] = &["sample_token"];
-
-/// Threads of the one block (SAMPLE_THREADS in the kernel).
-const THREADS: u32 = 1024;
-
-/// `#[repr(C)]` mirror of `SampleArgs` in kernels/sample.cu.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct SampleArgs {
-    logits: u64,
-    work: u64,
-    window: u64,
-    out: u64,
-    vocab: i32,
-    n_window: i32,
-    top_k: i32,
-    greedy: i32,
-    temperature: f32,
-    top_p: f32,
-    rep: f32,
-    freq: f32,
-    presence: f32,
-    min_weight: u64,
-    random: u64,
-}
 
 /// The device buffers of sampling, grown on demand: the penalised logits, the window, the id.
 #[derive(Default)]
@@ -63,7 +38,7 @@ impl CudaBackend {
         let vocab = plan.logits.cols;
         let (logits, _) = self.view(plan, &plan.logits)?;
         let stream = self.cu_stream();
-        let mut bufs = std::mem::take(&mut self.sample_bufs);
+        let mut bufs = std::mem::take(&mut self.sampling);
         let result: Result<i32, EngineError> = (|| {
             let work = at_least(&mut bufs.work, vocab * 4, "sampling work")?;
             let window = at_least(&mut bufs.window, step.window.len() * 4, "sampling window")?;
@@ -89,14 +64,15 @@ impl CudaBackend {
                 min_weight: min_p_weight(p.min_p),
                 random: step.random,
             };
-            // SAFETY: `SampleArgs` is the #[repr(C)] mirror of the kernel's struct; every pointer
-            // is a live allocation of at least the extent the kernel touches (vocab floats for
-            // logits and work, n_window ids, one id out); one block, as the kernel expects.
+            // SAFETY: SampleArgs mirrors sample.cu's struct (layout asserted at kernel build).
+            // One block of SAMPLE_THREADS, the count the kernel was built with; logits is the
+            // plan's `[1, vocab]` logits view, work (vocab floats), window (n_window ids) and out
+            // (one id) were grown above to at least those sizes.
             unsafe {
                 launch(
-                    self.kernel("sample_token")?,
+                    self.kernels.sample_token,
                     (1, 1, 1),
-                    (THREADS, 1, 1),
+                    (SAMPLE_THREADS, 1, 1),
                     0,
                     stream,
                     &args,
@@ -108,7 +84,7 @@ impl CudaBackend {
             }
             Ok(id[0])
         })();
-        self.sample_bufs = bufs;
+        self.sampling = bufs;
         let id = result?;
         if id < 0 || id as usize >= vocab {
             return Err(EngineError::Internal(format!(

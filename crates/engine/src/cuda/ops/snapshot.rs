@@ -7,10 +7,10 @@ use std::collections::HashMap;
 
 use cudarc::driver::result;
 
-use super::CudaBackend;
-use super::mem::{DevBuf, cuda_err};
 use crate::EngineError;
 use crate::backend::StateExtent;
+use crate::cuda::CudaBackend;
+use crate::cuda::mem::{DevBuf, cuda_err};
 
 /// Slots of saved state: per slot, (buffer name, copy).
 #[derive(Default)]
@@ -30,13 +30,14 @@ impl CudaBackend {
         slot: u64,
         extents: &[StateExtent],
     ) -> Result<usize, EngineError> {
-        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         self.snapshots.remove(slot);
         let stream = self.cu_stream();
         let mut saved = Vec::with_capacity(extents.len());
         let mut total = 0;
         for e in extents {
             let live = self
+                .arena
                 .state
                 .get(&e.name)
                 .ok_or_else(|| EngineError::Internal(format!("state {} missing", e.name)))?;
@@ -62,7 +63,7 @@ impl CudaBackend {
     }
 
     pub(crate) fn snapshot_restore(&mut self, slot: u64) -> Result<(), EngineError> {
-        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         let stream = self.cu_stream();
         let saved = self
             .snapshots
@@ -71,6 +72,7 @@ impl CudaBackend {
             .ok_or_else(|| EngineError::Internal(format!("no saved state in slot {slot}")))?;
         for (name, copy) in saved {
             let live = self
+                .arena
                 .state
                 .get(name)
                 .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))?;

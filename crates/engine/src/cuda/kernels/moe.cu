@@ -1,4 +1,7 @@
-// MoE routing tables for the grouped GEMM in gemm.cu: from the top-k expert ids [T, k] of every
+// Routed experts; reference crates/engine/src/cpu/ops/moe.rs (the expert GEMMs themselves are
+// gemm.cu's, shared with the dense projections): moe_route, then moe_combine.
+//
+// moe_route: the MoE routing tables for the grouped GEMM in gemm.cu: from the top-k expert ids [T, k] of every
 // token, the number of pairs per expert, the pair list grouped by expert, and the tiles of at
 // most `bm` rows the GEMM's blocks take.
 //
@@ -24,8 +27,6 @@
 // pair order.
 #include "common.cuh"
 
-#define MOE_ROUTE_THREADS 1024
-#define MOE_ROUTE_MAX_E 256
 #define MOE_ROUTE_MAX_PAIRS (1 << 24)
 
 struct MoeRouteArgs {
@@ -203,4 +204,21 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRou
         a.err[0] = s_bad;
         a.err[1] = s_uncovered;
     }
+}
+
+// MoE combine: out[t] = sum_j w[t,j] * y[t*k+j]. One thread per (t, column).
+struct CombineArgs {
+    const float* y; i64 ldy;
+    const float* w; i64 ldw;
+    float* out; i64 ldo;
+    i32 rows, cols, k;
+};
+
+extern "C" __global__ void moe_combine(CombineArgs a) {
+    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (i64)a.rows * a.cols) return;
+    const i64 t = idx / a.cols, c = idx % a.cols;
+    float s = 0.0f;
+    for (int j = 0; j < a.k; j++) s += a.w[t * a.ldw + j] * a.y[(t * a.k + j) * a.ldy + c];
+    a.out[t * a.ldo + c] = s;
 }

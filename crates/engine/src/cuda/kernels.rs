@@ -1,0 +1,212 @@
+//! The loaded kernels as typed handles, resolved by name once when the backend opens: a launch
+//! takes a field, not a string. Every field is launched somewhere (a field nothing reads is a
+//! dead-code warning), and every kernel the engine's sources define that is not here stays
+//! unloaded (`lab/` holds the variants the engine does not use).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaModule};
+use tally_gguf::GgmlType;
+
+use super::compile;
+use super::launch::Kernel;
+use crate::EngineError;
+
+/// The weight types with GEMM kernels, in the order of [`Kernels::gemm`].
+pub const GEMM_TYPES: [GgmlType; 16] = [
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_0,
+    GgmlType::BF16,
+    GgmlType::F16,
+    GgmlType::F32,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+];
+
+/// The projection kernels of one weight type (gemm.cu): tensor-core tiles of BM 128, 64, 32,
+/// the GEMV (one warp per output column group), and the decode GEMV `mmv_<t>`.
+#[derive(Clone, Copy)]
+pub struct GemmSet {
+    pub tiles: [Kernel; 3],
+    pub gemv: Kernel,
+    pub mmv: Kernel,
+}
+
+/// Head dims of the attention kernels, in the order of their arrays.
+pub const ATTN_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
+
+pub struct Kernels {
+    pub norm_rows: Kernel,
+    pub rope_neox: Kernel,
+    pub kv_store: Kernel,
+    pub binary_map: Kernel,
+    pub shared_gate: Kernel,
+    pub delta_gates: Kernel,
+    pub router_topk: Kernel,
+    pub moe_route: Kernel,
+    pub moe_combine: Kernel,
+    pub conv_silu: Kernel,
+    pub delta_rule_chunk_prep: Kernel,
+    pub delta_rule_chunk_scan: Kernel,
+    pub delta_rule_step: Kernel,
+    /// `flash_attn_d{D}` by [`ATTN_HEAD_DIMS`].
+    pub flash_attn: [Kernel; 4],
+    /// `flash_decode_d{D}` by [`ATTN_HEAD_DIMS`].
+    pub flash_decode: [Kernel; 4],
+    pub flash_attn_combine: Kernel,
+    /// By [`GEMM_TYPES`].
+    pub gemm: [GemmSet; 16],
+    pub gemm_f32_simt: Kernel,
+    pub gemm_f32_simt_m32: Kernel,
+    pub dequant_rows: Kernel,
+    pub dequant_f16: Kernel,
+    pub cast_f16_rows: Kernel,
+    pub sample_token: Kernel,
+    /// The modules the handles point into (kept alive with them).
+    _modules: Vec<Arc<CudaModule>>,
+}
+
+/// One compiled source, loaded.
+struct Module<'a> {
+    name: &'static str,
+    m: &'a Arc<CudaModule>,
+}
+
+impl Module<'_> {
+    fn get(&self, name: &'static str) -> Result<Kernel, EngineError> {
+        let f = self
+            .m
+            .load_function(name)
+            .map_err(|e| EngineError::Cuda(format!("kernel {name} in {}.cu: {e}", self.name)))?;
+        Ok(Kernel {
+            f: f.cu_function(),
+            name,
+        })
+    }
+}
+
+/// The kernel name of a type's projections: `gemm_<t>` etc. use these suffixes.
+fn type_suffix(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::Q4_K => "q4_k",
+        GgmlType::Q5_K => "q5_k",
+        GgmlType::Q6_K => "q6_k",
+        GgmlType::Q8_0 => "q8_0",
+        GgmlType::BF16 => "bf16",
+        GgmlType::F16 => "f16",
+        GgmlType::F32 => "f32",
+        GgmlType::Q4_0 => "q4_0",
+        GgmlType::Q4_1 => "q4_1",
+        GgmlType::Q5_0 => "q5_0",
+        GgmlType::Q5_1 => "q5_1",
+        GgmlType::IQ4_NL => "iq4_nl",
+        GgmlType::IQ4_XS => "iq4_xs",
+        GgmlType::MXFP4 => "mxfp4",
+        GgmlType::Q2_K => "q2_k",
+        GgmlType::Q3_K => "q3_k",
+        _ => "",
+    }
+}
+
+/// A kernel name built at open time, kept for the life of the process (error messages name it).
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+impl Kernels {
+    /// Compiles (or loads from the cache) every source for `arch` and resolves every kernel.
+    pub fn load(ctx: &Arc<CudaContext>, arch: &str) -> Result<Kernels, EngineError> {
+        let mut modules = Vec::new();
+        for src in compile::SOURCES {
+            let cubin = compile::compile(src, arch)?;
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+                .map_err(|e| EngineError::Cuda(format!("loading module {}: {e}", src.name)))?;
+            modules.push((src.name, module));
+        }
+        let m = |name: &'static str| -> Result<Module<'_>, EngineError> {
+            modules
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(name, m)| Module { name, m })
+                .ok_or_else(|| EngineError::Internal(format!("no kernel source {name}")))
+        };
+        let (attn, gemm) = (m("attention")?, m("gemm")?);
+        let by_dim = |prefix: &str| -> Result<[Kernel; 4], EngineError> {
+            let k = |d: usize| attn.get(leak(format!("{prefix}_d{d}")));
+            Ok([k(32)?, k(64)?, k(128)?, k(256)?])
+        };
+        let mut sets = Vec::with_capacity(GEMM_TYPES.len());
+        for ty in GEMM_TYPES {
+            let t = type_suffix(ty);
+            let k = |name: String| gemm.get(leak(name));
+            sets.push(GemmSet {
+                tiles: [
+                    k(format!("gemm_{t}"))?,
+                    k(format!("gemm_{t}_m64"))?,
+                    k(format!("gemm_{t}_m32"))?,
+                ],
+                gemv: k(format!("gemv_{t}"))?,
+                mmv: k(format!("mmv_{t}"))?,
+            });
+        }
+        let gemm_sets: [GemmSet; 16] = sets
+            .try_into()
+            .map_err(|_| EngineError::Internal("GEMM kernel sets".into()))?;
+        let (delta, moe, elem) = (m("delta")?, m("moe")?, m("elementwise")?);
+        let k = Kernels {
+            norm_rows: m("norm")?.get("norm_rows")?,
+            rope_neox: m("rope")?.get("rope_neox")?,
+            kv_store: m("kv_store")?.get("kv_store")?,
+            binary_map: elem.get("binary_map")?,
+            shared_gate: elem.get("shared_gate")?,
+            delta_gates: elem.get("delta_gates")?,
+            router_topk: m("router")?.get("router_topk")?,
+            moe_route: moe.get("moe_route")?,
+            moe_combine: moe.get("moe_combine")?,
+            conv_silu: m("conv")?.get("conv_silu")?,
+            delta_rule_chunk_prep: delta.get("delta_rule_chunk_prep")?,
+            delta_rule_chunk_scan: delta.get("delta_rule_chunk_scan")?,
+            delta_rule_step: delta.get("delta_rule_step")?,
+            flash_attn: by_dim("flash_attn")?,
+            flash_decode: by_dim("flash_decode")?,
+            flash_attn_combine: attn.get("flash_attn_combine")?,
+            gemm: gemm_sets,
+            gemm_f32_simt: gemm.get("gemm_f32_simt")?,
+            gemm_f32_simt_m32: gemm.get("gemm_f32_simt_m32")?,
+            dequant_rows: gemm.get("dequant_rows")?,
+            dequant_f16: gemm.get("dequant_f16")?,
+            cast_f16_rows: gemm.get("cast_f16_rows")?,
+            sample_token: m("sample")?.get("sample_token")?,
+            _modules: Vec::new(),
+        };
+        let mut k = k;
+        k._modules = modules.into_iter().map(|(_, m)| m).collect();
+        Ok(k)
+    }
+
+    /// The projection kernels of a weight type, if it has them.
+    pub fn gemm_set(&self, ty: GgmlType) -> Option<&GemmSet> {
+        GEMM_TYPES
+            .iter()
+            .position(|&t| t == ty)
+            .map(|i| &self.gemm[i])
+    }
+
+    /// The attention kernel of head dim `d` from one of the per-dim arrays.
+    pub fn by_head_dim(kernels: &[Kernel; 4], d: usize) -> Option<Kernel> {
+        ATTN_HEAD_DIMS
+            .iter()
+            .position(|&x| x == d)
+            .map(|i| kernels[i])
+    }
+}

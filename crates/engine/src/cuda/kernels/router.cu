@@ -1,0 +1,68 @@
+// Router top-k: Op::TopK; reference crates/engine/src/cpu/ops/router.rs.
+#include "common.cuh"
+
+// Router: softmax over E experts (f32), top-k (ties to the lower index), weights renormalised.
+// One warp per token; E <= 1024, k <= 16.
+struct TopkArgs {
+    const float* logits; i64 ld;
+    i32* ids; i64 ld_ids;
+    float* w; i64 ld_w;
+    i32 rows, experts, k;
+};
+
+extern "C" __global__ void router_topk(TopkArgs a) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp >= a.rows) return;
+    const float* l = a.logits + (i64)warp * a.ld;
+    constexpr int PER = 32;  // up to 1024 experts
+    float v[PER];
+    float mx = -TALLY_INF;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int e = lane + 32 * j;
+        v[j] = e < a.experts ? l[e] : -TALLY_INF;
+        mx = fmaxf(mx, v[j]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int e = lane + 32 * j;
+        v[j] = e < a.experts ? __expf(v[j] - mx) : -1.0f;  // probabilities (unnormalised), -1 = absent
+        if (e < a.experts) sum += v[j];
+    }
+    sum = warp_sum(sum);
+    float chosen_sum = 0.0f;
+    float chosen_p[16];
+    int chosen_e[16];
+    for (int t = 0; t < a.k && t < 16; t++) {
+        // Arg-max over the warp: highest p, then lowest expert index.
+        float bp = -1.0f;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int e = lane + 32 * j;
+            if (v[j] > bp || (v[j] == bp && e < be)) { bp = v[j]; be = e; }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (op > bp || (op == bp && oe < be)) { bp = op; be = oe; }
+        }
+        chosen_p[t] = bp / sum;
+        chosen_e[t] = be;
+        chosen_sum += bp / sum;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            if (lane + 32 * j == be) v[j] = -2.0f;  // taken
+        }
+    }
+    if (lane == 0) {
+        for (int t = 0; t < a.k && t < 16; t++) {
+            a.ids[(i64)warp * a.ld_ids + t] = chosen_e[t];
+            a.w[(i64)warp * a.ld_w + t] = chosen_p[t] / chosen_sum;
+        }
+    }
+}

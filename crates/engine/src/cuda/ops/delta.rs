@@ -1,0 +1,192 @@
+//! The gated delta rule (`Op::DeltaRule`; reference `cpu/ops/delta.rs`) in `kernels/delta.cu`:
+//! `delta_rule_chunk_prep` + `delta_rule_chunk_scan` over chunks of DELTA_C tokens, or
+//! `delta_rule_step` token by token for short runs (decode).
+
+use tally_model::Node;
+
+use super::Io;
+use crate::EngineError;
+use crate::cuda::CudaBackend;
+use crate::cuda::args::DeltaArgs;
+use crate::cuda::consts::{DELTA_C, DELTA_DV_MAX, DELTA_NS};
+use crate::cuda::launch::launch;
+
+/// At most this many tokens go token by token through `delta_rule_step`; longer runs are chunked.
+const STEP_MAX_T: usize = 16;
+
+/// The heads of one delta-rule node.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads {
+    pub k_heads: usize,
+    pub v_heads: usize,
+    pub k_dim: usize,
+    pub v_dim: usize,
+}
+
+/// Floats of the chunked path's workspace (`delta_work_floats` in delta.cu): per chunk and value
+/// head W, P (hi, lo), U, G; per chunk and key head K, Q.
+pub fn work_floats(t: i64, hk: i64, hv: i64, dk: i64, dv: i64) -> i64 {
+    let nc = (t + DELTA_C - 1) / DELTA_C;
+    nc * (hv * (32 * dk + 4096 + 64 * dv + 64) + hk * 64 * dk)
+}
+
+/// Workspace bytes a run of `t` tokens needs (0 for the token-by-token path).
+pub fn work_bytes(t: usize, h: &Heads) -> usize {
+    if t > STEP_MAX_T {
+        4 * work_floats(
+            t as i64,
+            h.k_heads as i64,
+            h.v_heads as i64,
+            h.k_dim as i64,
+            h.v_dim as i64,
+        ) as usize
+    } else {
+        0
+    }
+}
+
+/// Dynamic shared memory of `delta_rule_chunk_prep` (`delta_prep_smem_bytes` in delta.cu).
+pub fn prep_smem_bytes(dk: i64) -> u32 {
+    let ldk = dk + 8;
+    let ldv = DELTA_DV_MAX + 8;
+    let tile = 64 * ldk * 2;
+    let mut o = 0;
+    o += 64 * ldv * 2; // vh
+    o += 64 * ldv * 2; // vl
+    o += tile; // bk
+    o += 64 * 72 * 2; // tm
+    o += 3 * 256 * 4; // z
+    o = o.max(4 * tile);
+    o += 64 * 72 * 4; // am
+    o += 64 * 72 * 4; // tf
+    o += 64 * 4 + 64 * 4 + 32 * 4; // gs, bs, red
+    o as u32
+}
+
+/// Dynamic shared memory of `delta_rule_chunk_scan` (`delta_scan_smem_bytes` in delta.cu).
+pub fn scan_smem_bytes(dk: i64) -> u32 {
+    let ldk = dk + 8;
+    let o = 3 * 64 * ldk * 2 // wb, qb, kb
+        + 2 * 64 * 72 * 2 // pb, pl
+        + 2 * 64 * 40 * 4 // ub, ob
+        + 64 * 4 // gb
+        + 2 * dk * 40 * 2 // sh, sl
+        + 4 * 64 * 40 * 2 // vh, vl, xh, xl
+        + 16 * 4; // red
+    o as u32
+}
+
+/// The host's sizes asserted equal to delta.cu's own (appended to it at build time).
+pub fn geometry_asserts() -> String {
+    let mut s = String::new();
+    for dk in [64i64, 128] {
+        s += &format!(
+            "static_assert(delta_prep_smem_bytes({dk}) == {}, \"delta prep smem differs from delta.rs\");\n",
+            prep_smem_bytes(dk)
+        );
+        s += &format!(
+            "static_assert(delta_scan_smem_bytes({dk}) == {}, \"delta scan smem differs from delta.rs\");\n",
+            scan_smem_bytes(dk)
+        );
+    }
+    for (t, hk, hv, dk, dv) in [
+        (512, 16, 32, 128, 128),
+        (8192, 16, 32, 128, 128),
+        (65, 2, 4, 64, 32),
+    ] {
+        s += &format!(
+            "static_assert(delta_work_floats({t}, {hk}, {hv}, {dk}, {dv}) == {}ll, \"delta workspace differs from delta.rs\");\n",
+            work_floats(t, hk, hv, dk, dv)
+        );
+    }
+    s
+}
+
+pub fn delta_rule(b: &mut CudaBackend, node: &Node, io: &Io, h: Heads) -> Result<(), EngineError> {
+    let (t, r) = (node.inputs[1].rows, node.inputs[0].rows);
+    let Heads {
+        k_heads,
+        v_heads,
+        k_dim,
+        v_dim,
+    } = h;
+    if !matches!(k_dim, 64 | 128) || v_dim % 32 != 0 || v_dim > DELTA_DV_MAX as usize {
+        return Err(EngineError::Unsupported(format!(
+            "the CUDA delta rule supports key dims 64 and 128 and value dims of 32..128 in steps of 32; got {k_dim} and {v_dim}"
+        )));
+    }
+    let chunked = t > STEP_MAX_T;
+    let work = if chunked {
+        b.workspace(work_bytes(t, &h))?
+    } else {
+        0
+    };
+    let a = DeltaArgs {
+        q: io.ins[0].0,
+        ldq: io.ins[0].1,
+        k: io.ins[1].0,
+        ldk: io.ins[1].1,
+        v: io.ins[2].0,
+        ldv: io.ins[2].1,
+        g: io.ins[3].0,
+        ldg: io.ins[3].1,
+        beta: io.ins[4].0,
+        ldb: io.ins[4].1,
+        state: io.outs[1].0,
+        o: io.outs[0].0,
+        ldo: io.outs[0].1,
+        work,
+        t: t as i32,
+        r: r as i32,
+        hk: k_heads as i32,
+        hv: v_heads as i32,
+        dk: k_dim as i32,
+        dv: v_dim as i32,
+    };
+    let s = b.cu_stream();
+    let slices = (v_dim as i64 / DELTA_NS) as u32;
+    if !chunked {
+        // SAFETY: DeltaArgs mirrors delta.cu's struct (layout asserted at kernel build). Grid
+        // (Hv, dv / DELTA_NS) as the kernel was built for; q, k, v, g, beta, o are the node's
+        // views (R or T rows) and state its Hv x dk*dv view (real, or the replay's staged copy)
+        // in buffers `prepare` sized; the step path reads no workspace (work = 0).
+        return unsafe {
+            launch(
+                b.kernels.delta_rule_step,
+                (v_heads as u32, slices, 1),
+                (128, 1, 1),
+                0,
+                s,
+                &a,
+            )
+        };
+    }
+    let nc = (t as u64).div_ceil(DELTA_C as u64) as u32;
+    let dk = k_dim as i64;
+    // SAFETY: as for the step, with grid (ceil(T / DELTA_C), Hv); `work` holds work_floats(..)
+    // floats (the workspace grown above, which prepare() sized for the plan's largest node) and
+    // the dynamic shared memory is delta.cu's own size for dk (asserted at kernel build), at
+    // most what `configure` raised the kernel's limit to (dk = 128).
+    unsafe {
+        launch(
+            b.kernels.delta_rule_chunk_prep,
+            (nc, v_heads as u32, 1),
+            (256, 1, 1),
+            prep_smem_bytes(dk),
+            s,
+            &a,
+        )
+    }?;
+    // SAFETY: as for the prep, grid (Hv, dv / DELTA_NS); it reads what the prep wrote to the
+    // workspace, earlier on the same stream.
+    unsafe {
+        launch(
+            b.kernels.delta_rule_chunk_scan,
+            (v_heads as u32, slices, 1),
+            (256, 1, 1),
+            scan_smem_bytes(dk),
+            s,
+            &a,
+        )
+    }
+}

@@ -1,0 +1,80 @@
+//! RMS and L2 norms (`Op::RmsNorm`, `Op::L2Norm`; reference `cpu/ops/norm.rs`): `norm_rows` of
+//! `kernels/norm.cu`, one block per (row, group).
+
+use tally_model::{Node, Plan};
+
+use super::Io;
+use crate::EngineError;
+use crate::cuda::CudaBackend;
+use crate::cuda::args::NormArgs;
+use crate::cuda::launch::launch;
+
+pub fn rms_norm(
+    b: &CudaBackend,
+    plan: &Plan,
+    index: usize,
+    io: &Io,
+    eps: f32,
+    group: usize,
+) -> Result<(), EngineError> {
+    let w = b.weights.of(plan, index, 0)?;
+    if w.elems() < group {
+        return Err(EngineError::Internal(format!(
+            "norm weight {} holds {} values for groups of {group}",
+            w.name,
+            w.elems()
+        )));
+    }
+    norm(b, &plan.nodes[index], io, (w.buf.ptr, 0, 1.0), eps, group)
+}
+
+pub fn l2_norm(
+    b: &CudaBackend,
+    node: &Node,
+    io: &Io,
+    eps: f32,
+    group: usize,
+    scale: f32,
+) -> Result<(), EngineError> {
+    norm(b, node, io, (0, 1, scale), eps, group)
+}
+
+fn norm(
+    b: &CudaBackend,
+    node: &Node,
+    io: &Io,
+    (w, l2, scale): (u64, i32, f32),
+    eps: f32,
+    group: usize,
+) -> Result<(), EngineError> {
+    let x = node.inputs[0];
+    let a = NormArgs {
+        x: io.ins[0].0,
+        ldx: io.ins[0].1,
+        w,
+        y: io.outs[0].0,
+        ldy: io.outs[0].1,
+        rows: x.rows as i32,
+        cols: x.cols as i32,
+        group: group as i32,
+        eps,
+        scale,
+        l2,
+    };
+    let groups = (x.rows * (x.cols / group)) as u32;
+    let threads = if group >= 1024 { 256 } else { 128 };
+    // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block per
+    // (row, group) of the input view; x and y are the node's views of buffers `prepare` sized
+    // for this plan (rows x cols within their leading dimensions), w is null (L2) or a device
+    // weight of at least `group` values (checked in rms_norm).
+    unsafe {
+        launch(
+            b.kernels.norm_rows,
+            (groups, 1, 1),
+            (threads, 1, 1),
+            0,
+            b.cu_stream(),
+            &a,
+        )
+    }
+}
