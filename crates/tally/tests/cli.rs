@@ -291,7 +291,7 @@ fn ledger_of_tally_against_itself_writes_every_report() {
     for label in [
         "Dense projections",
         "MoE experts gate/up",
-        "Linear-attention recurrence",
+        "Delta rule (linear-attention recurrence)",
     ] {
         assert!(text.contains(label), "SVG lacks `{label}`");
     }
