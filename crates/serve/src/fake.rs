@@ -155,3 +155,24 @@ impl Generator for FakeEngine {
         })
     }
 }
+
+/// The Python the end-to-end client tests run `tools/serve/e2e.py` with: `TALLY_E2E_PYTHON`
+/// (scripts/test.sh makes a venv with `openai`), else `python3` if it imports `openai`, else
+/// `None` (skip), except under CI, where a missing client is a failure.
+pub fn e2e_python() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("TALLY_E2E_PYTHON") {
+        return Some(p.into());
+    }
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some("python3".into());
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI needs TALLY_E2E_PYTHON (a Python with `openai`; scripts/test.sh sets it up)"
+    );
+    None
+}

@@ -7,34 +7,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use common::{MODEL, Server};
 use tally_serve::fake::FakeEngine;
 
-fn python() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TALLY_E2E_PYTHON") {
-        return Some(PathBuf::from(p));
-    }
-    let ok = Command::new("python3")
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(PathBuf::from("python3"));
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI needs TALLY_E2E_PYTHON (a Python with `openai`; scripts/test.sh sets it up)"
-    );
-    None
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_client_curl_and_load_against_the_fake_engine() {
-    let Some(py) = python() else {
+    let Some(py) = tally_serve::fake::e2e_python() else {
         eprintln!("skipped: no Python with the openai package (set TALLY_E2E_PYTHON)");
         return;
     };

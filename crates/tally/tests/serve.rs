@@ -125,27 +125,9 @@ fn fixtures(dir: &Path) -> (PathBuf, PathBuf) {
     (model, vocab)
 }
 
-fn python() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TALLY_E2E_PYTHON") {
-        return Some(PathBuf::from(p));
-    }
-    let ok = Command::new("python3")
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(PathBuf::from("python3"));
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI needs TALLY_E2E_PYTHON (a Python with `openai`; scripts/test.sh sets it up)"
-    );
-    None
-}
-
 #[test]
 fn serve_on_the_tiny_model_with_real_clients() {
-    let Some(py) = python() else {
+    let Some(py) = tally_serve::fake::e2e_python() else {
         eprintln!("skipped: no Python with the openai package (set TALLY_E2E_PYTHON)");
         return;
     };
