@@ -14,8 +14,9 @@ cd "$(dirname "$0")/../.."
 t0=$(date +%s)
 summary=()
 row() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
-( scripts/gpu/prepare.sh > "$OUT/prepare.txt" 2>&1 ) &
-prep=$!
+# SKIP_PREPARE=1: the caller runs prepare.sh itself (scripts/gpu/round3-a.sh).
+prep=
+[ -n "${SKIP_PREPARE:-}" ] || { ( scripts/gpu/prepare.sh > "$OUT/prepare.txt" 2>&1 ) & prep=$!; }
 T="$TALLY_NOPEER"
 "$T" synth --preset tiny --quant q8_0 --seed 1 --out /tmp/tiny-q8_0.gguf > /dev/null 2>&1
 cold=$(mktemp -d)
@@ -36,7 +37,6 @@ for spec in "mid q3_k_m" "tiny q2_k" "mid q2_k"; do
 done
 TALLY="$T" scripts/gpu/converter.sh > "$OUT/converter.txt" 2>&1
 sed -n '/== converter/,$p' "$OUT/converter.txt"
-wait $prep
-tail -4 "$OUT/prepare.txt"
+[ -z "$prep" ] || { wait $prep; tail -4 "$OUT/prepare.txt"; }
 echo "== summary ($(( $(date +%s) - t0 )) s)"
 printf '%s\n' "${summary[@]}"

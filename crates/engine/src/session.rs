@@ -29,10 +29,12 @@ pub struct Session<B: Backend> {
     pub ubatch: usize,
 }
 
-/// The default [`Session::ubatch`]: chosen on the H200 (docs/results/2026-12-01-h200-ubatch/):
-/// at 4096 tokens the 35B-A3B's activations take about 5 GiB and prefill throughput is within
-/// a few percent of one plan per prompt.
-pub const DEFAULT_UBATCH: usize = 4096;
+/// The default [`Session::ubatch`], chosen by a sweep on the H200 (docs/results/2026-12-01-h200-round3/,
+/// 35B-A3B Q4_K_M): pp8192 at batches of 2048/4096/8192 tokens and as one plan ran at 13,991 /
+/// 15,376 / 16,869 / 16,874 tok/s, pp32768 at 12,287 / 13,325 / 14,479 / 16,192. At 8192 the
+/// device peak stays 23.70 GiB for any prompt length (one plan of 32,768: 31.32 GiB). Smaller
+/// batches give each expert fewer rows per grouped GEMM, hence the slope.
+pub const DEFAULT_UBATCH: usize = 8192;
 
 impl<B: Backend> Session<B> {
     /// A session whose state holds up to `max_ctx` positions.

@@ -37,11 +37,65 @@ struct Shape {
     name: String,
 }
 
-pub struct Arena<B = DevBuf> {
-    pub bufs: Vec<Slot<B>>,
+fn shapes_of(plan: &Plan) -> impl Iterator<Item = Shape> + '_ {
+    plan.buffers.iter().map(|b| Shape {
+        rows: b.rows,
+        cols: b.cols,
+        dtype: b.dtype,
+        name: b.name.clone(),
+    })
+}
+
+/// One plan's own buffers (state buffers are shared by name across plans).
+struct BufSet<B> {
+    /// Unique for the arena's lifetime: what a captured graph of this plan is keyed by.
+    id: u64,
     shapes: Vec<Shape>,
-    /// What each buffer of the prepared plan holds.
-    pub kinds: Vec<BufKind>,
+    kinds: Vec<BufKind>,
+    bufs: Vec<Slot<B>>,
+    /// Bytes of its own buffers.
+    bytes: usize,
+    /// When it was last selected (larger is later).
+    used: u64,
+}
+
+impl<B> BufSet<B> {
+    fn is(&self, plan: &Plan) -> bool {
+        // Compared in place, without building shapes: decode asks once a token.
+        self.shapes.len() == plan.buffers.len()
+            && self.shapes.iter().zip(&plan.buffers).all(|(s, b)| {
+                s.rows == b.rows && s.cols == b.cols && s.dtype == b.dtype && s.name == b.name
+            })
+    }
+}
+
+/// Bytes of other plans' buffers kept beside the current plan's by default: decode (1 token),
+/// speculative verification (k + 1) and the recompute after a rejection alternate every step,
+/// and rebuilding their buffers (and dropping their captured graphs) on each switch cost more
+/// than the step itself. A long prompt's batch plan is far larger than this and is never kept
+/// beside another large one.
+pub const RETAIN_BYTES: usize = 256 << 20;
+
+/// Most other plans kept beside the current one (each may also hold a captured graph).
+pub const RETAIN_PLANS: usize = 6;
+
+/// What [`Arena::rebuild`] did to the buffers that captured graphs point at.
+#[derive(Debug, Default, PartialEq)]
+pub struct Rebuilt {
+    /// Plans (by set id) whose buffers were freed.
+    pub evicted: Vec<u64>,
+    /// A state buffer changed size and moved: every captured graph is stale.
+    pub state_moved: bool,
+}
+
+pub struct Arena<B = DevBuf> {
+    sets: Vec<BufSet<B>>,
+    /// Index into `sets` of the prepared plan's buffers.
+    current: Option<usize>,
+    next_id: u64,
+    clock: u64,
+    /// Bytes of other plans' buffers kept beside the current plan's.
+    pub retain_bytes: usize,
     pub state: HashMap<String, B>,
     /// Replay scratch by output slot (None while being replaced).
     pub scratch: Vec<Option<B>>,
@@ -52,9 +106,11 @@ pub struct Arena<B = DevBuf> {
 impl<B> Default for Arena<B> {
     fn default() -> Self {
         Arena {
-            bufs: Vec::new(),
-            shapes: Vec::new(),
-            kinds: Vec::new(),
+            sets: Vec::new(),
+            current: None,
+            next_id: 0,
+            clock: 0,
+            retain_bytes: RETAIN_BYTES,
             state: HashMap::new(),
             scratch: Vec::new(),
             work: None,
@@ -63,37 +119,86 @@ impl<B> Default for Arena<B> {
 }
 
 impl<B: Buffer> Arena<B> {
-    /// Whether the buffers prepared are `plan`'s (compared in place: decode asks once a token).
-    pub fn holds(&self, plan: &Plan) -> bool {
-        self.bufs.len() == plan.buffers.len()
-            && self.shapes.len() == plan.buffers.len()
-            && self.shapes.iter().zip(&plan.buffers).all(|(s, b)| {
-                s.rows == b.rows && s.cols == b.cols && s.dtype == b.dtype && s.name == b.name
-            })
+    /// The prepared plan's buffers, by plan buffer index.
+    pub fn bufs(&self) -> &[Slot<B>] {
+        self.current.map_or(&[], |i| &self.sets[i].bufs)
     }
 
-    /// Makes `plan`'s buffers. The previous plan's own buffers, and any state buffer whose size
-    /// changes, are freed before anything new is allocated, so the old and the new plan never
-    /// hold device memory at the same time (chunked prefill switches plans). `fresh` is called
-    /// on every newly made state buffer (to zero it).
+    /// What each buffer of the prepared plan holds.
+    pub fn kinds(&self) -> &[BufKind] {
+        self.current.map_or(&[], |i| &self.sets[i].kinds)
+    }
+
+    /// The id of the prepared plan's buffer set (captured graphs are keyed by it).
+    pub fn current_id(&self) -> Option<u64> {
+        self.current.map(|i| self.sets[i].id)
+    }
+
+    /// Number of plans whose buffers are held.
+    #[cfg(test)]
+    pub fn plans_held(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// Makes `plan`'s buffers the prepared ones if they are held; false if they must be built.
+    pub fn select(&mut self, plan: &Plan) -> bool {
+        let found = self
+            .current
+            .filter(|&i| self.sets[i].is(plan))
+            .or_else(|| self.sets.iter().position(|s| s.is(plan)));
+        if let Some(i) = found {
+            self.clock += 1;
+            self.sets[i].used = self.clock;
+            self.current = Some(i);
+        }
+        found.is_some()
+    }
+
+    /// Whether `plan`'s buffers are the prepared ones.
+    pub fn holds(&self, plan: &Plan) -> bool {
+        self.current.is_some_and(|i| self.sets[i].is(plan))
+    }
+
+    /// Makes `plan`'s buffers and prepares them. Before anything new is allocated, other plans'
+    /// buffers are freed, least recently used first, until at most `retain_bytes` of them
+    /// remain (all of them when a state buffer changes size), and any state buffer whose size
+    /// changes is freed: a long prompt's batch plans never hold device memory beside each other.
+    /// `fresh` is called on every newly made state buffer (to zero it).
     pub fn rebuild(
         &mut self,
         plan: &Plan,
         alloc: Alloc<'_, B>,
         fresh: &mut dyn FnMut(&B) -> Result<(), EngineError>,
-    ) -> Result<(), EngineError> {
-        self.bufs.clear();
-        self.shapes.clear();
-        self.kinds.clear();
+    ) -> Result<Rebuilt, EngineError> {
+        let mut out = Rebuilt::default();
         for b in &plan.buffers {
             let bytes = b.elems() * b.dtype.size_bytes();
             if b.kind == BufKind::State
                 && self.state.get(&b.name).is_some_and(|s| s.bytes() != bytes)
             {
                 self.state.remove(&b.name);
+                out.state_moved = true;
+            }
+        }
+        self.current = None;
+        let keep = if out.state_moved {
+            0
+        } else {
+            self.retain_bytes
+        };
+        self.sets.sort_by_key(|s| std::cmp::Reverse(s.used));
+        let mut kept = 0;
+        let mut i = 0;
+        while i < self.sets.len() {
+            if i < RETAIN_PLANS && kept + self.sets[i].bytes <= keep {
+                kept += self.sets[i].bytes;
+                i += 1;
+            } else {
+                out.evicted.push(self.sets.remove(i).id);
             }
         }
         let mut bufs = Vec::with_capacity(plan.buffers.len());
+        let mut own = 0;
         for b in &plan.buffers {
             let bytes = b.elems() * b.dtype.size_bytes();
             if b.kind == BufKind::State {
@@ -105,21 +210,21 @@ impl<B: Buffer> Arena<B> {
                 bufs.push(Slot::State(b.name.clone()));
             } else {
                 bufs.push(Slot::Own(alloc(bytes, &b.name)?));
+                own += bytes;
             }
         }
-        self.bufs = bufs;
-        self.shapes = plan
-            .buffers
-            .iter()
-            .map(|b| Shape {
-                rows: b.rows,
-                cols: b.cols,
-                dtype: b.dtype,
-                name: b.name.clone(),
-            })
-            .collect();
-        self.kinds = plan.buffers.iter().map(|b| b.kind).collect();
-        Ok(())
+        self.clock += 1;
+        self.next_id += 1;
+        self.sets.push(BufSet {
+            id: self.next_id,
+            shapes: shapes_of(plan).collect(),
+            kinds: plan.buffers.iter().map(|b| b.kind).collect(),
+            bufs,
+            bytes: own,
+            used: self.clock,
+        });
+        self.current = Some(self.sets.len() - 1);
+        Ok(out)
     }
 
     /// Makes the workspace hold at least `bytes` (freeing the old one first); true if it moved.
@@ -232,7 +337,10 @@ mod tests {
             })
         };
         let mut zeroed = 0;
-        let mut arena: Arena<Fake> = Arena::default();
+        let mut arena: Arena<Fake> = Arena {
+            retain_bytes: 0,
+            ..Arena::default()
+        };
         let (big, small) = (plan(512, 64), plan(1, 64));
         let bytes = |p: &Plan| p.buffers.iter().map(|b| b.elems() * 4).sum::<usize>();
         arena
@@ -268,5 +376,66 @@ mod tests {
         assert!(!arena.grow_work(1 << 10, &mut alloc).expect("kept"));
         assert!(arena.grow_work(2 << 20, &mut alloc).expect("grown"));
         assert_eq!(live.1.get(), bytes(&plan(512, 128)) + (2 << 20));
+    }
+
+    #[test]
+    fn small_plans_keep_their_buffers_and_a_large_one_evicts_them_first() {
+        let live = Rc::new((Cell::new(0usize), Cell::new(0usize)));
+        let l = live.clone();
+        let allocs = Rc::new(Cell::new(0usize));
+        let a = allocs.clone();
+        let mut alloc = move |bytes: usize, _: &str| -> Result<Fake, EngineError> {
+            a.set(a.get() + 1);
+            l.0.set(l.0.get() + bytes);
+            l.1.set(l.1.get().max(l.0.get()));
+            Ok(Fake {
+                bytes,
+                live: l.clone(),
+            })
+        };
+        let own = |p: &Plan| 2 * p.n_tokens * 256 * 4;
+        let (one, four, big) = (plan(1, 64), plan(4, 64), plan(4096, 64));
+        let mut arena: Arena<Fake> = Arena {
+            retain_bytes: own(&four),
+            ..Arena::default()
+        };
+        fn ok(_: &Fake) -> Result<(), EngineError> {
+            Ok(())
+        }
+        assert!(!arena.select(&one));
+        let r = arena.rebuild(&one, &mut alloc, &mut ok).expect("one");
+        assert_eq!(r, Rebuilt::default());
+        let id_one = arena.current_id().expect("prepared");
+        let r = arena.rebuild(&four, &mut alloc, &mut ok).expect("four");
+        assert_eq!(r, Rebuilt::default());
+        let id_four = arena.current_id().expect("prepared");
+        assert_ne!(id_one, id_four);
+        // Decode and verification alternate without allocating, and keep their ids.
+        let before = allocs.get();
+        for _ in 0..3 {
+            assert!(arena.select(&one) && arena.holds(&one) && !arena.holds(&four));
+            assert_eq!(arena.current_id(), Some(id_one));
+            assert!(arena.select(&four) && arena.holds(&four));
+            assert_eq!(arena.current_id(), Some(id_four));
+        }
+        assert_eq!(allocs.get(), before);
+        assert_eq!(arena.plans_held(), 2);
+        // A batch plan: other plans' buffers beyond `retain_bytes` are freed before it is made,
+        // least recently used first, so the peak is the new plan plus at most that much.
+        let r = arena.rebuild(&big, &mut alloc, &mut ok).expect("big");
+        assert_eq!(r.evicted, vec![id_one]);
+        assert!(!r.state_moved);
+        assert_eq!(live.1.get(), own(&big) + own(&four) + 64 * 256 * 4);
+        assert_eq!(arena.plans_held(), 2);
+        assert!(arena.select(&four) && !arena.select(&one));
+        // A state that changes size moves: every plan's buffers go, and the caller is told.
+        arena.rebuild(&one, &mut alloc, &mut ok).expect("one again");
+        let r = arena
+            .rebuild(&plan(1, 128), &mut alloc, &mut ok)
+            .expect("ctx");
+        assert!(r.state_moved);
+        assert_eq!(r.evicted.len(), 2);
+        assert_eq!(live.0.get(), own(&one) + 128 * 256 * 4);
+        assert_eq!(arena.plans_held(), 1);
     }
 }

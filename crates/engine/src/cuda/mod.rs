@@ -82,7 +82,8 @@ struct Gpu {
 /// one-token plan's graph serves every decode step.
 #[derive(Default)]
 struct Graphs {
-    by_len: HashMap<usize, (CudaGraph, GraphCount)>,
+    /// By the id of the arena's buffer set of the plan captured (one per plan shape).
+    by_set: HashMap<u64, (CudaGraph, GraphCount)>,
     /// The counts of the capture in progress.
     capturing: Option<GraphCount>,
 }
@@ -156,12 +157,21 @@ impl CudaBackend {
         })
     }
 
+    /// The arena's buffer set of `plan` when it is the prepared one (graphs are keyed by it).
+    fn prepared_set(&self, plan: &Plan) -> Option<u64> {
+        if self.arena.holds(plan) {
+            self.arena.current_id()
+        } else {
+            None
+        }
+    }
+
     fn cu_stream(&self) -> sys::CUstream {
         self.gpu.stream.cu_stream()
     }
 
     fn slot_buf(&self, plan: &Plan, id: tally_model::BufId) -> Result<&DevBuf, EngineError> {
-        match self.arena.bufs.get(id.0 as usize) {
+        match self.arena.bufs().get(id.0 as usize) {
             Some(Slot::Own(b)) => Ok(b),
             Some(Slot::State(n)) => self
                 .arena
@@ -204,7 +214,7 @@ impl CudaBackend {
         // prepare() sizes the workspace for the whole plan; growing it here (standalone timing
         // of another shape) moves it, so a captured graph pointing at it must go.
         if self.arena.grow_work(bytes, &mut DevBuf::alloc)? {
-            self.graphs.by_len.clear();
+            self.graphs.by_set.clear();
         }
         Ok(self.arena.work.as_ref().map(|w| w.ptr).unwrap_or(0))
     }
@@ -247,18 +257,25 @@ impl Backend for CudaBackend {
             self.blas_handle()?;
         }
         self.weights.resolve(plan)?;
-        if self.arena.holds(plan) {
+        if self.arena.select(plan) {
             return Ok(());
         }
-        // New buffers: any captured graph points at the old ones, which `rebuild` frees before
-        // it allocates (old and new never coexist).
-        self.graphs.by_len.clear();
+        // New buffers. A captured graph points at the buffers of its own plan: the graphs of
+        // plans whose buffers `rebuild` frees (before it allocates) go with them, and all of
+        // them when a state buffer moved.
         let stream = self.cu_stream();
-        self.arena
+        let rebuilt = self
+            .arena
             .rebuild(plan, &mut DevBuf::alloc, &mut |buf: &DevBuf| {
                 // SAFETY: `buf` is the state allocation just made, `buf.bytes` long.
                 unsafe { result::memset_d8_async(buf.ptr, 0, buf.bytes, stream) }.map_err(cuda_err)
             })?;
+        if rebuilt.state_moved {
+            self.graphs.by_set.clear();
+        }
+        for id in rebuilt.evicted {
+            self.graphs.by_set.remove(&id);
+        }
         let mut work = 0;
         for i in 0..plan.nodes.len() {
             work = work.max(ops::work_bytes(self, plan, i)?);
@@ -335,7 +352,8 @@ impl Backend for CudaBackend {
     }
 
     fn graph_count(&self, plan: &Plan) -> Option<GraphCount> {
-        self.graphs.by_len.get(&plan.n_tokens).map(|(_, c)| *c)
+        let id = self.prepared_set(plan)?;
+        self.graphs.by_set.get(&id).map(|(_, c)| *c)
     }
 
     fn poison(&mut self) -> Result<(), EngineError> {
@@ -343,7 +361,10 @@ impl Backend for CudaBackend {
     }
 
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
-        match self.graphs.by_len.get(&plan.n_tokens).map(|(g, _)| g) {
+        let Some(id) = self.prepared_set(plan) else {
+            return Ok(false);
+        };
+        match self.graphs.by_set.get(&id).map(|(g, _)| g) {
             Some(g) => {
                 g.launch().map_err(cuda_err)?;
                 Ok(true)
@@ -356,7 +377,10 @@ impl Backend for CudaBackend {
         if !self.options.graph_for(plan.n_tokens) {
             return Ok(false);
         }
-        self.graphs.by_len.remove(&plan.n_tokens);
+        let Some(id) = self.prepared_set(plan) else {
+            return Ok(false);
+        };
+        self.graphs.by_set.remove(&id);
         self.graphs.capturing = Some(GraphCount::default());
         self.begin_capture()
     }
@@ -365,10 +389,10 @@ impl Backend for CudaBackend {
         let count = self.graphs.capturing.take().unwrap_or_default();
         // A failed dispatch leaves a partial capture: end it without running it.
         let g = self.end_capture(keep)?;
-        if keep {
+        if let (true, Some(id)) = (keep, self.prepared_set(plan)) {
             let kernel_nodes = kernel_nodes(&g)?;
-            self.graphs.by_len.insert(
-                plan.n_tokens,
+            self.graphs.by_set.insert(
+                id,
                 (
                     g,
                     GraphCount {
@@ -437,7 +461,7 @@ impl CudaBackend {
     fn poison_all(&mut self) -> Result<(), EngineError> {
         const NAN_BITS: u32 = 0x7fc0_0000;
         let mut spans: Vec<(u64, usize)> = Vec::new();
-        for (slot, shape) in self.arena.bufs.iter().zip(&self.arena.kinds) {
+        for (slot, shape) in self.arena.bufs().iter().zip(self.arena.kinds()) {
             if let (Slot::Own(b), BufKind::Activation | BufKind::Logits) = (slot, shape) {
                 spans.push((b.ptr, b.bytes));
             }

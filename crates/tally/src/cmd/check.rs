@@ -354,8 +354,28 @@ pub fn main(a: Args) -> Result<()> {
         }
     }
     if a.decode > 0 && !longest.is_empty() {
-        cpu.prefill(&longest)?;
-        dut.prefill(&longest)?;
+        // The decode steps start from each backend's state after this prefill. Impose the CPU's
+        // routing on it too: a near-tie decided the other way would otherwise put another
+        // expert's output into the KV cache and recurrent state, and every decode node after it
+        // would carry that difference (seen on tiny q4_k_m: one flip in 100 tokens, decode
+        // nodes 2e-2 off while every kernel matched).
+        let plan = cpu.plan(longest.len())?;
+        let mut r0 = capture_routing(&plan);
+        cpu.prefill_with(&longest, &mut r0)?;
+        let reference = routing_of(&r0);
+        let mut f0 = ForceRouting {
+            cpu: &reference,
+            flips: 0,
+            unexplained: 0,
+            worst_margin: 0.0,
+        };
+        dut.prefill_with(&longest, &mut f0)?;
+        if f0.unexplained > 0 {
+            eprintln!(
+                "note: the decode context's prefill had {} routing flips above the tie margin",
+                f0.unexplained
+            );
+        }
         for j in 0..a.decode {
             let id = rng.below(vocab) as u32;
             let plan = cpu.plan(1)?;

@@ -12,10 +12,16 @@ use crate::backend::StateExtent;
 use crate::cuda::CudaBackend;
 use crate::cuda::mem::{DevBuf, cuda_err};
 
+/// One saved extent: its copy (possibly larger, when reused) and the bytes saved.
+pub struct Saved {
+    buf: DevBuf,
+    bytes: usize,
+}
+
 /// Slots of saved state: per slot, (buffer name, copy).
 #[derive(Default)]
 pub struct Snapshots {
-    slots: HashMap<u64, Vec<(String, DevBuf)>>,
+    slots: HashMap<u64, Vec<(String, Saved)>>,
 }
 
 impl Snapshots {
@@ -31,7 +37,28 @@ impl CudaBackend {
         extents: &[StateExtent],
     ) -> Result<usize, EngineError> {
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
-        self.snapshots.remove(slot);
+        // A slot saved again (speculative decoding saves every step) reuses its copies when
+        // they are large enough: allocating ~60 device buffers per save cost 3.6 ms a step on
+        // the 35B file, half a decode step.
+        let mut old: HashMap<String, DevBuf> = self
+            .snapshots
+            .slots
+            .remove(&slot)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(n, c)| (n, c.buf))
+            .collect();
+        // Keep the copies that fit; free the others before anything new is allocated.
+        let mut reuse: HashMap<&str, DevBuf> = HashMap::new();
+        for e in extents {
+            if let Some(b) = old.remove(&e.name)
+                && b.bytes >= e.bytes
+                && b.bytes <= 2 * e.bytes.max(1)
+            {
+                reuse.insert(e.name.as_str(), b);
+            }
+        }
+        drop(old);
         let stream = self.cu_stream();
         let mut saved = Vec::with_capacity(extents.len());
         let mut total = 0;
@@ -47,7 +74,10 @@ impl CudaBackend {
                     e.bytes, e.name, live.bytes
                 )));
             }
-            let copy = DevBuf::alloc(e.bytes, "saved sequence state")?;
+            let copy = match reuse.remove(e.name.as_str()) {
+                Some(b) => b,
+                None => DevBuf::alloc(e.bytes, "saved sequence state")?,
+            };
             if e.bytes > 0 {
                 // SAFETY: both ranges lie in live allocations of at least `e.bytes` (checked
                 // above); the stream is the backend's, synchronised below.
@@ -55,7 +85,13 @@ impl CudaBackend {
                     .map_err(cuda_err)?;
             }
             total += e.bytes;
-            saved.push((e.name.clone(), copy));
+            saved.push((
+                e.name.clone(),
+                Saved {
+                    buf: copy,
+                    bytes: e.bytes,
+                },
+            ));
         }
         self.sync()?;
         self.snapshots.slots.insert(slot, saved);
@@ -76,16 +112,18 @@ impl CudaBackend {
                 .state
                 .get(name)
                 .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))?;
-            if copy.bytes > live.bytes {
+            if copy.bytes > live.bytes || copy.bytes > copy.buf.bytes {
                 return Err(EngineError::Internal(format!(
                     "saved {} bytes of {name} into {} bytes",
                     copy.bytes, live.bytes
                 )));
             }
-            // SAFETY: as in snapshot_save, with the direction reversed (the saved allocation
-            // holds `copy.bytes`, the live one at least that, checked above).
-            unsafe { result::memcpy_dtod_async(live.ptr, copy.ptr, copy.bytes, stream) }
-                .map_err(cuda_err)?;
+            if copy.bytes > 0 {
+                // SAFETY: as in snapshot_save, with the direction reversed (the saved
+                // allocation holds at least `copy.bytes`, the live one too, checked above).
+                unsafe { result::memcpy_dtod_async(live.ptr, copy.buf.ptr, copy.bytes, stream) }
+                    .map_err(cuda_err)?;
+            }
         }
         self.sync()
     }
