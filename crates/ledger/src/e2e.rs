@@ -11,6 +11,10 @@ use crate::rng::prompt_tokens;
 use crate::stats::Stats;
 use crate::subject::{RunMode, Subject};
 
+fn on() -> bool {
+    true
+}
+
 /// Settings of end-to-end runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct E2eConfig {
@@ -18,6 +22,11 @@ pub struct E2eConfig {
     pub n_tokens: usize,
     /// Decode tokens after the prompt (0: no decode runs).
     pub n_gen: usize,
+    /// Time the prefill of the prompt as a series of its own. Off for a decode test at depth
+    /// (llama-bench's `-d`): the prompt is then only the context the decode steps run after,
+    /// prefilled untimed before each decode run. Files written before the field read as on.
+    #[serde(default = "on")]
+    pub time_prefill: bool,
     /// Prompt seed.
     pub seed: u64,
     /// Noise-gate rules.
@@ -121,12 +130,30 @@ pub fn e2e_many(
     let prefill_action = Action::Prefill {
         mode: RunMode::Plain,
     };
-    let prefill = gate.run_group(
-        subjects,
-        &tokens,
-        &entries(&prefill_action, "prefill"),
-        "e2e: prefill",
-    )?;
+    if !cfg.time_prefill && n_gen == 0 {
+        return Err(LedgerError::Config(
+            "e2e: nothing to time (no prefill series and no decode tokens)".into(),
+        ));
+    }
+    let prefill = if cfg.time_prefill {
+        gate.run_group(
+            subjects,
+            &tokens,
+            &entries(&prefill_action, "prefill"),
+            "e2e: prefill",
+        )?
+    } else {
+        // No windows: an empty record with the series named, so every report keeps its shape.
+        GroupRecord {
+            what: "e2e: prefill (not timed: decode at depth)".into(),
+            series: entries(&prefill_action, "prefill")
+                .into_iter()
+                .map(|e| e.spec)
+                .collect(),
+            windows: Vec::new(),
+            exhausted: false,
+        }
+    };
     let decode = if n_gen > 0 {
         let action = Action::Decode { n_gen };
         Some(gate.run_group(
@@ -180,6 +207,7 @@ mod tests {
         E2eConfig {
             n_tokens: 8,
             n_gen,
+            time_prefill: true,
             seed: 1,
             noise: NoiseConfig {
                 probe: ProbeChoice::Off,
@@ -220,6 +248,31 @@ mod tests {
         assert_eq!(rb.prefill.group.series[0].subject, 1);
         assert_eq!(a.calls[0], FakeCall::Prefill(RunMode::Plain));
         assert_eq!(a.calls[6], FakeCall::Decode(4));
+    }
+
+    #[test]
+    fn decode_at_depth_times_no_prefill_series() {
+        let mut a = fake("a", 1.0);
+        let mut b = fake("b", 0.5);
+        let c = E2eConfig {
+            time_prefill: false,
+            ..cfg(4)
+        };
+        let (ra, rb) = e2e_pair(&mut a, &mut b, &c).unwrap();
+        // 1 warm-up + 5 kept decode windows, and no prefill runs of their own.
+        assert_eq!(a.calls, vec![FakeCall::Decode(4); 6]);
+        assert_eq!(b.calls.len(), 6);
+        assert!(ra.prefill.group.windows.is_empty() && ra.prefill_tok_s.is_none());
+        assert_eq!(rb.prefill.group.series[0].subject, 1);
+        assert_eq!(ra.decode.as_ref().and_then(|d| d.tok_s), Some(1000.0));
+        let none = E2eConfig {
+            time_prefill: false,
+            ..cfg(0)
+        };
+        assert_eq!(
+            e2e(&mut a, &none).unwrap_err().to_string(),
+            "invalid configuration: e2e: nothing to time (no prefill series and no decode tokens)"
+        );
     }
 
     #[test]

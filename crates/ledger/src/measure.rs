@@ -188,6 +188,7 @@ pub fn measure_many(
     let e2e_cfg = E2eConfig {
         n_tokens: cfg.n_tokens,
         n_gen: cfg.n_gen,
+        time_prefill: true,
         seed: cfg.seed,
         noise: cfg.noise.clone(),
     };

@@ -101,6 +101,11 @@ fn synth(dir: &Path) -> PathBuf {
 /// Runs `tally bench` on `model` in format `fmt`: pp8 and tg2, 3 windows, one thread. The gate's
 /// busy limit is high so a loaded CI machine rarely exhausts it (timing is not under test).
 fn bench(model: &Path, dir: &Path, fmt: &str) -> String {
+    bench_with(model, dir, fmt, &[])
+}
+
+/// [`bench`] with more arguments.
+fn bench_with(model: &Path, dir: &Path, fmt: &str, extra: &[&str]) -> String {
     let o = tally()
         .arg("bench")
         .arg("-m")
@@ -117,6 +122,7 @@ fn bench(model: &Path, dir: &Path, fmt: &str) -> String {
             "--busy-limit",
             "64",
         ])
+        .args(extra)
         .arg("--out-dir")
         .arg(dir.join(fmt))
         .args(["-o", fmt])
@@ -148,6 +154,7 @@ fn check_test_object(t: &Value) {
     match test {
         "pp8" => assert_eq!((n_prompt, n_gen), (8, 0)),
         "tg2" => assert_eq!((n_prompt, n_gen), (0, 2)),
+        "tg2 @ d16" => assert_eq!((n_prompt, n_gen, t["n_depth"].as_u64()), (0, 2, Some(16))),
         other => panic!("unexpected test {other}"),
     }
     let ns: Vec<f64> = t["samples_ns"]
@@ -306,4 +313,39 @@ fn bench_output_formats_follow_llama_bench() {
             "model", "size", "params", "backend", "threads", "fa", "test", "t/s"
         ]
     );
+}
+
+/// `-d D`: the decode test again after an untimed prefill of D tokens, as its own row
+/// (`tgN @ dD`, `n_depth` D), llama-bench's spelling; depth 0 is the plain tgN row.
+#[test]
+fn bench_decode_at_depth_is_its_own_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth(dir.path());
+    let json: Value =
+        serde_json::from_str(&bench_with(&model, dir.path(), "json", &["-d", "0,16"]))
+            .expect("json");
+    let tests = json.as_array().expect("json is an array");
+    let got: Vec<(String, u64, u64, u64)> = tests
+        .iter()
+        .map(|t| {
+            (
+                t["test"].as_str().unwrap_or("?").to_string(),
+                t["n_prompt"].as_u64().unwrap_or(99),
+                t["n_gen"].as_u64().unwrap_or(99),
+                t["n_depth"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("pp8".to_string(), 8, 0, 0),
+            ("tg2".to_string(), 0, 2, 0),
+            ("tg2 @ d16".to_string(), 0, 2, 16),
+        ]
+    );
+    tests.iter().for_each(check_test_object);
+    for t in tests {
+        assert!(t["avg_ts"].as_f64().is_some_and(|x| x > 0.0), "{t}");
+    }
 }

@@ -309,6 +309,18 @@ fn bad_input_contract() {
             "--replay-acceptance 2: a probability in [0, 1]",
         ),
         row(
+            "bench -d without a decode test",
+            s(&["bench", "-m", &gs, "-d", "16", "-n", "0"]),
+            2,
+            "-d times the tgN test: give -n 1 or more",
+        ),
+        row(
+            "bench -d past the context",
+            s(&["bench", "-m", &gs, "-d", "100000000"]),
+            2,
+            "context",
+        ),
+        row(
             "bench --spec foo",
             s(&["bench", "-m", &gs, "--spec", "foo"]),
             2,

@@ -26,6 +26,7 @@ use super::{Format, InputError, NoVerdict, checks};
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   tally bench -m tiny.gguf -p 64 -n 16 -r 5
+  tally bench -m qwen35moe-q4km.gguf --backend cuda -p 512 -n 128 -d 0,8192,32768 --peer llama.cpp
   tally bench -m qwen35moe-q4km.gguf --backend cuda -p 512,2048,8192 -n 128 --peer llama.cpp -o md
   tally bench -m tiny.gguf -o jsonl > bench.jsonl")]
 pub struct Args {
@@ -38,6 +39,17 @@ pub struct Args {
     /// Tokens of the decode test (tgN; 0: none).
     #[arg(short = 'n', long = "gen", default_value_t = 128)]
     n_gen: usize,
+    /// Depths of the decode test, comma-separated (llama-bench's `-d`): `tgN @ dD` times N
+    /// decode steps after an untimed prefill of D tokens, so each step attends over D cached
+    /// tokens and runs the recurrent layers from a state D tokens deep. 0: after one token.
+    /// The ppN tests always start from an empty context.
+    #[arg(
+        short = 'd',
+        long = "depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    depths: Vec<usize>,
     /// Clean windows per test (at least 3: the noise gate's outlier test needs a spread).
     #[arg(short = 'r', long, default_value_t = 5)]
     repeats: usize,
@@ -260,12 +272,19 @@ fn rows_of(r: &E2eReport, f: &Facts) -> Vec<Row> {
         }
     };
     let mut out = Vec::new();
-    if r.n_tokens > 1 || r.decode.is_none() {
+    let timed_prefill = !r.prefill.group.windows.is_empty();
+    if timed_prefill && (r.n_tokens > 1 || r.decode.is_none()) {
         out.push(mk(r.n_tokens, 0, &r.prefill.group));
     }
     if let Some(d) = &r.decode {
-        // llama-bench's tgN times N decodes after a warm-up token: n_prompt 0.
-        out.push(mk(0, d.n_gen, &d.series.group));
+        // llama-bench's tgN times N decodes after a warm-up token: n_prompt 0. At depth D
+        // (no prefill series) its test is `tgN @ dD` and n_depth D.
+        let mut row = mk(0, d.n_gen, &d.series.group);
+        if !timed_prefill {
+            row.n_depth = r.n_tokens;
+            row.test = format!("tg{} @ d{}", d.n_gen, r.n_tokens);
+        }
+        out.push(row);
     }
     out
 }
@@ -495,7 +514,12 @@ pub fn main(a: Args) -> Result<()> {
     for &p in &a.prompts {
         checks::prompt_len("-p", p, context)?;
     }
-    checks::total_len(1, a.n_gen, context)?;
+    for &d in &a.depths {
+        checks::total_len(d.max(1), a.n_gen, context)?;
+    }
+    if a.n_gen == 0 && a.depths.iter().any(|&d| d > 0) {
+        return Err(InputError("-d times the tgN test: give -n 1 or more".into()).into());
+    }
     if let Some(acc) = a.replay_acceptance
         && !(0.0..=1.0).contains(&acc)
     {
@@ -530,7 +554,7 @@ pub fn main(a: Args) -> Result<()> {
         .copied()
         .max()
         .unwrap_or(1)
-        .max(1 + a.n_gen);
+        .max(a.depths.iter().copied().max().unwrap_or(0).max(1) + a.n_gen);
     let t0 = Instant::now();
     let mut ours = tally_subject(&model, &a.backend, a.threads, max_ctx, true)?;
     ours.session.ubatch = a.ubatch;
@@ -558,17 +582,25 @@ pub fn main(a: Args) -> Result<()> {
         .map(|&p| E2eConfig {
             n_tokens: p,
             n_gen: 0,
+            time_prefill: true,
             seed: 0x5EED,
             noise: noise.clone(),
         })
         .collect();
     if a.n_gen > 0 {
-        tests.push(E2eConfig {
-            n_tokens: 1,
-            n_gen: a.n_gen,
-            seed: 0x5EED,
-            noise: noise.clone(),
-        });
+        let mut depths = a.depths.clone();
+        depths.dedup();
+        for d in depths {
+            // Depth 0 is llama-bench's plain tgN: one prompt token first (tally needs a
+            // prefill before it decodes), which the prefill series also times, as before.
+            tests.push(E2eConfig {
+                n_tokens: d.max(1),
+                n_gen: a.n_gen,
+                time_prefill: d == 0,
+                seed: 0x5EED,
+                noise: noise.clone(),
+            });
+        }
     }
     let mach = machine(&a.backend);
     let gpu_info = mach
