@@ -91,15 +91,15 @@ static void init_device() {
 // Problems
 
 struct Problem {
-    int R, P, H, Hkv, d, q_pos0;
+    int R, P, H, Hkv, d, q_offset;
     long long ldq, ldk, ldv, ldo;
     float scale;
     std::vector<float> q, k, v;  // host, [R, ldq], [P, ldk], [P, ldv]
-    int pvis() const { return q_pos0 + R; }
+    int pvis() const { return q_offset + R; }
     int rows() const { return R * (H / Hkv); }
     double flops() const {  // 4 * H * d * sum over rows of visible keys
         double keys = 0;
-        for (int r = 0; r < R; ++r) keys += q_pos0 + r + 1;
+        for (int r = 0; r < R; ++r) keys += q_offset + r + 1;
         return 4.0 * H * d * keys;
     }
     double bytes() const { return 4.0 * ((double)R * H * d * 2 + (double)pvis() * Hkv * d * 2); }
@@ -120,7 +120,7 @@ struct Rng {
 
 // q and k rows are RMS-normalised per head and scaled by a per-dimension gain (as q_norm/k_norm
 // weights do), so scores are peaked like a trained model's; v ~ N(0, 1). K/V rows at and after
-// q_pos0 + R (outside every query's view) and padding columns are NaN: reading them shows.
+// q_offset + R (outside every query's view) and padding columns are NaN: reading them shows.
 static void fill(Problem& p, unsigned long long seed) {
     Rng g(seed);
     const float nan = std::nanf("");
@@ -152,14 +152,14 @@ static void fill(Problem& p, unsigned long long seed) {
     p.v.resize((size_t)p.P * p.ldv, nan);
 }
 
-static Problem make(int R, int P_extra, int H, int Hkv, int d, int q_pos0, int ld_pad, unsigned long long seed) {
+static Problem make(int R, int P_extra, int H, int Hkv, int d, int q_offset, int ld_pad, unsigned long long seed) {
     Problem p;
     p.R = R;
     p.H = H;
     p.Hkv = Hkv;
     p.d = d;
-    p.q_pos0 = q_pos0;
-    p.P = q_pos0 + R + P_extra;
+    p.q_offset = q_offset;
+    p.P = q_offset + R + P_extra;
     p.ldq = (long long)H * d + ld_pad;
     p.ldo = (long long)H * d + ld_pad;
     p.ldk = (long long)Hkv * d + ld_pad;
@@ -179,7 +179,7 @@ static void reference(const Problem& p, const std::vector<int>& rows, std::vecto
         std::vector<double> s, acc(p.d);
         for (size_t job = t; job < jobs; job += nth) {
             const int i = (int)(job / p.H), h = (int)(job % p.H), r = rows[i], kvh = h / G;
-            const int n = p.q_pos0 + r + 1;
+            const int n = p.q_offset + r + 1;
             s.resize(n);
             const float* q = &p.q[(size_t)r * p.ldq + (size_t)h * p.d];
             double mx = -INFINITY;
@@ -282,7 +282,7 @@ static AttnArgs args_for(const Problem& p, const DevBuf& b, const Launch& L, con
     a.H = p.H;
     a.Hkv = p.Hkv;
     a.d = p.d;
-    a.q_pos0 = p.q_pos0;
+    a.q_offset = p.q_offset;
     a.scale = p.scale;
     a.n_split = L.n_split;
     a.kv_chunk = L.kv_chunk;
@@ -396,7 +396,7 @@ static int g_fail = 0, g_checks = 0;
 
 static std::string describe(const Problem& p) {
     char s[160];
-    std::snprintf(s, sizeof s, "d%-3d R%-4d q_pos0 %-5d P %-5d H%d/Hkv%d ld+%lld", p.d, p.R, p.q_pos0, p.P, p.H, p.Hkv,
+    std::snprintf(s, sizeof s, "d%-3d R%-4d q_offset %-5d P %-5d H%d/Hkv%d ld+%lld", p.d, p.R, p.q_offset, p.P, p.H, p.Hkv,
                   p.ldq - (long long)p.H * p.d);
     return s;
 }
@@ -599,7 +599,7 @@ int main(int argc, char** argv) {
     }
     init_device();
 
-    // Correctness: head_dim x R x q_pos0 x head ratio, then edge cases.
+    // Correctness: head_dim x R x q_offset x head ratio, then edge cases.
     unsigned long long seed = 1;
     const int ds[] = {32, 64, 128, 256};
     const int Rs[] = {1, 7, 64, 100, 512};
@@ -619,7 +619,7 @@ int main(int argc, char** argv) {
     };
     const Edge edges[] = {
         {1, 0, 16, 2, 256, 4095, 0},    // decode against a long cache
-        {1, 500, 16, 2, 256, 3000, 0},  // P much larger than q_pos0 + R
+        {1, 500, 16, 2, 256, 3000, 0},  // P much larger than q_offset + R
         {7, 0, 16, 2, 256, 1000, 4},    // few rows, long cache (prefill kernels split)
         {100, 3, 16, 2, 256, 1500, 0},
         {3, 0, 16, 2, 64, 200, 0},      // 24 packed rows, G = 8

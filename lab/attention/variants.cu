@@ -28,12 +28,12 @@ ATTN_PREFILL_KV16(flash_attn_h_w4_d64, 64, 4)
 ATTN_PREFILL_KV16(flash_attn_h_w4_d128, 128, 4)
 ATTN_PREFILL_KV16(flash_attn_h_w4_d256, 256, 4)
 
-// attn_lab_kv16.k/v[row, c] = half(k/v[row, c]) for rows < min(P, q_pos0 + R), c < Hkv * d; grid.y 0: K, 1: V.
+// attn_lab_kv16.k/v[row, c] = half(k/v[row, c]) for rows < min(P, q_offset + R), c < Hkv * d; grid.y 0: K, 1: V.
 extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) {
     const AttnArgs a = attn::at_pos(a_in);
     const int width = a.Hkv * a.d;
     if (width <= 0 || (width & 7) != 0 || blockIdx.y > 1) return;
-    const int nrow = min(a.P, a.q_pos0 + a.R);
+    const int nrow = min(a.P, a.q_offset + a.R);
     const int c8n = width / 8;
     const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= static_cast<i64>(nrow) * c8n) return;

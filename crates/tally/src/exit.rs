@@ -1,6 +1,7 @@
 //! Exit codes: 0 success, 2 bad input (the file, the prompt or an argument is wrong, or the model
 //! file changed while mapped), 3 no verdict (measured, but a validation failed or the noise gate
-//! ran out of retries: the report says so), 1 anything else (a failure of the machine or of
+//! ran out of retries, or it found no quiet window at all: the report or the message says so),
+//! 1 anything else (a failure of the machine or of
 //! tally itself).
 
 use tally_engine::EngineError;
@@ -70,6 +71,33 @@ pub fn code(e: &anyhow::Error) -> i32 {
         if cause.downcast_ref::<crate::cmd::NoVerdict>().is_some() {
             return NO_VERDICT;
         }
+        // The noise gate threw away every window (the machine stayed busy): nothing is wrong
+        // with tally or the input; the figure just cannot be had here, now.
+        if let Some(tally_ledger::LedgerError::NoCleanWindow { .. }) =
+            cause.downcast_ref::<tally_ledger::LedgerError>()
+        {
+            return NO_VERDICT;
+        }
     }
     FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gate that found no quiet window is "no verdict" (3), also when it is wrapped in
+    /// context; a plain failure stays 1.
+    #[test]
+    fn no_clean_window_is_no_verdict() {
+        let e = anyhow::Error::new(tally_ledger::LedgerError::NoCleanWindow {
+            what: "e2e: prefill".into(),
+            discards: 7,
+            reasons: "CPU busy: 1.12 cores used by other processes (limit 0.50)".into(),
+        })
+        .context("measuring tally");
+        assert_eq!(code(&e), NO_VERDICT);
+        assert!(render(&e).contains("no clean window after 7 discards"));
+        assert_eq!(code(&anyhow::anyhow!("something else")), FAILURE);
+    }
 }

@@ -9,11 +9,11 @@
 #include <thread>
 
 struct Problem {
-    int R, P, H, Hkv, d, q_pos0;
+    int R, P, H, Hkv, d, q_offset;
     long long ldq, ldk, ldv, ldo;
     float scale;
     std::vector<float> q, k, v;
-    int pvis() const { return q_pos0 + R; }
+    int pvis() const { return q_offset + R; }
     int rows() const { return R * (H / Hkv); }
 };
 
@@ -50,7 +50,7 @@ static std::vector<double> reference(const Problem& p) {
     const int G = p.H / p.Hkv;
     for (int r = 0; r < p.R; ++r)
         for (int h = 0; h < p.H; ++h) {
-            const int n = p.q_pos0 + r + 1, kvh = h / G;
+            const int n = p.q_offset + r + 1, kvh = h / G;
             std::vector<double> s(n);
             double mx = -INFINITY;
             for (int j = 0; j < n; ++j) {
@@ -90,7 +90,7 @@ struct Variant {
     std::string name;
     Kind kind;
     int n_split, kv_chunk;
-    // The position as device data (AttnArgs.pos), as the engine passes it: q_pos0 holds at most
+    // The position as device data (AttnArgs.pos), as the engine passes it: q_offset holds at most
     // 3 rows of offset, *pos the rest.
     bool dev_pos = false;
 };
@@ -110,13 +110,13 @@ static void run(const Problem& p, const std::vector<double>& ref, const Variant&
     for (auto& x : v16) x.v = (_Float16)nan;
     AttnArgs a{};
     a.q = p.q.data(), a.ldq = p.ldq, a.k = p.k.data(), a.ldk = p.ldk, a.v = p.v.data(), a.ldv = p.ldv;
-    a.o = o.data(), a.ldo = p.ldo, a.R = p.R, a.P = p.P, a.H = p.H, a.Hkv = p.Hkv, a.d = p.d, a.q_pos0 = p.q_pos0;
+    a.o = o.data(), a.ldo = p.ldo, a.R = p.R, a.P = p.P, a.H = p.H, a.Hkv = p.Hkv, a.d = p.d, a.q_offset = p.q_offset;
     a.scale = p.scale, a.n_split = V.n_split, a.kv_chunk = V.kv_chunk, a.ws = ws.data();
     attn_lab_kv16 = AttnKv16{k16.data(), v16.data(), (long long)p.Hkv * p.d};
     int pos = 0;
     if (V.dev_pos) {
-        a.q_pos0 = std::min(p.q_pos0, 3);
-        pos = p.q_pos0 - a.q_pos0;
+        a.q_offset = std::min(p.q_offset, 3);
+        pos = p.q_offset - a.q_offset;
         a.pos = &pos;
     }
     if (V.kind == H8 || V.kind == H4) {
@@ -157,7 +157,7 @@ static void run(const Problem& p, const std::vector<double>& ref, const Variant&
     if (!ok) ++fails;
     std::printf("%s d%-3d R%-3d q0 %-4d P %-4d H%-2d/%-2d ld+%lld %-14s split %d chunk %-3d %s rel %.2e nonfinite %lld "
                 "clobbered %lld worst r%d h%d c%d\n",
-                ok ? "ok  " : "FAIL", p.d, p.R, p.q_pos0, p.P, p.H, p.Hkv, p.ldq - (long long)p.H * p.d, V.name.c_str(),
+                ok ? "ok  " : "FAIL", p.d, p.R, p.q_offset, p.P, p.H, p.Hkv, p.ldq - (long long)p.H * p.d, V.name.c_str(),
                 V.n_split, V.kv_chunk, deferred ? "deferred" : "eager   ", rel, bad, clob, wr, wh, wc);
     std::fflush(stdout);
 }

@@ -34,9 +34,9 @@ pub struct RopeArgs {
     pub n_heads: i32,
     pub head_dim: i32,
     pub dims: i32,
-    pub pos0: i32,
+    pub offset: i32,
     pub theta: f32,
-    /// The batch position (`[1, 1]` i32), added to `pos0` on the device.
+    /// The batch position (`[1, 1]` i32), added to `offset` on the device.
     pub pos: DPtr,
 }
 
@@ -186,13 +186,13 @@ pub struct AttnArgs {
     pub h: i32,
     pub hkv: i32,
     pub d: i32,
-    pub q_pos0: i32,
+    pub q_offset: i32,
     pub scale: f32,
     pub n_split: i32,
     pub kv_chunk: i32,
     pub pad0: i32,
     pub ws: DPtr,
-    /// The batch position (`[1, 1]` i32), added to `q_pos0` on the device.
+    /// The batch position (`[1, 1]` i32), added to `q_offset` on the device.
     pub pos: DPtr,
 }
 
@@ -328,7 +328,7 @@ macro_rules! layout {
 pub fn layout_asserts(source: &str) -> String {
     match source {
         "norm" => layout!(NormArgs { x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2 }),
-        "rope" => layout!(RopeArgs { x, ldx, y, ldy, rows, n_heads, head_dim, dims, pos0, theta, pos }),
+        "rope" => layout!(RopeArgs { x, ldx, y, ldy, rows, n_heads, head_dim, dims, offset, theta, pos }),
         "kv_store" => layout!(KvStoreArgs { k, ldk, v, ldv, kc, ldkc, vc, ldvc, pos, rows, cols, cap }),
         "elementwise" => [
             layout!(BinaryArgs { a, lda, b, ldb, y, ldy, rows, cols, op }),
@@ -353,7 +353,7 @@ pub fn layout_asserts(source: &str) -> String {
             hk as Hk, hv as Hv, dk, dv
         }),
         "attention" => layout!(AttnArgs {
-            q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_pos0, scale,
+            q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_offset, scale,
             n_split, kv_chunk, pad0, ws, pos
         }),
         "gemm" => [

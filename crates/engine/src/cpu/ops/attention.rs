@@ -11,7 +11,7 @@ pub struct Shape {
     pub n_head_kv: usize,
     pub head_dim: usize,
     pub scale: f32,
-    pub q_pos0: usize,
+    pub q_offset: usize,
 }
 
 pub fn attention(q: &Mat, k: &Mat, v: &Mat, s: Shape, o: &mut Mat) -> Result<(), EngineError> {
@@ -20,21 +20,21 @@ pub fn attention(q: &Mat, k: &Mat, v: &Mat, s: Shape, o: &mut Mat) -> Result<(),
         && k.cols == s.n_head_kv * d
         && v.cols == k.cols
         && k.rows == v.rows
-        && k.rows >= s.q_pos0 + q.rows
+        && k.rows >= s.q_offset + q.rows
         && o.rows == q.rows
         && o.cols == q.cols
         && s.n_head % s.n_head_kv == 0;
     if !ok {
         return Err(EngineError::Internal(format!(
-            "attention: q {}x{}, k {}x{}, v {}x{}, q_pos0 {}",
-            q.rows, q.cols, k.rows, k.cols, v.rows, v.cols, s.q_pos0
+            "attention: q {}x{}, k {}x{}, v {}x{}, q_offset {}",
+            q.rows, q.cols, k.rows, k.cols, v.rows, v.cols, s.q_offset
         )));
     }
     let group = s.n_head / s.n_head_kv;
     let rows: Vec<Vec<f32>> = (0..q.rows)
         .into_par_iter()
         .map(|r| {
-            let pos = s.q_pos0 + r;
+            let pos = s.q_offset + r;
             let mut out = vec![0.0f32; q.cols];
             let mut p = vec![0.0f64; pos + 1];
             for h in 0..s.n_head {

@@ -230,7 +230,7 @@ pub fn run(
                 n_head_kv: *n_head_kv,
                 head_dim: *head_dim,
                 scale: *scale,
-                q_pos0: position(&ins[3])? + q_offset,
+                q_offset: position(&ins[3])? + q_offset,
             },
             out_f(outs, 0)?,
         ),

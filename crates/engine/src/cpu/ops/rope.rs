@@ -9,7 +9,7 @@ pub fn rope(
     head_dim: usize,
     dims: usize,
     theta: f32,
-    pos0: usize,
+    offset: usize,
     y: &mut Mat,
 ) -> Result<(), EngineError> {
     if head_dim == 0
@@ -30,7 +30,7 @@ pub fn rope(
         .map(|i| 1.0 / theta.powf((2 * i) as f32 / dims as f32))
         .collect();
     for r in 0..x.rows {
-        let pos = (pos0 + r) as f32;
+        let pos = (offset + r) as f32;
         let (xr, yr) = (x.row(r), &mut y.data[r * x.cols..(r + 1) * x.cols]);
         yr.copy_from_slice(xr);
         for h in 0..x.cols / head_dim {

@@ -1,7 +1,7 @@
 // Causal softmax attention with grouped KV heads: Op::Attention (crates/model/src/plan.rs), whose
 // reference is crates/engine/src/cpu/ops/attention.rs.
 //
-// Query row r (position p = q_pos0 + *pos + r; pos the batch position, device data, so one captured
+// Query row r (position p = q_offset + *pos + r; pos the batch position, device data, so one captured
 // graph serves every decode step) attends to cache rows 0..=p; query head h reads KV head
 // h / (H / Hkv). o = softmax(scale * q k^T) v per (row, head), never materialising the scores:
 // flash attention with an online softmax (f32 maximum and sum), f16 mma.sync m16n8k16 operands and
@@ -15,14 +15,14 @@
 //   flash_attn_w4_d{D}   the same with 64-row tiles (4 warps; two blocks fit on one SM).
 //   flash_attn_h_d{D}    prefill, 128-row tiles, K/V read as f16 from AttnKv16 (cp.async).
 //   flash_attn_h_w4_d{D} the same with 64-row tiles.
-//   attn_kv_to_f16       writes f16 copies of the first min(P, q_pos0 + R) cache rows for flash_attn_h_*.
+//   attn_kv_to_f16       writes f16 copies of the first min(P, q_offset + R) cache rows for flash_attn_h_*.
 //
 // GQA packing: the G = H / Hkv query heads that share one KV head are packed into the rows of one
 // tile (packed row i = query row i / G, head kvh * G + i % G), so every K/V tile that a block loads
 // serves all G heads (8 for the model) instead of one.
 //
 // Launch rules (host):
-//   G = H / Hkv, rows = R * G, P_vis = q_pos0 + R (<= P), BM = 128 (flash_attn_*) or 64 (*_w4_*).
+//   G = H / Hkv, rows = R * G, P_vis = q_offset + R (<= P), BM = 128 (flash_attn_*) or 64 (*_w4_*).
 //   flash_attn_*:  grid (ceil(rows / BM), Hkv, n_split), block 2 * BM threads, dynamic shared memory
 //                  ATTN_SMEM_BYTES(D, BM / 16, is_h) bytes, raised once per kernel with
 //                  cudaFuncAttributeMaxDynamicSharedMemorySize where over 48 KB. In bytes, for D = 32/64/128/256:
@@ -49,20 +49,20 @@
 
 struct AttnArgs {
     const float* q;
-    i64 ldq;  // [R, H*d]: query row r is at position q_pos0 + r
+    i64 ldq;  // [R, H*d]: query row r is at position q_offset + r
     const float* k;
-    i64 ldk;  // [P, Hkv*d]: the cache, positions 0..P-1 (P >= q_pos0 + R)
+    i64 ldk;  // [P, Hkv*d]: the cache, positions 0..P-1 (P >= q_offset + R)
     const float* v;
     i64 ldv;  // [P, Hkv*d]
     float* o;
     i64 ldo;  // [R, H*d]
-    i32 R, P, H, Hkv, d, q_pos0;
+    i32 R, P, H, Hkv, d, q_offset;
     float scale;
     i32 n_split;   // key-range splits (grid.z of flash_attn_*, grid.x of flash_decode_*); <= 1: write o
     i32 kv_chunk;  // keys per split, rounded up to 64 by the kernels
     i32 pad0;
     float* ws;            // split partials, n_split * R * H * (d + 2) floats (n_split > 1)
-    const i32* pos;       // the batch position (n_past), added to q_pos0; null: 0
+    const i32* pos;       // the batch position (n_past), added to q_offset; null: 0
 };
 
 // f16 copies of the caches, read by the lab's flash_attn_h_* variants (lab/attention/variants.cu
@@ -218,7 +218,7 @@ __device__ __forceinline__ void prefill(const AttnArgs& a, const AttnKv16& kv16)
 
     const int row0 = qb * BM;
     const int last = min(row0 + BM, rows) - 1;
-    const int kv_end = min(a.P, a.q_pos0 + last / G + 1);
+    const int kv_end = min(a.P, a.q_offset + last / G + 1);
     int kb, ke;
     split_range(a, n_split, z, kv_end, kb, ke);
     const int ntile = ke > kb ? (ke - kb + BN - 1) / BN : 0;
@@ -227,11 +227,11 @@ __device__ __forceinline__ void prefill(const AttnArgs& a, const AttnKv16& kv16)
     // computes finite values on zero queries and is never written.
     const int wr0 = row0 + warp * 16;
     const bool w_rows = wr0 < rows;
-    const int w_lo = a.q_pos0 + min(wr0, rows - 1) / G;
-    const int w_hi = a.q_pos0 + min(wr0 + 15, rows - 1) / G;
+    const int w_lo = a.q_offset + min(wr0, rows - 1) / G;
+    const int w_hi = a.q_offset + min(wr0 + 15, rows - 1) / G;
     const int ra = wr0 + gq, rb = ra + 8;
-    const int lim_a = a.q_pos0 + min(ra, rows - 1) / G;
-    const int lim_b = a.q_pos0 + min(rb, rows - 1) / G;
+    const int lim_a = a.q_offset + min(ra, rows - 1) / G;
+    const int lim_b = a.q_offset + min(rb, rows - 1) / G;
     const float cs = a.scale * ATTN_LOG2E;
 
     // Q tile -> f16 shared (published by the first sync A).
@@ -502,7 +502,7 @@ __device__ __forceinline__ void decode(const AttnArgs& a) {
     if (rows > MAXQ || static_cast<int>(blockIdx.x) >= n_split || static_cast<int>(blockIdx.y) >= a.Hkv) return;
     const int z = blockIdx.x, kvh = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int kv_end = min(a.P, a.q_pos0 + a.R);
+    const int kv_end = min(a.P, a.q_offset + a.R);
     int kb, ke;
     split_range(a, n_split, z, kv_end, kb, ke);
     const float cs = a.scale * ATTN_LOG2E;
@@ -561,7 +561,7 @@ __device__ __forceinline__ void decode(const AttnArgs& a) {
 #pragma unroll
                     for (int e = 0; e < QV; ++e) part = fmaf(q[r][e], kx[j][e], part);
                     part = warp_sum(part);
-                    const bool vis = key < ke && key <= a.q_pos0 + r / G;
+                    const bool vis = key < ke && key <= a.q_offset + r / G;
                     if (lane == r) sS[r][warp * KPW + j] = vis ? part : neg_inf();
                 }
             }
@@ -628,9 +628,9 @@ __device__ __forceinline__ void decode(const AttnArgs& a) {
     }
 }
 
-// The arguments with the batch position read from device memory into q_pos0.
+// The arguments with the batch position read from device memory into q_offset.
 __device__ __forceinline__ AttnArgs at_pos(AttnArgs a) {
-    if (a.pos) a.q_pos0 += *a.pos;
+    if (a.pos) a.q_offset += *a.pos;
     return a;
 }
 

@@ -1,7 +1,7 @@
 // NeoX RoPE: Op::Rope; reference crates/engine/src/cpu/ops/rope.rs.
 #include "common.cuh"
 
-// NeoX RoPE on the first `dims` columns of every head; row r is at position pos0 + *pos + r (pos the
+// NeoX RoPE on the first `dims` columns of every head; row r is at position offset + *pos + r (pos the
 // batch position, device data: one captured graph serves every position).
 // One thread per (row, head, column of the head). Columns >= dims are copied. Thread i < dims/2
 // rotates the pair (i, i + dims/2) and writes both; threads dims/2 <= c < dims have nothing to do.
@@ -10,7 +10,7 @@
 struct RopeArgs {
     const float* x; i64 ldx;
     float* y; i64 ldy;
-    i32 rows, n_heads, head_dim, dims, pos0;
+    i32 rows, n_heads, head_dim, dims, offset;
     float theta;
     const i32* pos;            // the batch position (n_past); null: 0
 };
@@ -33,7 +33,7 @@ extern "C" __global__ void rope_neox(RopeArgs a) {
     const int i = c;
     // Frequencies as the reference computes them: 1 / theta^(2i/dims) in f32.
     const float inv_freq = 1.0f / powf(a.theta, (float)(2 * i) / (float)a.dims);
-    const int p0 = a.pos0 + (a.pos ? *a.pos : 0);
+    const int p0 = a.offset + (a.pos ? *a.pos : 0);
     const float ang = (float)(p0 + r) * inv_freq;
     float sn, cs;
     sincosf(ang, &sn, &cs);

@@ -107,7 +107,7 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         h: h as i32,
         hkv: hkv as i32,
         d: d as i32,
-        q_pos0: q_offset as i32,
+        q_offset: q_offset as i32,
         scale,
         n_split: 1,
         kv_chunk: 0,

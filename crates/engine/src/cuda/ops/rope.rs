@@ -25,7 +25,7 @@ pub fn rope(
         n_heads: (x.cols / head_dim) as i32,
         head_dim: head_dim as i32,
         dims: dims as i32,
-        pos0: offset as i32,
+        offset: offset as i32,
         theta,
         pos: io.ins[1].0,
     };
