@@ -207,6 +207,8 @@ fn check_test_object(t: &Value) {
     assert!(t["model_size"].as_u64().expect("model_size") > 0);
     assert!(t["model_n_params"].as_u64().expect("model_n_params") > 0);
     assert_eq!(t["n_threads"].as_u64(), Some(1));
+    // How the engine ran, from the backend's own options (the CPU's: its threads).
+    assert_eq!(t["engine_options"], serde_json::json!(["threads=1"]));
     // tally's physical batch: the default, as n_batch and n_ubatch (one batch size).
     assert_eq!(t["n_ubatch"].as_u64(), Some(8192));
     assert_eq!(t["n_batch"].as_u64(), Some(8192));

@@ -372,3 +372,123 @@ fn generate_spec_mtp_is_plain_greedy() {
         );
     }
 }
+
+/// Collects a child's pipe in a thread, so the test can wait for what it has printed so far.
+fn collect(
+    mut pipe: impl std::io::Read + Send + 'static,
+) -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let b = buf.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            b.lock().expect("lock").extend_from_slice(&chunk[..n]);
+        }
+    });
+    buf
+}
+
+/// Waits (up to a minute) until `cond` holds on the collected text.
+fn wait_for(buf: &std::sync::Mutex<Vec<u8>>, what: &str, cond: impl Fn(&str) -> bool) -> String {
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = String::from_utf8_lossy(&buf.lock().expect("lock")).into_owned();
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "timed out waiting for {what}: {s:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// SIGINT to the child, as Ctrl-C in a terminal sends it.
+fn interrupt(pid: u32) {
+    let ok = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+}
+
+/// Ctrl-C stops the answer being written, not the program: the next line is answered, in the
+/// same conversation (resumed from the live state), and /exit leaves with status 0.
+#[test]
+fn chat_ctrl_c_stops_the_answer_not_the_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), 427);
+    let m = model.to_string_lossy();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tally"))
+        .args([
+            "chat",
+            "--model",
+            &m,
+            "--tokenizer",
+            VOCAB,
+            "--template",
+            TEMPLATE,
+            "--temp",
+            "0",
+            "--ignore-eos",
+            "-n",
+            "7000",
+            "--ctx",
+            "16384",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tally chat");
+    let mut stdin = c.stdin.take().expect("stdin");
+    let stdout = collect(c.stdout.take().expect("stdout"));
+    let stderr = collect(c.stderr.take().expect("stderr"));
+    let answer_started = |after: usize| move |s: &str| s.len() > after + 40;
+
+    stdin.write_all(b"tell me everything\n").expect("write");
+    let shown = wait_for(
+        &stdout,
+        "the first answer",
+        answer_started("> tell me everything\n".len()),
+    );
+    interrupt(c.id());
+    wait_for(&stderr, "the first answer's end", |s| {
+        s.contains("finish: cancelled")
+    });
+
+    let before = shown.len().max(stdout.lock().expect("lock").len());
+    stdin.write_all(b"and then?\n").expect("write");
+    wait_for(
+        &stdout,
+        "the second answer",
+        answer_started(before + "> and then?\n".len()),
+    );
+    interrupt(c.id());
+    wait_for(&stderr, "the second answer's end", |s| {
+        s.matches("finish: cancelled").count() == 2
+    });
+    stdin.write_all(b"/exit\n").expect("write");
+    drop(stdin);
+    let status = c.wait().expect("wait");
+    let err = String::from_utf8_lossy(&stderr.lock().expect("lock")).into_owned();
+    assert!(status.success(), "{status:?} {err}");
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "{err}");
+    // Both answers stopped early (each would otherwise run to 7000 tokens), and the second turn
+    // resumed the first one's state: the program and the conversation went on.
+    for l in err.lines().filter(|l| l.starts_with("[prompt ")) {
+        let n: usize = l
+            .split("generated ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("generated count");
+        assert!(n < 7000, "{l}");
+    }
+    assert!(t[1].1 >= t[0].0, "{t:?}");
+}

@@ -269,6 +269,10 @@ impl Backend for CpuBackend {
         Some(self.threads)
     }
 
+    fn options(&self) -> Vec<String> {
+        vec![format!("threads={}", self.threads)]
+    }
+
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
         let shapes: Vec<(usize, usize, DType)> = plan
             .buffers

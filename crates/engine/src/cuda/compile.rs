@@ -20,6 +20,12 @@ const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("kernels/common.cuh")),
     ("quant.cuh", include_str!("kernels/quant.cuh")),
     ("quant_small.cuh", include_str!("kernels/quant_small.cuh")),
+    ("quant_load.cuh", include_str!("kernels/quant_load.cuh")),
+    ("delta_common.cuh", include_str!("kernels/delta_common.cuh")),
+    (
+        "gemm_operands.cuh",
+        include_str!("kernels/gemm_operands.cuh"),
+    ),
 ];
 
 /// Headers for nvcc builds only: common.cuh includes it outside NVRTC (`#ifndef TALLY_NVRTC`),

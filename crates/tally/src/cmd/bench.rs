@@ -141,6 +141,9 @@ struct Row {
     samples_ts: Vec<f64>,
     // tally's own fields.
     engine: String,
+    /// The engine's switches in effect, `name=value` (tally's backend options: GEMM path,
+    /// graphs, threads), so a row says how it was run; empty for the peer.
+    engine_options: Vec<String>,
     test: String,
     median_ts: f64,
     /// tally's mean t/s over the peer's on the same test (tally's rows, with --peer).
@@ -192,6 +195,7 @@ struct Facts {
     n_threads: usize,
     flash_attn: u8,
     test_time: String,
+    options: Vec<String>,
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -244,6 +248,7 @@ fn row(
         samples_ns: ns,
         samples_ts: ts,
         engine: engine.to_string(),
+        engine_options: f.options.clone(),
         test,
         median_ts: if med > 0.0 {
             tokens as f64 * 1e3 / med
@@ -632,13 +637,17 @@ pub fn main(a: Args) -> Result<()> {
             // runs with llama.cpp's flash attention on (the peer's default).
             flash_attn: 1,
             test_time: now_rfc3339(),
+            options: Vec::new(),
         };
-    let ours_facts = facts(
-        "tally",
-        a.backend.clone(),
-        tally_engine::Backend::threads(&ours.session.backend),
-        (a.ubatch, a.ubatch),
-    );
+    let ours_facts = Facts {
+        options: tally_engine::Backend::options(&ours.session.backend),
+        ..facts(
+            "tally",
+            a.backend.clone(),
+            tally_engine::Backend::threads(&ours.session.backend),
+            (a.ubatch, a.ubatch),
+        )
+    };
     let mut rows = Vec::new();
     for cfg in &tests {
         match peer.as_mut() {

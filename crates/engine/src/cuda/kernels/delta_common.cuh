@@ -1,0 +1,213 @@
+// The delta rule kernels' shared parts (delta.cu): the argument struct, the work split, the
+// shared-memory layouts of the chunked prep and scan, and the mma / ldmatrix / cp.async helpers.
+#pragma once
+#include "common.cuh"
+
+struct DeltaArgs {
+    const float* q; i64 ldq;     // [R, Hk*dk]: queries of the last R tokens
+    const float* k; i64 ldk;     // [T, Hk*dk]
+    const float* v; i64 ldv;     // [T, Hv*dv]
+    const float* g; i64 ldg;     // [T, Hv] log-decay (<= 0)
+    const float* beta; i64 ldb;  // [T, Hv]
+    float* state;                // [Hv, dk*dv] in/out
+    float* o; i64 ldo;           // [R, Hv*dv]
+    float* work;                 // delta_work_floats(T, Hk, Hv, dk, dv) floats (chunked path only)
+    i32 T, R, Hk, Hv, dk, dv;
+};
+
+
+// ---------------------------------------------------------------------------------------------
+// Workspace: per chunk c and value head h: W [64][dk] f16, P [2][64][64] f16 (hi, lo), U [64][dv] f32,
+// G [64] f32; per chunk c and key head: K [64][dk] f16, Q [64][dk] f16. Rows past T are zero.
+// Sizes in floats (every part a multiple of 16 bytes):
+
+__host__ __device__ constexpr i64 delta_chunks(i64 T) { return (T + DELTA_C - 1) / DELTA_C; }
+
+__host__ __device__ constexpr i64 delta_work_floats(i64 T, i64 Hk, i64 Hv, i64 dk, i64 dv) {
+    return delta_chunks(T) * (Hv * (32 * dk + 4096 + 64 * dv + 64) + Hk * 64 * dk);
+}
+
+struct DeltaWork {
+    __half* w;   // [nc][Hv][64][dk]
+    __half* p;   // [nc][Hv][2][64][64]: hi, lo
+    float* u;    // [nc][Hv][64][dv]
+    float* g;    // [nc][Hv][64]
+    __half* kh;  // [nc][Hk][64][dk]
+    __half* qh;  // [nc][Hk][64][dk]
+};
+
+__device__ inline DeltaWork delta_work_split(const DeltaArgs& a) {
+    const i64 nc = delta_chunks(a.T);
+    float* p = a.work;
+    DeltaWork w;
+    w.w = (__half*)p;  p += nc * a.Hv * 32 * a.dk;
+    w.p = (__half*)p;  p += nc * a.Hv * 4096;
+    w.u = p;           p += nc * a.Hv * 64 * a.dv;
+    w.g = p;           p += nc * a.Hv * 64;
+    w.kh = (__half*)p; p += nc * a.Hk * 32 * a.dk;
+    w.qh = (__half*)p;
+    return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory layouts (bytes). Row strides are padded so that ldmatrix and the fragment-layout
+// stores are bank-conflict free: f16 rows of 64/128 (+8) halves, 32 (+8) halves; f32 rows 32 (+8).
+
+#define DELTA_LDT 72   // f16 stride of 64-wide tiles (T, P)
+#define DELTA_LDA 72   // f32 stride of A / T in the prep
+#define DELTA_LDN 40   // f16 stride of 32-wide tiles (S, vnew)
+#define DELTA_LDU 40   // f32 stride of 32-wide f32 tiles (U, partial o)
+
+// Region X holds K hi, K lo, Q hi, Q lo during the Gram products, then (reused) beta*V hi, lo,
+// beta*exp(G)*K, T (f16) and the off-diagonal scratch.
+struct DeltaPrepSmem {
+    int kh, kl, qh, ql, vh, vl, bk, tm, z, am, tf, gs, bs, red, total;
+};
+
+__host__ __device__ constexpr DeltaPrepSmem delta_prep_layout(int dk) {
+    DeltaPrepSmem s{};
+    const int ldk = dk + 8, ldv = DELTA_DV_MAX + 8;
+    const int tile = 64 * ldk * 2;
+    s.kh = 0; s.kl = tile; s.qh = 2 * tile; s.ql = 3 * tile;
+    int o = 0;
+    s.vh = o; o += 64 * ldv * 2;
+    s.vl = o; o += 64 * ldv * 2;
+    s.bk = o; o += tile;
+    s.tm = o; o += 64 * DELTA_LDT * 2;
+    s.z = o;  o += 3 * 256 * 4;
+    o = o > 4 * tile ? o : 4 * tile;             // end of region X
+    s.am = o; o += 64 * DELTA_LDA * 4;           // A f32
+    s.tf = o; o += 64 * DELTA_LDA * 4;           // T f32
+    s.gs = o; o += 64 * 4;
+    s.bs = o; o += 64 * 4;
+    s.red = o; o += 32 * 4;
+    s.total = o;
+    return s;
+}
+
+__host__ __device__ constexpr int delta_prep_smem_bytes(int dk) { return delta_prep_layout(dk).total; }
+
+struct DeltaScanSmem {
+    int wb, qb, kb, pb, pl, ub, ob, gb, sh, sl, vh, vl, xh, xl, red, total;
+};
+
+__host__ __device__ constexpr DeltaScanSmem delta_scan_layout(int dk) {
+    DeltaScanSmem s{};
+    const int ldk = dk + 8;
+    int o = 0;
+    s.wb = o; o += 64 * ldk * 2;
+    s.qb = o; o += 64 * ldk * 2;
+    s.kb = o; o += 64 * ldk * 2;
+    s.pb = o; o += 64 * DELTA_LDT * 2;
+    s.pl = o; o += 64 * DELTA_LDT * 2;
+    s.ub = o; o += 64 * DELTA_LDU * 4;
+    s.ob = o; o += 64 * DELTA_LDU * 4;
+    s.gb = o; o += 64 * 4;
+    s.sh = o; o += dk * DELTA_LDN * 2;
+    s.sl = o; o += dk * DELTA_LDN * 2;
+    s.vh = o; o += 64 * DELTA_LDN * 2;
+    s.vl = o; o += 64 * DELTA_LDN * 2;
+    s.xh = o; o += 64 * DELTA_LDN * 2;
+    s.xl = o; o += 64 * DELTA_LDN * 2;
+    s.red = o; o += 16 * 4;
+    s.total = o;
+    return s;
+}
+
+__host__ __device__ constexpr int delta_scan_smem_bytes(int dk) { return delta_scan_layout(dk).total; }
+
+// ---------------------------------------------------------------------------------------------
+// PTX helpers.
+
+__device__ __forceinline__ u32 delta_smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void delta_ldsm_x4(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void delta_ldsm_x4_t(u32* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// d += a (16x16, row) * b (16x8, col); fragments as in the PTX ISA (g = lane/4, t = lane%4):
+// a: {A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]}; b: {B[2t..][g], B[2t+8..][g]};
+// d: {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}.
+__device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix lane addresses (l = lane). For a 16x16 tile at (r0, c0) of a row-major f16 array:
+//  * A operand, row-major storage [m][k]:              row r0 + (l & 15), col c0 + (l >> 4) * 8
+//  * B operand (two n8 tiles), storage [k][n], .trans:  same formula (rows k, cols n);
+//    regs {0,1} = n-tile 0, {2,3} = n-tile 1
+//  * A operand, storage [k][m] (A^T stored), .trans:    row (k) r0 + (l & 7) + ((l >> 4) & 1) * 8,
+//                                                       col (m) c0 + ((l >> 3) & 1) * 8
+//  * B operand (two n8 tiles), storage [n][k], plain:   row (n) r0 + (l & 7) + ((l >> 4) & 1) * 8,
+//                                                       col (k) c0 + ((l >> 3) & 1) * 8
+__device__ __forceinline__ u32 delta_off_rm(int l, int r0, int c0, int ld) {
+    return (u32)(((r0 + (l & 15)) * ld + c0 + (l >> 4) * 8) * 2);
+}
+__device__ __forceinline__ u32 delta_off_tr(int l, int r0, int c0, int ld) {
+    return (u32)(((r0 + (l & 7) + ((l >> 4) & 1) * 8) * ld + c0 + ((l >> 3) & 1) * 8) * 2);
+}
+
+__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void delta_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void delta_cp_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+__device__ __forceinline__ u32 delta_h2(float lo_col, float hi_col) {
+    __half2 h = __floats2half2_rn(lo_col, hi_col);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+// Power-of-two scale 2^s with m * 2^s < 2^14 (m = max |x| >= 0), s clamped to [-100, 100];
+// 1 for m == 0 or NaN. inv = 2^-s exactly.
+__device__ __forceinline__ float delta_scale(float m, float* inv) {
+    int s = 0;
+    if (m > 0.0f) {
+        const int e = (int)((__float_as_uint(m) >> 23) & 255u) - 127;  // floor(log2 m)
+        s = 13 - e;
+        s = s < -100 ? -100 : (s > 100 ? 100 : s);
+    }
+    *inv = __uint_as_float((u32)(127 - s) << 23);
+    return __uint_as_float((u32)(127 + s) << 23);
+}
+
+// x -> (hi, lo) f16 pairs with hi + lo ~= x * sc (x already finite).
+__device__ __forceinline__ void delta_split(float x0, float x1, float sc, u32* hi, u32* lo) {
+    x0 *= sc;
+    x1 *= sc;
+    __half2 h = __floats2half2_rn(x0, x1);
+    const float2 hf = __half22float2(h);
+    __half2 l = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
+    *hi = *reinterpret_cast<u32*>(&h);
+    *lo = *reinterpret_cast<u32*>(&l);
+}
+
+__device__ __forceinline__ bool delta_aligned16(const void* p, i64 ld) {
+    return ((((unsigned long long)p) & 15ull) == 0) && ((ld & 3) == 0);
+}
+
+// 4 consecutive floats from row-major [rows][ld] at (r, c); vectorised when aligned.
+__device__ __forceinline__ float4 delta_ld4(const float* p, i64 ld, i64 r, int c, bool vec) {
+    const float* s = p + r * ld + c;
+    if (vec) return __ldg(reinterpret_cast<const float4*>(s));
+    return make_float4(__ldg(s), __ldg(s + 1), __ldg(s + 2), __ldg(s + 3));
+}
+

@@ -1,0 +1,170 @@
+// Load primitives and byte helpers of the weight front ends (quant.cuh): the hardware loads
+// (replaced by the CPU emulator in lab/gemm/emu, which defines TALLY_EMU), 2-byte-aligned
+// 16-byte loads for Q6_K / Q8_0 rows, and the cp.async slots the tensor-core GEMM stages through.
+#pragma once
+#include "common.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// Hardware primitives (replaced by the CPU emulator).
+#ifndef TALLY_EMU
+// Dynamic shared memory of a kernel.
+#define TALLY_DYNAMIC_SMEM(name) extern __shared__ __align__(16) u8 name[]
+
+__device__ __forceinline__ u32 ldg_u8(const u8* p) { return __ldg(p); }
+__device__ __forceinline__ u32 ldg_u16(const u8* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+__device__ __forceinline__ u32 ldg_u32(const u8* p) {
+    return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+__device__ __forceinline__ uint4 ldg_u128(const u8* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ float f16_to_f32(u32 bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+}
+__device__ __forceinline__ u32 f32_to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+// {lo, hi} -> f16x2 (lo in the low half), round to nearest even.
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_sub(u32 a, u32 b) {
+    u32 r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_mul(u32 a, u32 b) {
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 f16x2_fma(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// Asynchronous global -> shared copies (sm_80+). 16 bytes: both addresses 16-byte aligned. 4
+// bytes: both 4-byte aligned; only the first src_bytes (0..4) are read, the rest zero-filled.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, u32 src_bytes) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+__device__ __forceinline__ float bf16_to_f32(u32 bits) { return __uint_as_float((bits & 0xffffu) << 16); }
+
+// An integer 0 <= v < 2^23 as an exact float, without the quarter-rate I2F: 2^23 + v has v in
+// its mantissa.
+__device__ __forceinline__ float small_u2f(u32 v) {
+    return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f);
+}
+
+// 16 bytes starting at a 2-byte-aligned address, as 4-byte words and one funnel shift each. The
+// loads are issued by `issue` and the shifts done by `get`, so that a caller can issue the loads
+// of the next tile, compute, and only then touch the data. When p is 2 mod 4, the last word read
+// holds 2 bytes past the 16 (every caller has bytes of the same superblock there).
+struct Ld16A2 {
+    u32 w0, w1, w2, w3, w4, sh;
+    __device__ __forceinline__ void issue(const u8* p) {
+        const u64 a = reinterpret_cast<u64>(p);
+        const u8* b = reinterpret_cast<const u8*>(a & ~3ull);
+        sh = static_cast<u32>(a & 2u) << 3;  // 0 or 16 bits
+        w0 = ldg_u32(b);
+        w1 = ldg_u32(b + 4);
+        w2 = ldg_u32(b + 8);
+        w3 = ldg_u32(b + 12);
+        w4 = sh ? ldg_u32(b + 16) : 0u;
+    }
+    __device__ __forceinline__ uint4 get() const {
+        return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh),
+                          __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
+    }
+};
+
+// 8 bytes from a 2-byte-aligned address, reading no byte outside them.
+__device__ __forceinline__ uint2 ld8_a2(const u8* p) {
+    if ((reinterpret_cast<u64>(p) & 2u) == 0) return make_uint2(ldg_u32(p), ldg_u32(p + 4));
+    const u32 a = ldg_u16(p), m = ldg_u32(p + 2), b = ldg_u16(p + 6);
+    return make_uint2(a | (m << 16), (m >> 16) | (b << 16));
+}
+
+// Scale and min (6 bits each) of Q4_K/Q5_K sub-block j (0..7) from the 12 packed bytes, given
+// as three little-endian words s0 = bytes 0..3, s1 = 4..7, s2 = 8..11. Sub-blocks 0..3 keep 6
+// bits in bytes j and j+4; 4..7 keep their low 4 bits in byte j+4 and their top 2 bits in the
+// spare top bits of bytes j-4 (scale) and j (min).
+__device__ __forceinline__ void kq_scale_min(u32 s0, u32 s1, u32 s2, int j, u32& sc, u32& m) {
+    const int sh = (j & 3) * 8;
+    const u32 a = (s0 >> sh) & 0xffu, b = (s1 >> sh) & 0xffu, c = (s2 >> sh) & 0xffu;
+    if (j < 4) {
+        sc = a & 63u;
+        m = b & 63u;
+    } else {
+        sc = (c & 15u) | ((a >> 6) << 4);
+        m = (c >> 4) | ((b >> 6) << 4);
+    }
+}
+
+// Byte i of a word.
+__device__ __forceinline__ u32 byte_of(u32 w, int i) { return (w >> (8 * i)) & 0xffu; }
+
+// A thread's private slot of raw bytes in a shared-memory ring (the GEMM's cp.async stages).
+// Word j lives at p + (j/4)*vstride + j%4: the i-th 16-byte vectors of all the threads of a
+// block are adjacent (vstride = 4 * threads words), so that 16-byte accesses are conflict-free.
+struct Slot {
+    u32* p;
+    int vstride;
+    __device__ __forceinline__ u32* w(int j) const { return p + (j >> 2) * vstride + (j & 3); }
+    __device__ __forceinline__ uint4 v(int i) const { return *reinterpret_cast<const uint4*>(p + i * vstride); }
+};
+
+// Async form of Ld16A2: five words into slot words j0..j0+4 (the fifth zero-filled, nothing read,
+// when p is 4-byte aligned).
+__device__ __forceinline__ void ld16a2_async(const Slot& s, int j0, const u8* p) {
+    const u64 a = reinterpret_cast<u64>(p);
+    const u8* b = reinterpret_cast<const u8*>(a & ~3ull);
+    const bool odd = (a & 2u) != 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) cp_async4(s.w(j0 + i), b + 4 * i, 4u);
+    cp_async4(s.w(j0 + 4), odd ? b + 16 : b, odd ? 4u : 0u);
+}
+__device__ __forceinline__ void ld16a2_from_slot(Ld16A2& r, const Slot& s, int j0, const u8* p) {
+    r.sh = static_cast<u32>(reinterpret_cast<u64>(p) & 2u) << 3;
+    r.w0 = *s.w(j0);
+    r.w1 = *s.w(j0 + 1);
+    r.w2 = *s.w(j0 + 2);
+    r.w3 = *s.w(j0 + 3);
+    r.w4 = *s.w(j0 + 4);
+}
+// The aligned word holding the byte at p (every caller's word lies inside the superblock).
+__device__ __forceinline__ void byte_word_async(const Slot& s, int j, const u8* p) {
+    cp_async4(s.w(j), reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~3ull), 4u);
+}
+__device__ __forceinline__ u32 byte_from_slot(const Slot& s, int j, const u8* p) {
+    return (*s.w(j) >> (8 * (reinterpret_cast<u64>(p) & 3u))) & 0xffu;
+}
+// The two bytes at a 2-byte-aligned p whose next two bytes may lie past the data: the word
+// starting 2 bytes earlier when p is 2 mod 4, else only the 2 bytes themselves.
+__device__ __forceinline__ void half_word_async(const Slot& s, int j, const u8* p) {
+    const bool odd = (reinterpret_cast<u64>(p) & 2u) != 0;
+    cp_async4(s.w(j), odd ? p - 2 : p, odd ? 4u : 2u);
+}
+__device__ __forceinline__ u32 half_from_slot(const Slot& s, int j, const u8* p) {
+    const u32 w = *s.w(j);
+    return (reinterpret_cast<u64>(p) & 2u) ? w >> 16 : w & 0xffffu;
+}
+
