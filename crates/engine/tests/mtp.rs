@@ -14,10 +14,14 @@ use tally_model::Model;
 use tally_model::synth::{Preset, QuantMix, SynthSpec, write_model};
 
 fn fixture(name: &str) -> Arc<Model> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/converter")
-        .join(name);
-    Arc::new(Model::open(&p).expect("open fixture"))
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/converter");
+    // A test binary carried to another machine finds the fixtures from the repository root.
+    let dir = if built.is_dir() {
+        built
+    } else {
+        PathBuf::from("crates/engine/tests/fixtures/converter")
+    };
+    Arc::new(Model::open(&dir.join(name)).expect("open fixture"))
 }
 
 fn synth_mtp(dir: &tempfile::TempDir, preset: Preset, quant: QuantMix, seed: u64) -> Arc<Model> {
@@ -117,4 +121,75 @@ fn a_file_without_mtp_blocks_has_no_mtp_draft() {
     let m = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 3);
     let e = MtpDraft::new(&m).err().expect("no MTP block").to_string();
     assert!(e.contains("no MTP block"), "{e}");
+}
+
+/// On a GPU host (`TALLY_TEST_CUDA=1`; scripts/gpu/mtp.sh): the MTP step on CUDA against the
+/// CPU reference for the same random (token, hidden state) rows (one batch of 6, then 3 rows
+/// one at a time after it), logits and output hidden states; and greedy speculative decoding
+/// with the MTP draft on CUDA equal to plain greedy decoding on CUDA, k = 1..4.
+#[test]
+fn cuda_mtp_step_matches_the_cpu() {
+    if std::env::var_os("TALLY_TEST_CUDA").is_none() {
+        eprintln!("skipped: set TALLY_TEST_CUDA=1 on a GPU host (scripts/gpu/mtp.sh)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut all: Vec<(String, Arc<Model>, f64)> = ["f32", "q8_0", "bf16"]
+        .iter()
+        .map(|q| {
+            let n = format!("conv-d-mtp-{q}.gguf");
+            let bound = if *q == "f32" { 1e-4 } else { 5e-2 };
+            (n.clone(), fixture(&n), bound)
+        })
+        .collect();
+    all.push((
+        "synth tiny --mtp q8_0".into(),
+        synth_mtp(&dir, Preset::Tiny, QuantMix::Q8_0, 42),
+        5e-2,
+    ));
+    let mut worst_all = Vec::new();
+    for (name, model, bound) in all {
+        let cuda = || {
+            let b = tally_engine::cuda::CudaBackend::new(model.clone()).expect("CUDA backend");
+            tally_engine::Session::new(model.clone(), b, 64).expect("session")
+        };
+        let (d, vocab) = (model.config.hidden, model.config.vocab);
+        let mut gpu = cuda();
+        let mut cpu = session(&model, 64);
+        let (mut dg, mut dc) = (
+            MtpDraft::new(&model).expect("mtp"),
+            MtpDraft::new(&model).expect("mtp"),
+        );
+        let mut rng = tally_model::rng::Rng::new(7);
+        let mut worst = 0.0f64;
+        let mut pos = 0;
+        for (n, rows) in [(6, 6), (3, 1)] {
+            let tokens: Vec<u32> = (0..n).map(|_| rng.below(vocab as u64) as u32).collect();
+            let hidden: Vec<f32> = (0..n * d).map(|_| rng.normal()).collect();
+            for (t, h) in tokens.chunks(rows).zip(hidden.chunks(rows * d)) {
+                let (lg, hg) = dg.step(&mut gpu, t, pos, h).expect("cuda step");
+                let (lc, hc) = dc.step(&mut cpu, t, pos, h).expect("cpu step");
+                worst = worst.max(rel_err(&lg, &lc)).max(rel_err(&hg, &hc));
+                pos += t.len();
+            }
+        }
+        println!("{name}: MTP step CUDA vs CPU, worst rel err {worst:.3e} (bound {bound:.0e})");
+        worst_all.push((name.clone(), worst, bound));
+        for (p_len, n_gen, seed) in [(1, 16, 3), (9, 16, 4)] {
+            let prompt = random_ids(p_len, vocab, seed);
+            let want = greedy_plain(&mut cuda(), &prompt, n_gen).expect("plain");
+            for k in 1..=4 {
+                let mut s = cuda();
+                let (got, st) = greedy(&mut s, &prompt, n_gen, k, &mut dg).expect("spec");
+                assert_eq!(got, want, "{name} on CUDA prompt {p_len} k {k}: {st:?}");
+                println!(
+                    "{name} on CUDA prompt {p_len} k {k}: greedy identical, {} of {} drafts kept",
+                    st.accepted, st.drafted
+                );
+            }
+        }
+    }
+    for (name, worst, bound) in worst_all {
+        assert!(worst < bound, "{name}: MTP step CUDA vs CPU {worst:.3e}");
+    }
 }
