@@ -27,6 +27,10 @@ pub struct Session<B: Backend> {
     /// activation memory is bounded by the batch, not the prompt. The hooked paths (`*_with`)
     /// always run one plan: they measure that plan.
     pub ubatch: usize,
+    /// With [`PlanOptions::hidden`]: the trunk's final hidden states (`hidden` values a row)
+    /// of positions `hidden_base..n_past`, read back after each batch, for the MTP draft.
+    hidden: Vec<f32>,
+    hidden_base: usize,
 }
 
 /// The default [`Session::ubatch`], chosen by a sweep on the H200 (docs/results/2026-12-01-h200-round3/,
@@ -56,6 +60,8 @@ impl<B: Backend> Session<B> {
             plans: HashMap::new(),
             poison: false,
             ubatch: DEFAULT_UBATCH,
+            hidden: Vec::new(),
+            hidden_base: 0,
         })
     }
 
@@ -65,6 +71,56 @@ impl<B: Backend> Session<B> {
     /// Tokens the state holds: the position of the next batch.
     pub fn n_past(&self) -> usize {
         self.n_past
+    }
+
+    /// Turns the trunk's hidden-state output on or off ([`PlanOptions::hidden`]); the plans
+    /// built for the other setting are dropped.
+    pub fn set_hidden(&mut self, on: bool) {
+        if self.opts.hidden != on {
+            self.opts.hidden = on;
+            self.plans.clear();
+            self.hidden.clear();
+            self.hidden_base = self.n_past;
+        }
+    }
+
+    /// The recorded final hidden states of positions `from..to` (`to - from` rows of the model's
+    /// hidden size), if the session holds them all (see [`Session::set_hidden`]).
+    pub fn hidden_rows(&self, from: usize, to: usize) -> Option<&[f32]> {
+        let d = self.model.config.hidden;
+        if from < self.hidden_base || to > self.n_past || from > to {
+            return None;
+        }
+        let (a, b) = ((from - self.hidden_base) * d, (to - self.hidden_base) * d);
+        self.hidden.get(a..b)
+    }
+
+    /// Drops the recorded hidden states of positions before `pos` (the draft has read them).
+    pub fn forget_hidden_before(&mut self, pos: usize) {
+        let d = self.model.config.hidden;
+        if pos > self.hidden_base {
+            let n = ((pos - self.hidden_base) * d).min(self.hidden.len());
+            self.hidden.drain(..n);
+            self.hidden_base = pos;
+        }
+    }
+
+    /// After `plan` ran at position `n_past`: reads and records its hidden-state rows (when it
+    /// has them), replacing any recorded for positions from `n_past` on.
+    fn record_hidden(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        let Some(v) = plan.hidden else {
+            return Ok(());
+        };
+        let d = self.model.config.hidden;
+        if self.n_past < self.hidden_base {
+            self.hidden.clear();
+            self.hidden_base = self.n_past;
+        }
+        self.hidden.truncate((self.n_past - self.hidden_base) * d);
+        self.backend.barrier()?;
+        let rows = self.backend.read(plan, v)?;
+        self.hidden.extend_from_slice(&rows);
+        Ok(())
     }
 
     /// The plan for batches of `n_tokens` tokens, at any position (built on first use).
@@ -132,6 +188,8 @@ impl<B: Backend> Session<B> {
         self.backend.prepare(&plan)?;
         if n_past == 0 {
             self.backend.reset_state()?;
+            self.hidden.clear();
+            self.hidden_base = 0;
         }
         if self.poison {
             self.backend.poison()?;
@@ -145,7 +203,7 @@ impl<B: Backend> Session<B> {
     }
 
     /// Checks the ids against the vocabulary and writes them into the plan's token buffer.
-    fn upload(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
+    pub(crate) fn upload(&mut self, plan: &Plan, ids: &[u32]) -> Result<(), EngineError> {
         let vocab = self.model.config.vocab;
         let data = ids
             .iter()
@@ -301,6 +359,7 @@ impl<B: Backend> Session<B> {
             stats.dispatches = g.dispatches.saturating_sub(g.missing());
             stats.graph = Some(g);
         }
+        self.record_hidden(plan)?;
         self.n_past += plan.n_tokens;
         Ok(stats)
     }
@@ -321,6 +380,7 @@ impl<B: Backend> Session<B> {
         plan: &Plan,
         stats: ExecStats,
     ) -> Result<(Vec<f32>, ExecStats), EngineError> {
+        self.record_hidden(plan)?;
         self.n_past += plan.n_tokens;
         self.read_logits(plan, stats)
     }

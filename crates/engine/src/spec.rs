@@ -18,7 +18,8 @@
 //!
 //! Drafts come from a [`Draft`]. [`ReplayDraft`] replays a recorded greedy continuation,
 //! corrupted at a chosen rate, so the pipeline can be measured at a known acceptance on
-//! models whose own draft head is random (synthetic files).
+//! models whose own draft head is random (synthetic files). [`MtpDraft`] is the model's own
+//! MTP block.
 
 use std::time::Instant;
 
@@ -31,11 +32,28 @@ use crate::sample::{
 };
 use crate::session::Session;
 
+mod mtp;
+pub use mtp::MtpDraft;
+
 /// Where drafts come from.
-pub trait Draft {
+pub trait Draft<B: Backend> {
+    /// Whether the draft reads the trunk's final hidden states (the session records them:
+    /// [`Session::set_hidden`]).
+    fn needs_hidden(&self) -> bool {
+        false
+    }
+
+    /// A new sequence starts (before its prompt runs).
+    fn begin(&mut self) {}
+
     /// Up to `k` tokens to follow `sequence` (the prompt and every token generated so far; the
-    /// last one has not run through the model yet).
-    fn propose(&mut self, sequence: &[u32], k: usize) -> Vec<u32>;
+    /// last one has not run through the model yet, so `sequence.len() == session.n_past() + 1`).
+    fn propose(
+        &mut self,
+        session: &mut Session<B>,
+        sequence: &[u32],
+        k: usize,
+    ) -> Result<Vec<u32>, EngineError>;
 }
 
 /// Drafts from a recorded greedy continuation of the prompt, each drafted token replaced by a
@@ -68,11 +86,16 @@ impl ReplayDraft {
     }
 }
 
-impl Draft for ReplayDraft {
-    fn propose(&mut self, sequence: &[u32], k: usize) -> Vec<u32> {
+impl<B: Backend> Draft<B> for ReplayDraft {
+    fn propose(
+        &mut self,
+        _session: &mut Session<B>,
+        sequence: &[u32],
+        k: usize,
+    ) -> Result<Vec<u32>, EngineError> {
         // `sequence` ends with generated token number `g` (1-based): drafts follow it.
         let g = sequence.len().saturating_sub(self.prompt_len);
-        (g..g + k)
+        Ok((g..g + k)
             .map_while(|i| self.reference.get(i).copied())
             .map(|t| {
                 if f64::from(self.rng.uniform()) < self.acceptance {
@@ -81,7 +104,7 @@ impl Draft for ReplayDraft {
                     (t + 1 + self.rng.below(u64::from(self.vocab - 1)) as u32) % self.vocab
                 }
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -193,7 +216,7 @@ pub fn greedy<B: Backend>(
     prompt: &[u32],
     n_gen: usize,
     k: usize,
-    draft: &mut dyn Draft,
+    draft: &mut dyn Draft<B>,
 ) -> Result<(Vec<u32>, SpecStats), EngineError> {
     generate(session, prompt, n_gen, k, draft, &SamplingParams::default())
 }
@@ -207,16 +230,40 @@ pub fn generate<B: Backend>(
     prompt: &[u32],
     n_gen: usize,
     k: usize,
-    draft: &mut dyn Draft,
+    draft: &mut dyn Draft<B>,
     params: &SamplingParams,
 ) -> Result<(Vec<u32>, SpecStats), EngineError> {
-    let vocab = session.model.config.vocab;
     let mut rng = Rng::new(params.seed);
     let mut stats = SpecStats::default();
     let mut out = Vec::with_capacity(n_gen);
     if n_gen == 0 {
         return Ok((out, stats));
     }
+    let hidden_was = session.opts.hidden;
+    session.set_hidden(draft.needs_hidden());
+    draft.begin();
+    let result = run(
+        session, prompt, n_gen, k, draft, params, &mut rng, &mut stats, &mut out,
+    );
+    session.set_hidden(hidden_was);
+    result?;
+    Ok((out, stats))
+}
+
+/// [`generate`]'s loop, into `out` and `stats`.
+#[allow(clippy::too_many_arguments)]
+fn run<B: Backend>(
+    session: &mut Session<B>,
+    prompt: &[u32],
+    n_gen: usize,
+    k: usize,
+    draft: &mut dyn Draft<B>,
+    params: &SamplingParams,
+    rng: &mut Rng,
+    stats: &mut SpecStats,
+    out: &mut Vec<u32>,
+) -> Result<(), EngineError> {
+    let vocab = session.model.config.vocab;
     let mut seq: Vec<u32> = prompt.to_vec();
     let pick = |logits: &[f32], history: &[u32], rng: &mut Rng| {
         sample_logits(
@@ -229,7 +276,7 @@ pub fn generate<B: Backend>(
         )
     };
     let logits = session.prefill(prompt)?;
-    let first = pick(&logits, &seq, &mut rng);
+    let first = pick(&logits, &seq, rng);
     out.push(first);
     seq.push(first);
     let t0 = Instant::now();
@@ -240,7 +287,7 @@ pub fn generate<B: Backend>(
         let want = k.min(n_gen - out.len() - 1).min(room);
         let td = Instant::now();
         let mut drafts = if want > 0 {
-            draft.propose(&seq, want)
+            draft.propose(session, &seq, want)?
         } else {
             Vec::new()
         };
@@ -249,7 +296,7 @@ pub fn generate<B: Backend>(
         if drafts.is_empty() {
             let tv = Instant::now();
             let logits = session.decode(last)?;
-            let next = pick(&logits, &seq, &mut rng);
+            let next = pick(&logits, &seq, rng);
             stats.verify_s += tv.elapsed().as_secs_f64();
             stats.steps += 1;
             out.push(next);
@@ -285,7 +332,7 @@ pub fn generate<B: Backend>(
         }
         let next = match next {
             Some(t) => t,
-            None => pick(&rows[drafts.len() * vocab..], &history, &mut rng),
+            None => pick(&rows[drafts.len() * vocab..], &history, rng),
         };
         stats.accepted += kept;
         if kept < drafts.len() {
@@ -306,7 +353,7 @@ pub fn generate<B: Backend>(
     session.backend.drop_state(SPEC_SLOT);
     stats.decode_s = t0.elapsed().as_secs_f64();
     stats.tokens = out.len();
-    Ok((out, stats))
+    Ok(())
 }
 
 /// Plain greedy decoding of `n_gen` tokens after `prompt` (the reference speculative decoding

@@ -10,9 +10,14 @@ use tally_model::synth::{Preset, QuantMix};
 
 /// Proposes nothing: speculative decoding must fall back to plain steps.
 struct NoDraft;
-impl Draft for NoDraft {
-    fn propose(&mut self, _sequence: &[u32], _k: usize) -> Vec<u32> {
-        Vec::new()
+impl<B: tally_engine::Backend> Draft<B> for NoDraft {
+    fn propose(
+        &mut self,
+        _session: &mut tally_engine::Session<B>,
+        _sequence: &[u32],
+        _k: usize,
+    ) -> Result<Vec<u32>, tally_engine::EngineError> {
+        Ok(Vec::new())
     }
 }
 

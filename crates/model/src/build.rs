@@ -10,6 +10,9 @@ use crate::ModelError;
 use crate::config::{Config, LayerKind};
 use crate::plan::{BufDesc, BufId, BufKind, DType, Node, Op, OutLayout, Plan, View};
 
+mod mtp;
+pub use mtp::build_mtp_plan;
+
 /// Choices that change the plan's shape (not its maths).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {
@@ -18,6 +21,10 @@ pub struct PlanOptions {
     /// How many of the batch's last tokens get logits (1 for prefill and decode; k + 1 to
     /// verify k drafts in one step). At most the batch length.
     pub logit_rows: usize,
+    /// Also output the trunk's final hidden state (after `output_norm`) for every row of the
+    /// batch ([`Plan::hidden`]): what the MTP draft head reads. It turns the last layer's
+    /// pruning off, so it costs work: on only while an MTP draft is used.
+    pub hidden: bool,
 }
 
 impl Default for PlanOptions {
@@ -25,6 +32,7 @@ impl Default for PlanOptions {
         PlanOptions {
             prune_last_layer: true,
             logit_rows: 1,
+            hidden: false,
         }
     }
 }
@@ -101,6 +109,9 @@ struct Builder<'a> {
     buffers: Vec<BufDesc>,
     nodes: Vec<Node>,
     layer_outputs: Vec<(usize, View)>,
+    /// The hidden-state output and input views ([`Plan::hidden`], [`Plan::hidden_in`]).
+    hidden: Option<View>,
+    hidden_in: Option<View>,
 }
 
 impl<'a> Builder<'a> {
@@ -113,6 +124,8 @@ impl<'a> Builder<'a> {
             buffers: Vec::new(),
             nodes: Vec::new(),
             layer_outputs: Vec::new(),
+            hidden: None,
+            hidden_in: None,
         }
     }
 
@@ -168,12 +181,13 @@ impl<'a> Builder<'a> {
         });
     }
 
-    fn acts(&mut self, logit_rows: usize) -> Acts {
+    /// The activation buffers; `xf_rows` rows of the final norm's output; the linear
+    /// attention's buffers only when `has_linear` (the MTP block has none).
+    fn acts(&mut self, xf_rows: usize, has_linear: bool) -> Acts {
         let c = self.cfg;
         let t = self.t;
         let k = c.n_experts_used;
-        let has_linear = c.n_linear_layers() > 0;
-        let has_full = c.n_full_layers() > 0;
+        let has_full = !has_linear || c.n_full_layers() > 0;
         let lin = |n: usize| if has_linear { n } else { 0 };
         let full = |n: usize| if has_full { n } else { 0 };
         Acts {
@@ -207,7 +221,7 @@ impl<'a> Builder<'a> {
             sg: self.act("shexp_gate", t, c.shared_ffn),
             su: self.act("shexp_up", t, c.shared_ffn),
             sd: self.act("shexp_out", t, c.hidden),
-            xf: self.act("x_final", logit_rows, c.hidden),
+            xf: self.act("x_final", xf_rows, c.hidden),
         }
     }
 
@@ -217,7 +231,9 @@ impl<'a> Builder<'a> {
         let tokens = self.buf("tokens", t, 1, DType::I32, BufKind::Tokens);
         self.pos = self.buf("pos", 1, 1, DType::I32, BufKind::Position);
         let rows = opts.logit_rows;
-        let acts = self.acts(rows);
+        // With the hidden output, the final norm runs over every row (the head reads the last).
+        let xf_rows = if opts.hidden { t } else { rows };
+        let acts = self.acts(xf_rows, c.n_linear_layers() > 0);
         let x_all = self.all(acts.x);
         self.node(
             "token_embd".into(),
@@ -231,7 +247,7 @@ impl<'a> Builder<'a> {
         for il in 0..c.n_layers {
             let last = il + 1 == c.n_layers;
             // Rows of the residual stream that leave this layer: all, or the logits' rows only.
-            let (r0, nr) = if last && opts.prune_last_layer {
+            let (r0, nr) = if last && opts.prune_last_layer && !opts.hidden {
                 (t - rows, rows)
             } else {
                 (0, t)
@@ -245,8 +261,8 @@ impl<'a> Builder<'a> {
                 .push((self.nodes.len() - 1, self.all(acts.x).rows(r0, nr)));
         }
         // The logits of the last `rows` tokens.
-        let x_last = self.all(acts.x).rows(t - rows, rows);
-        let xf = self.all(acts.xf);
+        let x_last = self.all(acts.x).rows(t - xf_rows, xf_rows);
+        let xf_all = self.all(acts.xf);
         self.node(
             "output_norm".into(),
             Op::RmsNorm {
@@ -257,8 +273,12 @@ impl<'a> Builder<'a> {
             None,
             vec![x_last],
             vec!["output_norm.weight".into()],
-            vec![xf],
+            vec![xf_all],
         );
+        if opts.hidden {
+            self.hidden = Some(xf_all);
+        }
+        let xf = xf_all.rows(xf_rows - rows, rows);
         let logits = self.buf("logits", rows, c.vocab, DType::F32, BufKind::Logits);
         let lv = self.all(logits);
         self.node(
@@ -684,6 +704,8 @@ impl<'a> Builder<'a> {
             pos: self.pos,
             logits,
             layer_outputs: self.layer_outputs,
+            hidden: self.hidden,
+            hidden_in: self.hidden_in,
         }
     }
 }

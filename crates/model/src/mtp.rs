@@ -10,7 +10,9 @@
 //! converter writes from a checkpoint's `mtp.*` tensors.
 //!
 //! tally parses and validates these blocks and keeps their description ([`Mtp`]) for
-//! speculative decoding; prefill and decode run the trunk only, and no backend uploads them.
+//! speculative decoding; prefill and decode run the trunk only. The MTP step's plan is
+//! [`crate::build::build_mtp_plan`]; a GPU backend uploads the block's tensors the first time
+//! such a plan is prepared.
 
 use tally_gguf::{GgmlType, GgufFile};
 

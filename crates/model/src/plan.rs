@@ -272,6 +272,13 @@ pub struct Plan {
     /// After which node each layer's residual stream is final, and the rows that are valid then
     /// (all T, or only the last row in a pruned last layer). Used by tests and probes.
     pub layer_outputs: Vec<(usize, View)>,
+    /// The final hidden state of every row of the batch, after the final norm (`[T, D]`): the
+    /// trunk's with [`crate::PlanOptions::hidden`] (what the MTP head reads), the MTP step's
+    /// own (what a chained draft step reads). `None` when the plan does not output it.
+    pub hidden: Option<View>,
+    /// The MTP step's hidden-state input (`[T, D]`, written before each run like the token
+    /// ids): row i is the hidden state of the position before token i. `None` in the trunk.
+    pub hidden_in: Option<View>,
 }
 
 impl Plan {

@@ -107,16 +107,27 @@ pub(crate) struct Model {
 impl Model {
     /// Loads a GGUF file; `n_gpu_layers` = 0 keeps everything on the CPU.
     pub(crate) fn load(path: &Path, n_gpu_layers: i32) -> Result<Model, PeerError> {
-        Self::load_with(path, n_gpu_layers, false)
+        Self::load_with(path, n_gpu_layers, false, false)
+    }
+
+    /// Loads a GGUF file on the CPU with its MTP ("nextn") layers (`load_mtp`), which a plain
+    /// load skips.
+    pub(crate) fn load_with_mtp(path: &Path) -> Result<Model, PeerError> {
+        Self::load_with(path, 0, false, true)
     }
 
     /// Loads only the metadata and vocabulary (`vocab_only`): no tensor data is read, so
     /// vocab-only files load too.
     pub(crate) fn load_vocab_only(path: &Path) -> Result<Model, PeerError> {
-        Self::load_with(path, 0, true)
+        Self::load_with(path, 0, true, false)
     }
 
-    fn load_with(path: &Path, n_gpu_layers: i32, vocab_only: bool) -> Result<Model, PeerError> {
+    fn load_with(
+        path: &Path,
+        n_gpu_layers: i32,
+        vocab_only: bool,
+        load_mtp: bool,
+    ) -> Result<Model, PeerError> {
         init_once();
         let c_path = CString::new(path.to_string_lossy().as_bytes())
             .map_err(|_| PeerError::Load(format!("path {} contains a NUL byte", path.display())))?;
@@ -126,6 +137,7 @@ impl Model {
             let mut mp = sys::llama_model_default_params();
             mp.n_gpu_layers = n_gpu_layers;
             mp.vocab_only = vocab_only;
+            mp.load_mtp = load_mtp;
             sys::llama_model_load_from_file(c_path.as_ptr(), mp)
         };
         NonNull::new(raw).map(|ptr| Model { ptr }).ok_or_else(|| {
@@ -297,6 +309,127 @@ impl Context {
                     log_tail()
                 ))
             })
+    }
+
+    /// Creates a context of type MTP over `model` (loaded with its MTP layers): its decodes run
+    /// the draft head's graph (`graph_mtp`), not the trunk.
+    pub(crate) fn new_mtp(model: &Model, n_ctx: u32, threads: i32) -> Result<Context, PeerError> {
+        clear_log_tail();
+        // SAFETY: default params are plain data; the model is alive and outlives the context.
+        let raw = unsafe {
+            let mut cp = sys::llama_context_default_params();
+            cp.ctx_type = sys::LLAMA_CONTEXT_TYPE_MTP;
+            // An f32 cache (the default is f16), so an oracle compares maths, not cache rounding.
+            cp.type_k = sys::GGML_TYPE_F32;
+            cp.type_v = sys::GGML_TYPE_F32;
+            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_DISABLED;
+            cp.n_ctx = n_ctx;
+            cp.n_batch = n_ctx;
+            cp.n_ubatch = n_ctx;
+            cp.n_seq_max = 1;
+            cp.n_threads = threads;
+            cp.n_threads_batch = threads;
+            cp.no_perf = true;
+            sys::llama_init_from_model(model.as_ptr(), cp)
+        };
+        let config = CtxConfig {
+            n_ctx,
+            n_batch: n_ctx,
+            n_ubatch: n_ctx,
+            threads,
+            flash_attn: false,
+            op_offload: false,
+        };
+        NonNull::new(raw)
+            .map(|ptr| Context { ptr, config })
+            .ok_or_else(|| {
+                PeerError::Engine(format!(
+                    "llama.cpp could not create an MTP context: {}",
+                    log_tail()
+                ))
+            })
+    }
+
+    /// One decode of an MTP context: token `tokens[i]` at position `pos0 + i` paired with
+    /// hidden-state row i of `hidden` (`n_embd` values a row), logits for every row; returns
+    /// them, row by row (`n_vocab` values each). The hidden state goes in as the entry's
+    /// embedding (`llama_batch_ext_set_embd_token`, what llama.cpp's own driver uses:
+    /// `llama_batch_ext_set_embd_state` is not implemented in this version).
+    pub(crate) fn mtp_decode(
+        &mut self,
+        tokens: &[u32],
+        pos0: u32,
+        hidden: &[f32],
+        n_embd: usize,
+        n_vocab: u32,
+    ) -> Result<Vec<Vec<f32>>, PeerError> {
+        if tokens.is_empty() || hidden.len() != tokens.len() * n_embd {
+            return Err(PeerError::Param(format!(
+                "an MTP batch of {} tokens with {} hidden values",
+                tokens.len(),
+                hidden.len()
+            )));
+        }
+        // SAFETY: the context is alive; the batch is freed below on every path.
+        let batch = unsafe { sys::llama_batch_ext_init(self.ptr.as_ptr()) };
+        if batch.is_null() {
+            return Err(PeerError::Engine("llama_batch_ext_init failed".into()));
+        }
+        let fill = || -> Result<(), PeerError> {
+            for (i, &t) in tokens.iter().enumerate() {
+                let id = i32::try_from(t)
+                    .map_err(|_| PeerError::Param(format!("token id {t} too large")))?;
+                let pos = pos0 as i32 + i as i32;
+                let row = &hidden[i * n_embd..(i + 1) * n_embd];
+                let embd = sys::llama_embd {
+                    data: row.as_ptr(),
+                    n_rows: 1,
+                    n_embd,
+                };
+                // SAFETY: the batch is alive; `pos` and the row outlive these calls, and the
+                // row (borrowed from `hidden`) outlives the llama_process below, which reads it.
+                let ok = unsafe {
+                    let idx = sys::llama_batch_ext_add_token(batch, 0, id);
+                    idx == i as i32
+                        && sys::llama_batch_ext_set_pos(batch, idx, &pos)
+                        && sys::llama_batch_ext_set_embd_token(batch, idx, embd)
+                        && sys::llama_batch_ext_set_output_logits(batch, idx, true)
+                };
+                if !ok {
+                    return Err(PeerError::Engine(format!(
+                        "could not add MTP batch entry {i}: {}",
+                        log_tail()
+                    )));
+                }
+            }
+            clear_log_tail();
+            // SAFETY: the context and the batch are alive; the batch's views are valid.
+            let rc = unsafe {
+                sys::llama_process(self.ptr.as_ptr(), sys::LLAMA_PROCESS_TYPE_DECODE, batch)
+            };
+            if rc != 0 {
+                return Err(PeerError::Engine(format!(
+                    "llama_process (MTP) returned {rc}: {}",
+                    log_tail()
+                )));
+            }
+            Ok(())
+        };
+        let filled = fill();
+        // SAFETY: we own the batch; nothing refers to it after the process call returned.
+        unsafe { sys::llama_batch_ext_free(batch) };
+        filled?;
+        (0..tokens.len())
+            .map(|i| {
+                // SAFETY: the context is alive; row i was requested as an output.
+                let p = unsafe { sys::llama_get_logits_ith(self.ptr.as_ptr(), i as i32) };
+                if p.is_null() {
+                    return Err(PeerError::Engine(format!("no MTP logits for row {i}")));
+                }
+                // SAFETY: llama owns a row of n_vocab floats at `p` until the next decode.
+                Ok(unsafe { std::slice::from_raw_parts(p, n_vocab as usize) }.to_vec())
+            })
+            .collect()
     }
 
     /// Clears the KV cache and recurrent state (a fresh prompt, as llama-bench does per rep).

@@ -17,6 +17,7 @@ pub mod config;
 pub mod export;
 mod ffi;
 mod ggml;
+pub mod mtp;
 pub mod opbench;
 mod probe;
 pub mod replay;

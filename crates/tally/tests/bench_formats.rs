@@ -351,3 +351,66 @@ fn bench_decode_at_depth_is_its_own_row() {
         assert!(t["avg_ts"].as_f64().is_some_and(|x| x > 0.0), "{t}");
     }
 }
+
+/// `--spec mtp` without `--replay-acceptance` drafts with the file's MTP block: its row says
+/// so, and has no target acceptance (the measured one is whatever the random head gives).
+#[test]
+fn bench_spec_mtp_drafts_with_the_files_block() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("bench-mtp.gguf");
+    let o = tally()
+        .args([
+            "synth", "--preset", "tiny", "--quant", "q8_0", "--seed", "4", "--mtp", "--out",
+        ])
+        .arg(&p)
+        .output()
+        .expect("synth");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tally()
+        .arg("bench")
+        .arg("-m")
+        .arg(&p)
+        .args([
+            "-p",
+            "4",
+            "-n",
+            "6",
+            "-r",
+            "3",
+            "-t",
+            "1",
+            "--busy-limit",
+            "64",
+        ])
+        .args([
+            "--spec",
+            "mtp",
+            "--draft-max",
+            "2",
+            "-o",
+            "json",
+            "--out-dir",
+        ])
+        .arg(dir.path().join("out"))
+        .output()
+        .expect("bench");
+    // 3: the noise gate ran out of retries; timing is not under test.
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(3)),
+        "{:?} {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let json: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let rows = json.as_array().expect("json is an array");
+    let spec = rows
+        .iter()
+        .find(|t| t["test"] == "tg6 spec k=2")
+        .expect("the spec row");
+    assert_eq!(spec["spec"]["draft"], "mtp", "{spec}");
+    assert!(spec["spec"]["target_acceptance"].is_null(), "{spec}");
+    println!(
+        "MTP head acceptance on the synth file: {}",
+        spec["spec"]["acceptance"]
+    );
+}

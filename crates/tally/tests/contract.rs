@@ -289,10 +289,10 @@ fn bad_input_contract() {
             "-r 2: the noise gate needs at least 3",
         ),
         row(
-            "bench --spec mtp without replay",
+            "bench --spec mtp on a file without an MTP block",
             s(&["bench", "-m", &gs, "--spec", "mtp"]),
             2,
-            "MTP draft head is not implemented yet",
+            "tiny.gguf has no MTP block",
         ),
         row(
             "bench --replay-acceptance 2",

@@ -210,6 +210,23 @@ fn generate_bad_input_exits_2() {
         "max-tokens",
     );
     check(&["--tokenizer", VOCAB, "--prompt", ""], "empty");
+    check(
+        &["--prompt", "hi", "--tokenizer", VOCAB, "--spec", "mtp"],
+        "tiny-427.gguf has no MTP block",
+    );
+    check(
+        &[
+            "--prompt",
+            "hi",
+            "--tokenizer",
+            VOCAB,
+            "--spec",
+            "mtp",
+            "--draft-max",
+            "0",
+        ],
+        "--draft-max 0",
+    );
     // The tiny vocabulary file has no chat template.
     check(
         &["--prompt", "hi", "--tokenizer", VOCAB, "--chat"],
@@ -308,6 +325,52 @@ fn chat_keeps_history_resumes_resets_and_exits() {
         "",
     );
     assert_eq!(o4.status.code(), Some(2), "{}", err(&o4));
+}
+
+/// `--spec mtp` (the file's MTP block drafts) gives plain greedy decoding's tokens.
+#[test]
+fn generate_spec_mtp_is_plain_greedy() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny-mtp.gguf");
+    let o = tally(&[
+        "synth",
+        "--preset",
+        "tiny",
+        "--quant",
+        "q8_0",
+        "--seed",
+        "5",
+        "--set",
+        "vocab=427",
+        "--mtp",
+        "--out",
+        &p.to_string_lossy(),
+    ]);
+    assert!(o.status.success(), "synth: {}", err(&o));
+    let plain = generate_json(&p, &["--temp", "0", "-n", "14", "--ignore-eos"]);
+    for k in ["1", "3"] {
+        let spec = generate_json(
+            &p,
+            &[
+                "--temp",
+                "0",
+                "-n",
+                "14",
+                "--ignore-eos",
+                "--spec",
+                "mtp",
+                "--draft-max",
+                k,
+            ],
+        );
+        assert_eq!(tokens(&spec), tokens(&plain), "k {k}: {spec}");
+        assert_eq!(spec["spec"]["draft"], "mtp");
+        assert_eq!(spec["text"], plain["text"]);
+        println!(
+            "k {k}: MTP acceptance {}",
+            spec["spec"]["stats"]["accepted"]
+        );
+    }
 }
 
 /// Collects a child's pipe in a thread, so the test can wait for what it has printed so far.

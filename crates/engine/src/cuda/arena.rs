@@ -321,6 +321,8 @@ mod tests {
             pos: BufId(0),
             logits: view,
             layer_outputs: Vec::new(),
+            hidden: None,
+            hidden_in: None,
         }
     }
 

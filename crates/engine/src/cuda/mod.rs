@@ -94,6 +94,8 @@ pub struct CudaBackend {
     /// The switches, read once when the backend opened.
     pub options: CudaOptions,
     kernels: Kernels,
+    /// The model (its MTP block's tensors are uploaded when a plan first reads them).
+    model: Arc<Model>,
     weights: Weights,
     arena: Arena,
     graphs: Graphs,
@@ -149,6 +151,7 @@ impl CudaBackend {
             props,
             options,
             kernels,
+            model,
             weights,
             arena: Arena::default(),
             graphs: Graphs::default(),
@@ -256,6 +259,8 @@ impl Backend for CudaBackend {
         if self.options.cublas_min_m.is_some() {
             self.blas_handle()?;
         }
+        let stream = self.cu_stream();
+        self.weights.upload_missing(&self.model, plan, stream)?;
         self.weights.resolve(plan)?;
         if self.arena.select(plan) {
             return Ok(());

@@ -42,7 +42,8 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// Uploads every tensor of the model (on `stream`, waiting for each).
+    /// Uploads every tensor of the model's trunk (on `stream`, waiting for each); the MTP
+    /// block's tensors wait for a plan that reads them ([`Weights::upload_missing`]).
     pub fn upload(
         model: &Model,
         stream: cudarc::driver::sys::CUstream,
@@ -50,25 +51,55 @@ impl Weights {
         let t0 = std::time::Instant::now();
         let mut w = Weights::default();
         for (name, _) in model.config.tensor_shapes() {
-            let (info, bytes) = model.weight(&name)?;
-            let buf = DevBuf::alloc(bytes.len(), &name)?;
-            // Chunks keep the driver's staging of pageable memory bounded.
-            for (i, chunk) in bytes.chunks(64 << 20).enumerate() {
-                buf.upload_at(i * (64 << 20), chunk, stream)?;
-            }
-            w.bytes += bytes.len() as u64;
-            let row_bytes = info.ty.row_bytes(info.dims[0])? as usize;
-            w.by_name.insert(name.clone(), w.list.len() as u32);
-            w.list.push(DevWeight {
-                name,
-                buf,
-                ty: info.ty,
-                dims: info.dims.clone(),
-                row_bytes,
-            });
+            w.upload_one(model, name, stream)?;
         }
         w.load_seconds = t0.elapsed().as_secs_f64();
         Ok(w)
+    }
+
+    fn upload_one(
+        &mut self,
+        model: &Model,
+        name: String,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), EngineError> {
+        let (info, bytes) = model.weight(&name)?;
+        let buf = DevBuf::alloc(bytes.len(), &name)?;
+        // Chunks keep the driver's staging of pageable memory bounded.
+        for (i, chunk) in bytes.chunks(64 << 20).enumerate() {
+            buf.upload_at(i * (64 << 20), chunk, stream)?;
+        }
+        self.bytes += bytes.len() as u64;
+        let row_bytes = info.ty.row_bytes(info.dims[0])? as usize;
+        self.by_name.insert(name.clone(), self.list.len() as u32);
+        self.list.push(DevWeight {
+            name,
+            buf,
+            ty: info.ty,
+            dims: info.dims.clone(),
+            row_bytes,
+        });
+        Ok(())
+    }
+
+    /// Uploads the tensors `plan` reads that are not on the device yet (the MTP block's, the
+    /// first time an MTP step is prepared).
+    pub fn upload_missing(
+        &mut self,
+        model: &Model,
+        plan: &Plan,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), EngineError> {
+        for node in &plan.nodes {
+            for name in &node.weights {
+                if !self.by_name.contains_key(name) {
+                    let t0 = std::time::Instant::now();
+                    self.upload_one(model, name.clone(), stream)?;
+                    self.load_seconds += t0.elapsed().as_secs_f64();
+                }
+            }
+        }
+        Ok(())
     }
 
     fn find(&self, name: &str) -> Result<u32, EngineError> {

@@ -14,6 +14,8 @@ use super::common::{VERSION, machine, open_model, tally_subject, write_file};
 use super::measure::Common;
 use super::{Format, InputError, NoVerdict, checks};
 
+mod spec;
+
 /// Prefill (ppN) and decode (tgN) throughput, llama-bench style, noise-gated.
 ///
 /// Columns and JSON fields follow llama-bench (model, size, params, backend, threads, fa, test,
@@ -76,7 +78,7 @@ pub struct Args {
     #[arg(long, default_value = "tally-out")]
     out_dir: std::path::PathBuf,
     /// Also time speculative decoding of the tgN test: `mtp` (the file's multi-token-prediction
-    /// head drafts; with --replay-acceptance, replayed drafts stand in for it).
+    /// head drafts, greedily; with --replay-acceptance, replayed drafts stand in for it).
     #[arg(long, value_parser = ["mtp"])]
     spec: Option<String>,
     /// Drafts verified per step with --spec (k).
@@ -544,12 +546,12 @@ pub fn main(a: Args) -> Result<()> {
             ))
             .into());
         }
-        if a.replay_acceptance.is_none() {
-            return Err(InputError(
-                "--spec mtp: tally's MTP draft head is not implemented yet; give \
-                 --replay-acceptance A to time the verification pipeline with replayed drafts"
-                    .into(),
-            )
+        if a.replay_acceptance.is_none() && model.mtp.is_empty() {
+            return Err(InputError(format!(
+                "--spec mtp: {} has no MTP block (qwen35moe.nextn_predict_layers is 0); give \
+                 --replay-acceptance A to time the verification pipeline with replayed drafts",
+                a.model.display()
+            ))
             .into());
         }
     }
@@ -671,8 +673,13 @@ pub fn main(a: Args) -> Result<()> {
             None => rows.extend(rows_of(&e2e(&mut ours, cfg)?, &ours_facts)),
         }
     }
-    if let (Some(_), Some(acc)) = (&a.spec, a.replay_acceptance) {
-        rows.push(spec_row(&mut ours.session, &ours_facts, &a, acc)?);
+    if a.spec.is_some() {
+        rows.push(spec::spec_row(
+            &mut ours.session,
+            &ours_facts,
+            &a,
+            a.replay_acceptance,
+        )?);
     }
     let mem = tally_engine::Backend::memory_in_use(&ours.session.backend);
     let peak = tally_engine::Backend::memory_peak(&ours.session.backend);
@@ -767,92 +774,6 @@ pub fn main(a: Args) -> Result<()> {
         .into());
     }
     Ok(())
-}
-
-/// The `--spec` row: speculative greedy decoding of the tgN test's length after a one-token
-/// prompt, window by window against plain greedy decoding of the same tokens (interleaved:
-/// plain, then speculative, in each window; one untimed warm-up window first). Replayed
-/// drafts follow tally's own greedy continuation (recorded once, untimed).
-fn spec_row(
-    session: &mut tally_engine::Session<Box<dyn tally_engine::Backend>>,
-    facts: &Facts,
-    a: &Args,
-    acceptance: f64,
-) -> Result<Row> {
-    use tally_engine::spec::{ReplayDraft, greedy, greedy_plain};
-    let vocab = session.model.config.vocab;
-    let prompt = [(0x5EED_u64 % vocab as u64) as u32];
-    let n = a.n_gen;
-    let reference = greedy_plain(session, &prompt, n)?;
-    let (mut plain_ts, mut spec_ts, mut verify, mut save, mut recompute) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut last = None;
-    for w in 0..=a.repeats {
-        session.prefill(&prompt)?;
-        let t0 = Instant::now();
-        let mut t = reference[0];
-        for _ in 1..n {
-            t = tally_engine::sample::argmax(&session.decode(t)?);
-        }
-        let plain_s = t0.elapsed().as_secs_f64();
-        let mut draft = ReplayDraft::new(1, reference.clone(), acceptance, vocab, 7 + w as u64);
-        let (got, st) = greedy(session, &prompt, n, a.draft_max, &mut draft)?;
-        if got != reference {
-            let at = got
-                .iter()
-                .zip(&reference)
-                .take_while(|(x, y)| x == y)
-                .count();
-            return Err(anyhow::anyhow!(
-                "speculative decoding diverged from greedy decoding at token {at} of {n} \
-                 (window {w}): a bug, or a near-tie between batched and one-token logits"
-            ));
-        }
-        if w == 0 {
-            continue; // warm-up
-        }
-        plain_ts.push((n - 1) as f64 / plain_s);
-        spec_ts.push(st.decode_tok_s());
-        verify.push(st.verify_s);
-        save.push(st.save_s);
-        recompute.push(st.recompute_s);
-        last = Some(st);
-    }
-    let st = last.ok_or_else(|| anyhow::anyhow!("no timed window"))?;
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    let (avg_ts, _) = mean_sd(&spec_ts);
-    let (plain_avg, _) = mean_sd(&plain_ts);
-    let spec_ms: Vec<f64> = spec_ts.iter().map(|ts| (n - 1) as f64 * 1e3 / ts).collect();
-    let test = format!("tg{n} spec k={}", a.draft_max);
-    Ok(Row {
-        spec: Some(SpecRow {
-            draft: "replay".into(),
-            draft_max: a.draft_max,
-            target_acceptance: Some(acceptance),
-            conditional_acceptance: st.conditional_acceptance(),
-            acceptance: st.acceptance(),
-            plain_avg_ts: plain_avg,
-            speedup: if plain_avg > 0.0 {
-                avg_ts / plain_avg
-            } else {
-                0.0
-            },
-            verify_s: median(&mut verify),
-            save_s: median(&mut save),
-            recompute_s: median(&mut recompute),
-            steps: st.steps,
-        }),
-        ..row(
-            facts,
-            "tally",
-            test,
-            (0, n as u64, (n - 1) as u64),
-            &spec_ms,
-        )
-    })
 }
 
 fn peer_common(a: &Args) -> Common {

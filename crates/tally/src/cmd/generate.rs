@@ -203,6 +203,14 @@ pub struct Args {
     /// (`sampler_mismatches`; a check of on-device sampling, slower).
     #[arg(long)]
     verify_sampler: bool,
+    /// Speculative decoding: `mtp` (the file's multi-token-prediction block drafts, greedily;
+    /// the tokens are distributed as without it). The output is printed at the end, not
+    /// streamed, and generation runs to -n tokens before EOS and --stop cut it.
+    #[arg(long, value_parser = ["mtp"])]
+    spec: Option<String>,
+    /// Drafts verified per step with --spec (k, 1 to 16).
+    #[arg(long, default_value_t = 3)]
+    draft_max: usize,
     /// text: the output streamed, speeds on stderr; json: one object at the end.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
@@ -265,6 +273,9 @@ pub fn main(a: Args) -> Result<()> {
     if ids.is_empty() {
         return Err(InputError("the prompt is empty".into()).into());
     }
+    if a.spec.is_some() {
+        return speculative(&a, &mut l, &ids, &params);
+    }
     let stream = a.output == Format::Text;
     let mut stdout = std::io::stdout().lock();
     let cancel = AtomicBool::new(false);
@@ -292,6 +303,94 @@ pub fn main(a: Args) -> Result<()> {
         Format::Text | Format::Md => {
             writeln!(stdout)?;
             eprintln!("{}", speeds(&g));
+        }
+    }
+    Ok(())
+}
+
+/// `--spec mtp`: speculative decoding with the file's MTP block ([`tally_engine::spec`]), then
+/// the end-of-generation and stop-string rules on the whole output.
+fn speculative(a: &Args, l: &mut Loaded, ids: &[u32], params: &SamplingParams) -> Result<()> {
+    use tally_engine::generate::TokenText;
+    use tally_engine::spec::{MtpDraft, generate};
+    if a.draft_max == 0 || a.draft_max > 16 {
+        return Err(InputError(format!(
+            "--draft-max {}: 1 to 16 drafts per step",
+            a.draft_max
+        ))
+        .into());
+    }
+    let session = &mut l.generator.session;
+    if session.model.mtp.is_empty() {
+        return Err(InputError(format!(
+            "--spec mtp: {} has no MTP block (qwen35moe.nextn_predict_layers is 0)",
+            a.m.model.display()
+        ))
+        .into());
+    }
+    if ids.len() >= session.max_ctx() {
+        return Err(InputError(format!(
+            "the prompt's {} tokens leave no room in a context of {} (-c)",
+            ids.len(),
+            session.max_ctx()
+        ))
+        .into());
+    }
+    let n = params.max_tokens.min(session.max_ctx() - ids.len());
+    let mut draft = MtpDraft::new(&session.model)?;
+    let t0 = std::time::Instant::now();
+    let (mut tokens, st) = generate(session, ids, n, a.draft_max, &mut draft, params)?;
+    let prefill_s = t0.elapsed().as_secs_f64() - st.decode_s;
+    let mut finish = "length";
+    if params.stop_at_eos
+        && let Some(i) = tokens.iter().position(|&t| l.text.is_end(t))
+    {
+        tokens.truncate(i + 1);
+        finish = "stop";
+    }
+    let bytes: Vec<u8> = tokens.iter().flat_map(|&t| l.text.token_bytes(t)).collect();
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if let Some(cut) = params
+        .stop
+        .iter()
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
+    {
+        text.truncate(cut);
+        finish = "stop";
+    }
+    let mut stdout = std::io::stdout().lock();
+    match a.output {
+        Format::Json => {
+            let r = serde_json::json!({
+                "model": a.m.model.display().to_string(),
+                "backend": a.m.backend,
+                "device": l.device,
+                "tokens": tokens,
+                "text": text,
+                "finish": finish,
+                "prompt_tokens": ids.len(),
+                "prefill_seconds": prefill_s,
+                "spec": {"draft": "mtp", "draft_max": a.draft_max, "stats": st},
+                "decode_tokens_per_s": st.decode_tok_s(),
+            });
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&r)?)?;
+        }
+        Format::Text | Format::Md => {
+            writeln!(stdout, "{text}")?;
+            eprintln!(
+                "prompt {} tokens in {prefill_s:.3} s | generated {} tokens in {:.3} s: {:.1} tok/s \
+                 | spec mtp k={}: {} of {} drafts kept ({:.2}) over {} steps | finish: {finish}",
+                ids.len(),
+                st.tokens,
+                st.decode_s,
+                st.decode_tok_s(),
+                a.draft_max,
+                st.accepted,
+                st.drafted,
+                st.acceptance(),
+                st.steps
+            );
         }
     }
     Ok(())

@@ -1,0 +1,108 @@
+//! `tally bench --spec`: the speculative-decoding row.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{Args, Facts, Row, SpecRow, mean_sd, row};
+
+/// The `--spec` row: speculative greedy decoding of the tgN test's length after a one-token
+/// prompt, window by window against plain greedy decoding of the same tokens (interleaved:
+/// plain, then speculative, in each window; one untimed warm-up window first). Replayed
+/// drafts follow tally's own greedy continuation (recorded once, untimed); without an
+/// acceptance, the file's MTP block drafts ([`tally_engine::spec::MtpDraft`]).
+pub(super) fn spec_row(
+    session: &mut tally_engine::Session<Box<dyn tally_engine::Backend>>,
+    facts: &Facts,
+    a: &Args,
+    acceptance: Option<f64>,
+) -> Result<Row> {
+    use tally_engine::spec::{Draft, MtpDraft, ReplayDraft, greedy, greedy_plain};
+    let vocab = session.model.config.vocab;
+    let prompt = [(0x5EED_u64 % vocab as u64) as u32];
+    let n = a.n_gen;
+    let reference = greedy_plain(session, &prompt, n)?;
+    let (mut plain_ts, mut spec_ts, mut verify, mut save, mut recompute) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut last = None;
+    for w in 0..=a.repeats {
+        session.prefill(&prompt)?;
+        let t0 = Instant::now();
+        let mut t = reference[0];
+        for _ in 1..n {
+            t = tally_engine::sample::argmax(&session.decode(t)?);
+        }
+        let plain_s = t0.elapsed().as_secs_f64();
+        let mut draft: Box<dyn Draft<_>> = match acceptance {
+            Some(acc) => Box::new(ReplayDraft::new(
+                1,
+                reference.clone(),
+                acc,
+                vocab,
+                7 + w as u64,
+            )),
+            None => Box::new(MtpDraft::new(&session.model)?),
+        };
+        let (got, st) = greedy(session, &prompt, n, a.draft_max, draft.as_mut())?;
+        if got != reference {
+            let at = got
+                .iter()
+                .zip(&reference)
+                .take_while(|(x, y)| x == y)
+                .count();
+            return Err(anyhow::anyhow!(
+                "speculative decoding diverged from greedy decoding at token {at} of {n} \
+                 (window {w}): a bug, or a near-tie between batched and one-token logits"
+            ));
+        }
+        if w == 0 {
+            continue; // warm-up
+        }
+        plain_ts.push((n - 1) as f64 / plain_s);
+        spec_ts.push(st.decode_tok_s());
+        verify.push(st.verify_s);
+        save.push(st.save_s);
+        recompute.push(st.recompute_s);
+        last = Some(st);
+    }
+    let st = last.ok_or_else(|| anyhow::anyhow!("no timed window"))?;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (avg_ts, _) = mean_sd(&spec_ts);
+    let (plain_avg, _) = mean_sd(&plain_ts);
+    let spec_ms: Vec<f64> = spec_ts.iter().map(|ts| (n - 1) as f64 * 1e3 / ts).collect();
+    let test = format!("tg{n} spec k={}", a.draft_max);
+    Ok(Row {
+        spec: Some(SpecRow {
+            draft: if acceptance.is_some() {
+                "replay"
+            } else {
+                "mtp"
+            }
+            .into(),
+            draft_max: a.draft_max,
+            target_acceptance: acceptance,
+            conditional_acceptance: st.conditional_acceptance(),
+            acceptance: st.acceptance(),
+            plain_avg_ts: plain_avg,
+            speedup: if plain_avg > 0.0 {
+                avg_ts / plain_avg
+            } else {
+                0.0
+            },
+            verify_s: median(&mut verify),
+            save_s: median(&mut save),
+            recompute_s: median(&mut recompute),
+            steps: st.steps,
+        }),
+        ..row(
+            facts,
+            "tally",
+            test,
+            (0, n as u64, (n - 1) as u64),
+            &spec_ms,
+        )
+    })
+}
