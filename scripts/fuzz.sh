@@ -19,7 +19,8 @@ if ! { [[ -x "$bin" ]] && [[ "$("$bin" --version 2>/dev/null)" == "cargo-fuzz $v
 fi
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build --fuzz-dir fuzz model_file
-target=fuzz/target/x86_64-unknown-linux-gnu/release/model_file
+# cargo-fuzz builds into fuzz/target, or into $CARGO_TARGET_DIR when that is set.
+target=${CARGO_TARGET_DIR:-fuzz/target}/x86_64-unknown-linux-gnu/release/model_file
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 cp fuzz/seeds/model_file/* "$corpus"/
