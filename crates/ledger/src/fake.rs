@@ -450,6 +450,9 @@ pub struct FakeFaults {
     pub spike_prefills: Vec<usize>,
     /// Plain/observe runs report this many fewer dispatches than work nodes.
     pub missing_dispatches: u64,
+    /// The machine is still settling: prefill call i < n takes `1 + 0.5 (n - i) / n` times as
+    /// long (a warm-up that fades linearly over the first n prefills).
+    pub warming_prefills: usize,
 }
 
 impl Default for FakeFaults {
@@ -462,6 +465,7 @@ impl Default for FakeFaults {
             busy_checks: 0,
             spike_prefills: Vec::new(),
             missing_dispatches: 0,
+            warming_prefills: 0,
         }
     }
 }
@@ -590,6 +594,10 @@ impl Subject for FakeSubject {
         }
         if self.faults.spike_prefills.contains(&self.prefills) {
             wall_ms *= 10.0;
+        }
+        let n = self.faults.warming_prefills;
+        if self.prefills < n {
+            wall_ms *= 1.0 + 0.5 * (n - self.prefills) as f64 / n as f64;
         }
         self.prefills += 1;
         Ok(RunOutcome {

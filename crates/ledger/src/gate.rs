@@ -339,6 +339,7 @@ impl Gate {
             });
             seq += 1;
         }
+        let max_warm = self.cfg.max_warmup_windows.max(self.cfg.warmup_windows);
         let mut discards = 0usize;
         loop {
             let kept = record.kept().count();
@@ -367,7 +368,9 @@ impl Gate {
             if let Some(l) = &load {
                 reasons.extend(load_reasons(l, &self.cfg));
             }
-            let status = if reasons.is_empty() {
+            let status = if reasons.is_empty() && self.still_settling(&record, &runs, max_warm) {
+                WindowStatus::Warmup
+            } else if reasons.is_empty() {
                 WindowStatus::Kept
             } else {
                 discards += 1;
@@ -422,6 +425,29 @@ impl Gate {
     }
 
     /// Kept windows (positions in `record.windows`) holding an outlier, with the reasons.
+    /// A clean window that would be the first kept one, while warm-up windows are fewer than
+    /// `max_warm`, is faster than the warm-up window before it on some series by more than
+    /// `settle_ratio`: the machine is still settling (warming up), so it counts as warm-up too.
+    /// A slower one is a spike, left to the outlier rule. Free on a steady machine (its first
+    /// candidate agrees); without warm-up windows it never applies.
+    fn still_settling(&self, record: &GroupRecord, runs: &[RunSample], max_warm: usize) -> bool {
+        let Some(last) = record.windows.last() else {
+            return false;
+        };
+        let warm = record
+            .windows
+            .iter()
+            .filter(|w| w.status == WindowStatus::Warmup)
+            .count();
+        last.status == WindowStatus::Warmup
+            && warm < max_warm
+            && last
+                .runs
+                .iter()
+                .zip(runs)
+                .any(|(x, y)| x.wall_ms - y.wall_ms > self.cfg.settle_ratio * y.wall_ms)
+    }
+
     fn outlier_windows(&self, record: &GroupRecord) -> Vec<(usize, Vec<DiscardReason>)> {
         let kept: Vec<usize> = (0..record.windows.len())
             .filter(|&i| record.windows[i].status == WindowStatus::Kept)

@@ -33,6 +33,14 @@ pub enum Interleave {
     Mirror,
 }
 
+fn default_settle_ratio() -> f64 {
+    0.05
+}
+
+fn default_max_warmup() -> usize {
+    4
+}
+
 /// The noise gate's settings. Every rule below is applied identically to every subject.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NoiseConfig {
@@ -40,6 +48,16 @@ pub struct NoiseConfig {
     pub windows: usize,
     /// Untimed-for-statistics windows first (recorded as warm-up).
     pub warmup_windows: usize,
+    /// After those, warm-up goes on while the machine is still settling: a clean window faster
+    /// than the warm-up window before it on some series by more than `settle_ratio` (of its
+    /// own time) counts as warm-up too, until `max_warmup_windows` have run. Seen on a 2-core VM: the first windows of a run were
+    /// 50% slower than later ones, which biased every paired difference taken from them.
+    /// 0 warm-up windows turns warm-up off entirely.
+    #[serde(default = "default_settle_ratio")]
+    pub settle_ratio: f64,
+    /// See `settle_ratio` (at least `warmup_windows`).
+    #[serde(default = "default_max_warmup")]
+    pub max_warmup_windows: usize,
     /// Windows the gate may discard in one group before it stops re-measuring; the group is
     /// then marked `exhausted` and every report shows it.
     pub max_retries: usize,
@@ -70,6 +88,8 @@ impl Default for NoiseConfig {
         NoiseConfig {
             windows: 5,
             warmup_windows: 1,
+            settle_ratio: default_settle_ratio(),
+            max_warmup_windows: default_max_warmup(),
             max_retries: 6,
             outlier_mads: 5.0,
             outlier_floor_ratio: 0.02,
@@ -102,6 +122,9 @@ impl NoiseConfig {
         if !(0.0..).contains(&self.max_other_busy_cores) || !(0.0..).contains(&self.max_load_excess)
         {
             return bad("busy-machine limits must be >= 0");
+        }
+        if self.settle_ratio.is_nan() || self.settle_ratio <= 0.0 {
+            return bad("settle_ratio must be > 0");
         }
         Ok(())
     }

@@ -245,3 +245,82 @@ fn negative_times_are_rejected() {
         "toy: time_op blk.0.attn_q returned an invalid time -0.5 ms"
     );
 }
+
+fn observe(subject: usize, engine: &str) -> GroupEntry {
+    GroupEntry {
+        subject,
+        spec: SeriesSpec {
+            subject: subject as u32,
+            engine: engine.into(),
+            label: "observe(dense_proj)".into(),
+            action: Action::Prefill {
+                mode: RunMode::Observe([Category::DenseProj].into_iter().collect()),
+            },
+        },
+    }
+}
+
+/// A machine still settling (each prefill faster than the one before) during the first windows:
+/// warm-up goes on until two windows agree, so every kept window is past it and the paired
+/// differences are exact; with the settle rule off, the same run keeps biased windows.
+#[test]
+fn warm_up_goes_on_until_the_machine_settles() {
+    let warming = |n: usize| {
+        let mut a = fake("a");
+        a.costs.observe_barrier_ms = 0.25;
+        a.faults.warming_prefills = n;
+        a
+    };
+    let settle_cfg = NoiseConfig {
+        warmup_windows: 1,
+        ..cfg()
+    };
+    let entries = [plain(0, "a"), observe(0, "a")];
+    // Two prefills (one window) warming: window 1 differs from warm-up window 0, so it is warm-up
+    // too; window 2 agrees with it and is the first kept one.
+    let mut a = warming(2);
+    let mut gate = Gate::new(settle_cfg.clone(), Box::new(NoProbe)).unwrap();
+    let rec = gate.run_group(&mut [&mut a], &[1], &entries, "t").unwrap();
+    let warm = rec
+        .windows
+        .iter()
+        .filter(|w| w.status == WindowStatus::Warmup)
+        .count();
+    assert_eq!(warm, 2);
+    let exact = 0.25 * a.nodes_in(Category::DenseProj) as f64;
+    assert!(exact > 0.0);
+    assert!(rec.paired_ms(0, 1).iter().all(|d| (d - exact).abs() < 1e-9));
+    // Six prefills warming: warm-up stops at max_warmup_windows (4), past the warming.
+    let mut a = warming(6);
+    let mut gate = Gate::new(settle_cfg.clone(), Box::new(NoProbe)).unwrap();
+    let rec = gate.run_group(&mut [&mut a], &[1], &entries, "t").unwrap();
+    assert_eq!(
+        rec.windows
+            .iter()
+            .filter(|w| w.status == WindowStatus::Warmup)
+            .count(),
+        4
+    );
+    assert!(rec.paired_ms(0, 1).iter().all(|d| (d - exact).abs() < 1e-9));
+    // The rule off (at most the fixed warm-up): the first kept windows are still warming and
+    // their paired differences are off.
+    let mut a = warming(6);
+    let off = NoiseConfig {
+        max_warmup_windows: 1,
+        ..settle_cfg
+    };
+    let mut gate = Gate::new(off, Box::new(NoProbe)).unwrap();
+    let rec = gate.run_group(&mut [&mut a], &[1], &entries, "t").unwrap();
+    assert!(rec.paired_ms(0, 1).iter().any(|d| (d - exact).abs() > 1e-3));
+}
+
+#[test]
+fn no_warm_up_means_none() {
+    let mut a = fake("a");
+    a.faults.warming_prefills = 4;
+    let mut gate = Gate::new(cfg(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], &[1], &[plain(0, "a")], "t")
+        .unwrap();
+    assert!(rec.windows.iter().all(|w| w.status != WindowStatus::Warmup));
+}
