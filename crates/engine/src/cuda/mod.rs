@@ -261,9 +261,11 @@ impl Backend for CudaBackend {
         }
         let stream = self.cu_stream();
         self.weights.upload_missing(&self.model, plan, stream)?;
-        self.weights.resolve(plan)?;
         if self.arena.select(plan) {
-            return Ok(());
+            let set = self.arena.current_id().ok_or_else(|| {
+                EngineError::Internal("the arena selected a plan without a set".into())
+            })?;
+            return self.weights.resolve(plan, set);
         }
         // New buffers. A captured graph points at the buffers of its own plan: the graphs of
         // plans whose buffers `rebuild` frees (before it allocates) go with them, and all of
@@ -280,7 +282,12 @@ impl Backend for CudaBackend {
         }
         for id in rebuilt.evicted {
             self.graphs.by_set.remove(&id);
+            self.weights.forget(id);
         }
+        let set = self.arena.current_id().ok_or_else(|| {
+            EngineError::Internal("the arena rebuilt a plan without a set".into())
+        })?;
+        self.weights.resolve(plan, set)?;
         let mut work = 0;
         for i in 0..plan.nodes.len() {
             work = work.max(ops::work_bytes(self, plan, i)?);
