@@ -315,8 +315,7 @@ static void launch(const Problem& p, const AttnArgs& a, const Launch& L, cudaStr
     }
     CK(cudaGetLastError());
     if (L.n_split > 1) {
-        const long long n4 = (long long)p.R * p.H * p.d / 4;
-        flash_attn_combine<<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(a);
+        flash_attn_combine<<<(unsigned)((long long)p.R * p.H), ATTN_COMBINE_THREADS, 0, st>>>(a);
         CK(cudaGetLastError());
     }
 }

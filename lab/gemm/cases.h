@@ -72,6 +72,8 @@ struct GemmCase {
     bool first_k = false;    // MoE routing: every token picks experts 0..topk-1
     bool pair_input = false; // MoE: one x row per pair (down projection), else per token
     bool tile_rows1 = false; // MoE: one-row tiles (the engine's decode routing), max_tiles = pairs
+    bool direct = false;     // MoE, GEMV/MMV: no tables, tile t = pair t of expert ids[t] (the engine's decode)
+    int gemv_threads = 0;    // GEMV block size (0: GEMV_THREADS; the engine goes down to 64 for short N)
     int layout = 0, head_dim = 0, n_head = 0;
     int ldx_pad = 4, ldy_pad = 0, x_offset = 0;  // x_offset floats: misaligns x when odd
     int check_rows = 0;      // 0: check every row and column; else this many sampled rows
@@ -122,8 +124,8 @@ inline Setup make_setup(const GemmCase& c, ref::Rng& rng, const std::vector<uint
         s.ids = c.first_k ? ref::route_first_k(c.M, c.topk) : ref::route_random(c.M, c.topk, c.E, rng);
         // The engine's bound: every expert's rows in ceil(count / bm) tiles, so at most
         // ceil(M / bm) + min(E, M) tiles, and exactly M for one-row tiles (bm = 1: decode).
-        s.max_tiles = c.tile_rows1 ? s.M : (s.M + s.bm - 1) / s.bm + std::min(c.E, s.M);
-        if (c.tile_rows1) s.bm = 1;
+        s.max_tiles = c.tile_rows1 || c.direct ? s.M : (s.M + s.bm - 1) / s.bm + std::min(c.E, s.M);
+        if (c.tile_rows1 || c.direct) s.bm = 1;
         s.routing = ref::route_host(s.ids, c.E, s.bm, s.max_tiles);
     }
     return s;
@@ -263,17 +265,23 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     const bool mmv = c.variant == V_MMV;
     const bool gemv = c.variant == V_GEMV || mmv;
     if (c.E > 0) {
-        a.sorted_rows = b.upload(s.routing.sorted);
+        a.n_expert = c.E;
         a.x_div = c.pair_input ? 1 : c.topk;
-        a.tile_expert = b.upload(s.routing.tile_expert);
-        a.tile_start = b.upload(s.routing.tile_start);
-        a.tile_rows = b.upload(s.routing.tile_rows);
+        if (c.direct) {  // the router's ids are the tile experts; sorted_rows, tile_start/rows null
+            a.tile_expert = b.upload(s.ids);
+        } else {
+            a.sorted_rows = b.upload(s.routing.sorted);
+            a.tile_expert = b.upload(s.routing.tile_expert);
+            a.tile_start = b.upload(s.routing.tile_start);
+            a.tile_rows = b.upload(s.routing.tile_rows);
+        }
         d.gy = unsigned(s.max_tiles);
     } else {
         d.gy = unsigned(gemv ? s.M : (s.M + s.bm - 1) / s.bm);
     }
-    d.gx = unsigned(gemv ? (c.N + GEMV_ROWS - 1) / GEMV_ROWS : (c.N + GEMM_BN - 1) / GEMM_BN);
-    d.threads = gemv ? GEMV_THREADS : GEMM_THREADS;
+    const int gemv_t = c.gemv_threads > 0 ? c.gemv_threads : GEMV_THREADS, gemv_rows = 2 * (gemv_t / 32);
+    d.gx = unsigned(gemv ? (c.N + gemv_rows - 1) / gemv_rows : (c.N + GEMM_BN - 1) / GEMM_BN);
+    d.threads = gemv ? gemv_t : GEMM_THREADS;
     if (mmv) {  // grid-stride over row steps: at most mmv_max_blocks blocks per x row / tile
         const int steps = (c.N + mmv_rows_per_step(c.type, c.K) - 1) / mmv_rows_per_step(c.type, c.K);
         d.gx = unsigned(std::min(steps, mmv_max_blocks));
@@ -355,7 +363,31 @@ inline std::vector<GemmCase> correctness_cases(bool small) {
                 c.N = 72;
                 c.K = 2048;
                 cs.push_back(c);
+                c.name = "moe decode gate K=2048 direct (no tables)";
+                c.direct = true;
+                cs.push_back(c);
+                c.name = "moe decode down K=512 direct, 2 tokens";
+                c.M = 2;
+                c.pair_input = true;
+                c.N = 300;
+                c.K = 512;
+                cs.push_back(c);
+                c.direct = c.pair_input = false;
                 c.topk = c.E = 0;
+                if (v == V_GEMV) {
+                    c.name = "dense decode short N, 64-thread blocks";
+                    c.M = 1;
+                    c.N = 38;
+                    c.K = 2048;
+                    c.gemv_threads = 64;
+                    cs.push_back(c);
+                    c.name = "dense decode 128-thread blocks, M=3";
+                    c.M = 3;
+                    c.N = 100;
+                    c.gemv_threads = 128;
+                    cs.push_back(c);
+                    c.gemv_threads = 0;
+                }
             }
             // MoE gate/up: one x row per token, random routing.
             c.name = "moe gate random";

@@ -131,8 +131,7 @@ static void run(const Problem& p, const std::vector<double>& ref, const Variant&
                     32 * nw, a);
     }
     if (V.n_split > 1) {
-        const long long n4 = (long long)p.R * p.H * p.d / 4;
-        emu::launch(flash_attn_combine, dim3s{unsigned((n4 + 255) / 256), 1, 1}, 256, a);
+        emu::launch(flash_attn_combine, dim3s{unsigned(p.R * p.H), 1, 1}, ATTN_COMBINE_THREADS, a);
     }
     long long bad = 0, clob = 0;
     double num = 0, den = 0, worst = -1;

@@ -217,6 +217,8 @@ pub struct GemmArgs {
     pub layout: i32,
     pub head_dim: i32,
     pub n_head: i32,
+    /// MoE: experts in `w` (a tile of an expert outside `0..n_expert` writes nothing).
+    pub n_expert: i32,
 }
 
 /// `DequantF16Args` of gemm.cu (`dequant_f16`).
@@ -299,6 +301,16 @@ pub struct SampleArgs {
     pub random: u64,
 }
 
+/// `ArgmaxArgs` of sample.cu (`argmax_token`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ArgmaxArgs {
+    pub logits: DPtr,
+    pub best: DPtr,
+    pub vocab: i32,
+    pub pad0: i32,
+}
+
 /// `static_assert`s of a struct's size and of each field's offset; a field whose C name differs
 /// from the Rust one is written `rust as C`.
 macro_rules! layout {
@@ -359,7 +371,8 @@ pub fn layout_asserts(source: &str) -> String {
         "gemm" => [
             layout!(GemmArgs {
                 w, w_row_bytes, w_expert_bytes, x, ldx, y, ldy, m as M, n as N, k as K,
-                sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head
+                sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head,
+                n_expert
             }),
             layout!(DequantF16Args { w, row_bytes, ty as type, k as K, n as N, out, layout, head_dim, n_head }),
             layout!(CastF16Args { x, ldx, m as M, k as K, out }),
@@ -368,10 +381,16 @@ pub fn layout_asserts(source: &str) -> String {
             }),
         ]
         .concat(),
-        "sample" => layout!(SampleArgs {
-            logits, work, window, out, vocab, n_window, top_k, greedy, temperature, top_p, rep,
-            freq, presence, min_weight, random
-        }),
+        "sample" => [
+            layout!(SampleArgs {
+                logits, work, window, out, vocab, n_window, top_k, greedy, temperature, top_p,
+                rep, freq, presence, min_weight, random
+            }),
+            layout!(ArgmaxArgs {
+                logits, best, vocab, pad0
+            }),
+        ]
+        .concat(),
         _ => String::new(),
     }
 }

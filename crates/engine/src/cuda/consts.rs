@@ -43,6 +43,10 @@ pub const DELTA_DV_MAX: i64 = 128;
 pub const ATTN_DEC_MAXQ: i64 = 8;
 /// Keys per flash-decoding step (and the granularity of its key splits).
 pub const ATTN_DEC_STEP: i64 = 64;
+/// Threads of a `flash_attn_combine` block (one block per query row and head).
+pub const ATTN_COMBINE_THREADS: u32 = 256;
+/// Most key splits `flash_attn_combine` merges (its shared weights).
+pub const ATTN_COMBINE_MAX_SPLITS: i64 = 1024;
 /// Warps per prefill attention block (`flash_attn_d*`: 16 query rows each).
 pub const ATTN_NW: i64 = 8;
 /// Tokens per `conv_silu` block.
@@ -80,6 +84,8 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("DELTA_DV_MAX", DELTA_DV_MAX),
     ("ATTN_DEC_MAXQ", ATTN_DEC_MAXQ),
     ("ATTN_DEC_STEP", ATTN_DEC_STEP),
+    ("ATTN_COMBINE_THREADS", ATTN_COMBINE_THREADS as i64),
+    ("ATTN_COMBINE_MAX_SPLITS", ATTN_COMBINE_MAX_SPLITS),
     ("ATTN_NW", ATTN_NW),
     ("CONV_ROWS", CONV_ROWS),
     ("CONV_THREADS", CONV_THREADS as i64),

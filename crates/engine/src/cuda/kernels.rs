@@ -71,6 +71,7 @@ pub struct Kernels {
     pub dequant_f16: Kernel,
     pub cast_f16_rows: Kernel,
     pub sample_token: Kernel,
+    pub argmax_token: Kernel,
     /// The modules the handles point into (kept alive with them).
     _modules: Vec<Arc<CudaModule>>,
 }
@@ -187,6 +188,7 @@ impl Kernels {
             dequant_f16: gemm.get("dequant_f16")?,
             cast_f16_rows: gemm.get("cast_f16_rows")?,
             sample_token: m("sample")?.get("sample_token")?,
+            argmax_token: m("sample")?.get("argmax_token")?,
             _modules: Vec::new(),
         };
         let mut k = k;

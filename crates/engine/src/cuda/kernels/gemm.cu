@@ -7,8 +7,8 @@
 //                 GEMM_SMEM_BYTES(type, 128) (> 48 KB: raise the function's max dynamic smem first)
 //   gemm_<t>_m64  the same with BM = 64,  smem GEMM_SMEM_BYTES(type, 64)
 //   gemm_<t>_m32  the same with BM = 32,  smem GEMM_SMEM_BYTES(type, 32)
-//   gemv_<t>      f32 CUDA cores, one x row at a time, GEMV_ROWS = 16 output columns per block,
-//                 256 threads, no smem: for M = 1 (and as an always-correct fallback for any M)
+//   gemv_<t>      f32 CUDA cores, one x row at a time, 2 output columns per warp, up to
+//                 GEMV_THREADS = 256 threads (16 columns), no smem: for M = 1 (and as an always-correct fallback for any M)
 // and, for F32 weights only (dense, no MoE), exact f32 SIMT GEMMs (f32 FFMA, f32 accumulation):
 //   gemm_f32_simt      block tile SIMT_BM x SIMT_BN = 64 x 64, K step SIMT_BK = 16, 256 threads
 //                      (4 x 4 outputs each), static smem 3 stages x 128 x 20 f32 = 30720 bytes
@@ -25,7 +25,9 @@
 //   BM=32    70912   83200   107776  83200   95488     144640
 // Grids (x, y, 1):
 //   tensor-core dense: (ceil(N / GEMM_BN), ceil(M / BM));  MoE: (ceil(N / GEMM_BN), max_tiles)
-//   gemv dense:        (ceil(N / GEMV_ROWS), M);           MoE: (ceil(N / GEMV_ROWS), max_tiles)
+//   gemv dense:        (ceil(N / rows), M);                MoE: (ceil(N / rows), max_tiles)
+//                      rows = 2 * warps per block (GEMV_ROWS = 16 at GEMV_THREADS; fewer warps
+//                      spread a short N over more multiprocessors)
 //   gemm_f32_simt:     (ceil(N / 64), ceil(M / 64));       gemm_f32_simt_m32: (ceil(N / 32), ceil(M / 32))
 // where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe.cu) makes for that BM
 // (any tile size works for gemv). Blocks of unused tiles (tile_expert -1) exit.
@@ -68,13 +70,14 @@ struct GemmArgs {
     const i32* sorted_rows;  // [M] output row ids (pair index t*k+j) grouped by expert
     i32 x_div;               // input row = sorted_rows[i] / x_div
     const i32* tile_expert;  // per MoE tile: expert id, or -1 for an unused tile
-    const i32* tile_start;   // first index into sorted_rows
+    const i32* tile_start;   // first index into sorted_rows; null: one-row tiles in pair order
     const i32* tile_rows;    // rows in this tile (<= BM)
     // Output layout: 0 plain (column n = weight row n); 1 q/gate split: weight row
     // n = h*2*hd + i goes to column h*hd + i if i < hd else n_head*hd + h*hd + (i - hd).
     i32 layout;
     i32 head_dim;
     i32 n_head;
+    i32 n_expert;  // MoE: experts in w; a tile of an expert outside [0, n_expert) writes nothing
 };
 
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
@@ -133,9 +136,11 @@ __device__ __forceinline__ bool gemm_block_rows(const GemmArgs& a, int max_rows,
     if (a.tile_expert) {
         const int t = blockIdx.y;
         const int e = a.tile_expert[t];
-        if (e < 0) return false;
-        start = a.tile_start[t];
-        rows = a.tile_rows[t];
+        if (e < 0 || e >= a.n_expert) return false;
+        // Pair order (decode, one row per tile): tile t is pair t, and tile_expert is the router's
+        // [T, k] ids themselves, so no routing tables are built.
+        start = a.tile_start ? a.tile_start[t] : t;
+        rows = a.tile_start ? a.tile_rows[t] : 1;
         if (start < 0 || start >= a.M || rows <= 0) return false;
         rows = min(rows, min(max_rows, a.M - start));
         w += static_cast<i64>(e) * a.w_expert_bytes;
@@ -153,7 +158,7 @@ __device__ __forceinline__ bool gemm_row(const GemmArgs& a, int start, int i, in
         xr = yr = start + i;
         return true;
     }
-    const int s = a.sorted_rows[start + i];
+    const int s = a.sorted_rows ? a.sorted_rows[start + i] : start + i;
     if (s < 0 || s >= a.M) return false;
     yr = s;
     xr = s / max(a.x_div, 1);
@@ -334,7 +339,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
     constexpr int RW = 2;
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nb = blockIdx.x * GEMV_ROWS + warp * RW;
+    const int nb = blockIdx.x * (static_cast<int>(blockDim.x >> 5) * RW) + warp * RW;  // 2 rows per warp
     if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
     int start, rows;

@@ -8,7 +8,9 @@ use super::Io;
 use crate::EngineError;
 use crate::cuda::CudaBackend;
 use crate::cuda::args::AttnArgs;
-use crate::cuda::consts::{ATTN_DEC_MAXQ, ATTN_DEC_STEP, ATTN_NW};
+use crate::cuda::consts::{
+    ATTN_COMBINE_MAX_SPLITS, ATTN_COMBINE_THREADS, ATTN_DEC_MAXQ, ATTN_DEC_STEP, ATTN_NW,
+};
 use crate::cuda::kernels::{ATTN_HEAD_DIMS, Kernels};
 use crate::cuda::launch::{blocks, launch};
 
@@ -141,14 +143,20 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
             )
         }?;
         if n_split > 1 {
-            let n = r as i64 * h as i64 * d as i64 / 4;
+            if n_split as i64 > ATTN_COMBINE_MAX_SPLITS || d / 4 > ATTN_COMBINE_THREADS as usize {
+                return Err(EngineError::Internal(format!(
+                    "{n_split} key splits of head dim {d} exceed the combine's limits"
+                )));
+            }
             // SAFETY: as for flash decoding: it reads the n_split partials it wrote to ws earlier
-            // on this stream and writes o, one thread per 4 output values.
+            // on this stream and writes o; one block of ATTN_COMBINE_THREADS (the count the
+            // kernel was built with) per (query row, head), n_split and d within its limits
+            // (checked above).
             unsafe {
                 launch(
                     b.kernels.flash_attn_combine,
-                    (blocks(n, 256), 1, 1),
-                    (256, 1, 1),
+                    ((r * h) as u32, 1, 1),
+                    (ATTN_COMBINE_THREADS, 1, 1),
                     0,
                     s,
                     &a,

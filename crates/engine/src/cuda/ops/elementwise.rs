@@ -77,7 +77,7 @@ pub fn shared_gate(b: &CudaBackend, plan: &Plan, index: usize, io: &Io) -> Resul
         launch(
             b.kernels.shared_gate,
             (x.rows as u32, 1, 1),
-            (256, 1, 1),
+            (if x.rows < 64 { 1024 } else { 256 }, 1, 1),
             0,
             b.cu_stream(),
             &a,

@@ -9,7 +9,7 @@ use super::Io;
 use crate::EngineError;
 use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
 use crate::cuda::consts::{
-    GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_ROWS, GEMV_THREADS, MMV_THREADS,
+    GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_THREADS, MMV_THREADS,
     SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE,
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
@@ -40,6 +40,23 @@ pub(crate) fn use_mmv(ty: GgmlType, n: usize, k: usize) -> bool {
         && k % 32 == 0
         && k / 32 <= MMV_THREADS as usize
         && (k <= 1024 || n >= 65536)
+}
+
+/// Threads of a `gemv_<t>` block over `n` output columns and `m` rows (or MoE tiles): the full
+/// GEMV_THREADS where that gives every multiprocessor a block, else down to 2 warps, so a short
+/// N (the router, the shared expert, beta/alpha) spreads over more multiprocessors: each warp
+/// owns 2 columns whatever the block size, so a block's work is latency, not bandwidth.
+pub(crate) fn gemv_threads(n: usize, m: usize, sms: u32) -> u32 {
+    let mut threads = GEMV_THREADS;
+    while threads > 64 && (n.div_ceil(gemv_rows(threads) as usize) * m.max(1)) < 2 * sms as usize {
+        threads /= 2;
+    }
+    threads
+}
+
+/// Output columns of a `gemv_<t>` block of `threads` threads (2 per warp).
+pub(crate) fn gemv_rows(threads: u32) -> u32 {
+    2 * (threads / 32)
 }
 
 /// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
@@ -418,6 +435,7 @@ fn dense_gemm(
         layout,
         head_dim,
         n_head,
+        n_expert: 0,
     };
     if ty == GgmlType::F32 && m > 8 {
         let simt = simt_variant(m, n, b.props.sm_count);
@@ -446,9 +464,11 @@ fn dense_gemm(
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 {
-        let grid = (blocks(n as i64, GEMV_ROWS as u32), m as u32, 1);
-        // SAFETY: as for the SIMT GEMM, with GEMV_ROWS output columns per block over M rows.
-        unsafe { launch(set.gemv, grid, (GEMV_THREADS, 1, 1), 0, s, &a) }
+        let threads = gemv_threads(n, m, b.props.sm_count);
+        let grid = (blocks(n as i64, gemv_rows(threads)), m as u32, 1);
+        // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
+        // GEMV_THREADS threads (the kernel's launch bound).
+        unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
     } else {
         let bm = TILE_BM[v];
         let grid = (

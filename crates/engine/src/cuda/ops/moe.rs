@@ -5,12 +5,11 @@
 use tally_model::{Node, Plan};
 
 use super::Io;
-use super::matmul::{TILE_BM, gemm_smem_bytes, mmv_grid_x, use_mmv};
+use super::matmul::{TILE_BM, gemm_smem_bytes, gemv_rows, gemv_threads, mmv_grid_x, use_mmv};
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
 use crate::cuda::consts::{
-    GEMM_BK, GEMM_BN, GEMM_THREADS, GEMV_ROWS, GEMV_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E,
-    MOE_ROUTE_THREADS,
+    GEMM_BK, GEMM_BN, GEMM_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E, MOE_ROUTE_THREADS,
 };
 use crate::cuda::launch::{blocks, launch};
 use crate::cuda::{CudaBackend, DevWeight};
@@ -63,7 +62,15 @@ impl MoeTables {
             pairs,
         }
     }
+    /// One-row tiles (decode) need no tables: the GEMV takes the router's ids as the tile
+    /// experts, tile t being pair t (see `moe_matmul`).
+    pub(crate) fn direct(&self) -> bool {
+        self.bm <= 1
+    }
     pub(crate) fn bytes(&self) -> usize {
+        if self.direct() {
+            return 0;
+        }
         4 * (self.experts + self.pairs + 3 * self.max_tiles + 2)
     }
     /// (counts, sorted, tile expert, tile start, tile rows, err) from the workspace base.
@@ -131,8 +138,6 @@ pub fn moe_matmul(
     }
     let pairs = tokens * k;
     let (bm, max_tiles) = (tables.bm, tables.max_tiles);
-    let base = b.workspace(tables.bytes())?;
-    let [counts, sorted, t_exp, t_start, t_rows, err] = tables.addresses(base);
     let ids = io.ins[1];
     if ids.1 != k as i64 {
         return Err(EngineError::Internal(
@@ -140,6 +145,13 @@ pub fn moe_matmul(
         ));
     }
     let s = b.cu_stream();
+    // One-row tiles: tile t is pair t with expert ids[t]; the kernels read the ids directly (no
+    // moe_route launch, no tables: decode ran three 5 us single-block routing launches per layer).
+    let [counts, sorted, t_exp, t_start, t_rows, err] = if tables.direct() {
+        [0, 0, ids.0, 0, 0, 0]
+    } else {
+        tables.addresses(b.workspace(tables.bytes())?)
+    };
     let r = MoeRouteArgs {
         ids: ids.0,
         n_tokens: tokens as i32,
@@ -154,20 +166,22 @@ pub fn moe_matmul(
         tile_rows: t_rows,
         err,
     };
-    // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build). One block
-    // of MOE_ROUTE_THREADS, as the kernel requires (it checks); ids is the node's contiguous
-    // T x k i32 view (checked above), the tables lie in the workspace grown above to
-    // `tables.bytes()`, at the offsets `addresses` gives (the same MoeTables).
-    unsafe {
-        launch(
-            b.kernels.moe_route,
-            (1, 1, 1),
-            (MOE_ROUTE_THREADS, 1, 1),
-            0,
-            s,
-            &r,
-        )
-    }?;
+    if !tables.direct() {
+        // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build). One
+        // block of MOE_ROUTE_THREADS, as the kernel requires (it checks); ids is the node's
+        // contiguous T x k i32 view (checked above), the tables lie in the workspace grown
+        // above to `tables.bytes()`, at the offsets `addresses` gives (the same MoeTables).
+        unsafe {
+            launch(
+                b.kernels.moe_route,
+                (1, 1, 1),
+                (MOE_ROUTE_THREADS, 1, 1),
+                0,
+                s,
+                &r,
+            )
+        }?;
+    }
     let a = GemmArgs {
         w: wptr,
         w_row_bytes: row_bytes,
@@ -187,16 +201,18 @@ pub fn moe_matmul(
         layout: 0,
         head_dim: 0,
         n_head: 0,
+        n_expert: e as i32,
     };
     if bm == 1 && use_mmv(ty, n, kk) {
         // About four waves of blocks over the used tiles (one per pair at decode).
         let per_tile = (4 * b.props.sm_count).div_ceil(pairs.max(1) as u32);
         let gx = mmv_grid_x(ty, n, kk, per_tile);
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
-        // is the max_tiles tiles moe_route wrote (unused ones exit), grid.x row steps inside the
-        // N rows (grid-stride); rows come from sorted_rows (pairs < T*k; input row pair / x_div
-        // inside the node's input view), experts' weights from e < E blocks of N rows (size
-        // checked above), outputs to the node's T*k x N view.
+        // is the max_tiles = T*k one-row tiles, tile t being pair t (tile_start null) whose
+        // expert is ids[t], the node's contiguous T x k i32 view; grid.x row steps inside the
+        // N rows (grid-stride); input row t / x_div lies inside the node's input view, experts'
+        // weights are e < n_expert = E blocks of N rows (size checked above; other ids write
+        // nothing), outputs go to the node's T*k x N view.
         return unsafe {
             launch(
                 set.mmv,
@@ -209,16 +225,22 @@ pub fn moe_matmul(
         };
     }
     if bm == 1 {
-        let grid = (blocks(n as i64, GEMV_ROWS as u32), max_tiles as u32, 1);
-        // SAFETY: as for mmv, with GEMV_ROWS output columns per block.
-        unsafe { launch(set.gemv, grid, (GEMV_THREADS, 1, 1), 0, s, &a) }
+        let threads = gemv_threads(n, max_tiles, b.props.sm_count);
+        let grid = (blocks(n as i64, gemv_rows(threads)), max_tiles as u32, 1);
+        // SAFETY: as for mmv (one-row tiles read from the ids), with 2 output columns per
+        // warp and at most GEMV_THREADS threads.
+        unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
     } else {
         let v = TILE_BM
             .iter()
             .position(|&x| x == bm)
             .unwrap_or(TILE_BM.len() - 1);
         let grid = (blocks(n as i64, GEMM_BN as u32), max_tiles as u32, 1);
-        // SAFETY: as for mmv, with GEMM_BN columns per block and tiles of bm <= BM rows
+        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
+        // is the max_tiles tiles moe_route wrote (unused ones exit); rows come from sorted_rows
+        // (pairs < T*k; input row pair / x_div inside the node's input view), experts' weights
+        // from e < E blocks of N rows (size checked above), outputs to the node's T*k x N view;
+        // GEMM_BN columns per block and tiles of bm <= BM rows
         // (MoeTables picks bm from TILE_BM only where K % GEMM_BK == 0); the dynamic shared
         // memory is gemm.cu's own size for (type, BM) (asserted at kernel build), which
         // `configure` raised the kernel's limit to.

@@ -62,7 +62,15 @@ fn norm(
         l2,
     };
     let groups = (x.rows * (x.cols / group)) as u32;
-    let threads = if group >= 1024 { 256 } else { 128 };
+    // A few long rows (decode's hidden-state norms: one row of 2048) get 1024 threads, two
+    // values each: with 256 a thread's eight dependent loads were most of an 8 us launch.
+    let threads = if groups < b.props.sm_count && group >= 2048 {
+        1024
+    } else if group >= 1024 {
+        256
+    } else {
+        128
+    };
     // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block per
     // (row, group) of the input view; x and y are the node's views of buffers `prepare` sized
     // for this plan (rows x cols within their leading dimensions), w is null (L2) or a device

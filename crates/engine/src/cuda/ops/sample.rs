@@ -6,9 +6,9 @@ use tally_model::Plan;
 
 use crate::EngineError;
 use crate::cuda::CudaBackend;
-use crate::cuda::args::SampleArgs;
+use crate::cuda::args::{ArgmaxArgs, SampleArgs};
 use crate::cuda::consts::SAMPLE_THREADS;
-use crate::cuda::launch::launch;
+use crate::cuda::launch::{blocks, launch};
 use crate::cuda::mem::DevBuf;
 use crate::sample::{SampleStep, min_p_weight};
 
@@ -18,6 +18,7 @@ pub struct SampleBufs {
     work: Option<DevBuf>,
     window: Option<DevBuf>,
     out: Option<DevBuf>,
+    best: Option<DevBuf>,
 }
 
 fn at_least(slot: &mut Option<DevBuf>, bytes: usize, what: &str) -> Result<u64, EngineError> {
@@ -25,6 +26,48 @@ fn at_least(slot: &mut Option<DevBuf>, bytes: usize, what: &str) -> Result<u64, 
         *slot = Some(DevBuf::alloc(bytes.max(4), what)?);
     }
     Ok(slot.as_ref().map(|b| b.ptr).unwrap_or(0))
+}
+
+/// Greedy decoding without penalties (an empty window): `argmax_token` over many blocks, the
+/// same key and tie rule as the sampler's top token (largest key, then lowest id; NaN as -inf).
+fn argmax(
+    k: crate::cuda::launch::Kernel,
+    bufs: &mut SampleBufs,
+    logits: u64,
+    vocab: usize,
+    sms: u32,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<i32, EngineError> {
+    let best = at_least(&mut bufs.best, 8, "greedy token")?;
+    // SAFETY: `best` was grown above to at least 8 bytes on this stream's context; the memset
+    // is ordered on the stream before the kernel that reads it.
+    unsafe { cudarc::driver::sys::cuMemsetD32Async(best, 0, 2, stream) }
+        .result()
+        .map_err(|e| EngineError::Cuda(format!("zeroing the greedy token: {e}")))?;
+    let args = ArgmaxArgs {
+        logits,
+        best,
+        vocab: vocab as i32,
+        pad0: 0,
+    };
+    // SAFETY: ArgmaxArgs mirrors sample.cu's struct (layout asserted at kernel build). Blocks of
+    // 256 threads stride over the `vocab` logits of the plan's `[1, vocab]` view; `best` holds
+    // one u64 zeroed above, which each block folds its maximum into with one atomicMax.
+    unsafe {
+        launch(
+            k,
+            (blocks(vocab as i64, 256 * 4).clamp(1, 2 * sms), 1, 1),
+            (256, 1, 1),
+            0,
+            stream,
+            &args,
+        )
+    }?;
+    let mut packed = [0u64; 1];
+    if let Some(o) = &bufs.best {
+        o.download_at(0, &mut packed, stream)?;
+    }
+    Ok((0xffff_ffffu32 - (packed[0] & 0xffff_ffff) as u32) as i32)
 }
 
 impl CudaBackend {
@@ -39,7 +82,18 @@ impl CudaBackend {
         let (logits, _) = self.view(plan, &plan.logits)?;
         let stream = self.cu_stream();
         let mut bufs = std::mem::take(&mut self.sampling);
+        let sms = self.props.sm_count.max(1);
         let result: Result<i32, EngineError> = (|| {
+            if p.is_greedy() && step.window.is_empty() {
+                return argmax(
+                    self.kernels.argmax_token,
+                    &mut bufs,
+                    logits,
+                    vocab,
+                    sms,
+                    stream,
+                );
+            }
             let work = at_least(&mut bufs.work, vocab * 4, "sampling work")?;
             let window = at_least(&mut bufs.window, step.window.len() * 4, "sampling window")?;
             let out = at_least(&mut bufs.out, 4, "sampled id")?;
