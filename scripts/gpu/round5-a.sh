@@ -8,7 +8,10 @@
 #      (poisoned) on tiny q4_k_m, tiny-odd bf16, mid q4_k_m and mid q8_0; greedy generation with
 #      --verify-sampler (the CPU sampler on the downloaded logits every step: 0 mismatches) and
 #      CPU == CUDA tokens.
-#   3. The per-kernel decode profile again (scripts/gpu/profile-decode.sh's model and ncu runs),
+#   3. Fused launches (gate/up/SwiGlu, add + norm) change no bit: logits digests with and
+#      without TALLY_NO_FUSE=1 on five files (tiny, tiny-odd, mid q4_k_m / q8_0, the 4-layer
+#      35B-shaped file).
+#   4. The per-kernel decode profile again (scripts/gpu/profile-decode.sh's model and ncu runs),
 #      with ncu's cache flush (as before the change) and without it.
 # Everything under /tmp/o comes back as $OUT/r5a.tgz. Call 2 (round5-b.sh) within 30 s.
 set -u
@@ -55,6 +58,23 @@ PY
 done
 M=/tmp/l4.gguf
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --out "$M" > /dev/null 2>&1
+# Fused launches change no bit: the logits digests of a prefill and 6 decode steps, with and
+# without TALLY_NO_FUSE, on CUDA.
+for f in /tmp/tiny-q4_k_m.gguf /tmp/mid-q4_k_m.gguf /tmp/mid-q8_0.gguf /tmp/tiny-odd-bf16.gguf "$M"; do
+  n=$(basename "$f" .gguf)
+  timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-fused.json" 2> "$OUT/run-$n-fused.err"
+  TALLY_NO_FUSE=1 timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-unfused.json" 2> "$OUT/run-$n-unfused.err"
+  row "fused == unfused logits bits, $n" "$(python3 - "$OUT" "$n" <<'PY'
+import json, sys
+o, n = sys.argv[1:]
+try:
+    a, b = (json.load(open(f"{o}/run-{n}-{s}.json"))["logits_digests"] for s in ("fused", "unfused"))
+    print("same (7 steps)" if a == b and len(a) == 7 else f"DIFFER at {[i for i, (x, y) in enumerate(zip(a, b)) if x != y]}")
+except Exception as e:
+    print("ERROR", e)
+PY
+)"
+done
 command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
 gen=("$T" generate --model "$M" --tokenizer $V --backend cuda --prompt "The quick brown fox jumps over the lazy dog" -n 4 --temp 0 --ignore-eos)
 for cc in all none; do

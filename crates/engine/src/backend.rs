@@ -77,6 +77,14 @@ pub trait Backend {
     /// Runs node `index` of `plan` (possibly asynchronously).
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError>;
 
+    /// Runs nodes `index..` of `plan` as one fused launch where the backend has one for them
+    /// (the plain path only: see [`crate::exec::Hook::fuses`]); returns the nodes covered, or 0
+    /// when nothing was launched (then node `index` is dispatched alone). A fused launch writes
+    /// every output of the nodes it covers, equal to their own dispatches' bit for bit.
+    fn dispatch_fused(&mut self, _plan: &Plan, _index: usize) -> Result<usize, EngineError> {
+        Ok(0)
+    }
+
     /// Waits until every dispatched node has completed.
     fn barrier(&mut self) -> Result<(), EngineError>;
 
@@ -190,6 +198,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         (**self).dispatch(plan, index, target)
+    }
+    fn dispatch_fused(&mut self, plan: &Plan, index: usize) -> Result<usize, EngineError> {
+        (**self).dispatch_fused(plan, index)
     }
     fn barrier(&mut self) -> Result<(), EngineError> {
         (**self).barrier()

@@ -18,11 +18,20 @@ pub trait Hook {
     fn after(&mut self, _b: &mut dyn Backend, _plan: &Plan, _i: usize) -> Result<(), EngineError> {
         Ok(())
     }
+    /// Whether the backend may run several nodes in one launch ([`Backend::dispatch_fused`]):
+    /// only when nothing watches the nodes one by one.
+    fn fuses(&self) -> bool {
+        false
+    }
 }
 
-/// No instrumentation.
+/// No instrumentation: the plain path, where the backend's fused launches run.
 pub struct NoHook;
-impl Hook for NoHook {}
+impl Hook for NoHook {
+    fn fuses(&self) -> bool {
+        true
+    }
+}
 
 /// What one pass of the loop did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,11 +51,22 @@ pub fn execute(
     hook: &mut dyn Hook,
 ) -> Result<ExecStats, EngineError> {
     let mut stats = ExecStats::default();
-    for i in 0..plan.nodes.len() {
+    let fuses = hook.fuses();
+    let mut i = 0;
+    while i < plan.nodes.len() {
+        if fuses {
+            let n = b.dispatch_fused(plan, i)?;
+            if n > 0 {
+                stats.dispatches += n as u64;
+                i += n;
+                continue;
+            }
+        }
         hook.before(b, plan, i)?;
         b.dispatch(plan, i, Target::Real)?;
         stats.dispatches += 1;
         hook.after(b, plan, i)?;
+        i += 1;
     }
     Ok(stats)
 }

@@ -421,3 +421,85 @@ fn graph_count_missing_counts_lost_extra_and_silent_work() {
         1
     );
 }
+
+/// A CPU backend with one "fused launch": an Add and the node after it dispatched together.
+struct Fuser {
+    inner: tally_engine::cpu::CpuBackend,
+    fused: usize,
+}
+
+impl Backend for Fuser {
+    fn name(&self) -> &'static str {
+        "cpu-fuser"
+    }
+    fn device(&self) -> String {
+        self.inner.device()
+    }
+    fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
+        self.inner.prepare(plan)
+    }
+    fn reset_state(&mut self) -> Result<(), EngineError> {
+        self.inner.reset_state()
+    }
+    fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
+        self.inner.dispatch(plan, index, target)
+    }
+    fn dispatch_fused(&mut self, plan: &Plan, index: usize) -> Result<usize, EngineError> {
+        if plan.nodes[index].op != tally_model::Op::Add || index + 1 >= plan.nodes.len() {
+            return Ok(0);
+        }
+        self.inner.dispatch(plan, index, Target::Real)?;
+        self.inner.dispatch(plan, index + 1, Target::Real)?;
+        self.fused += 1;
+        Ok(2)
+    }
+    fn barrier(&mut self) -> Result<(), EngineError> {
+        self.inner.barrier()
+    }
+    fn read(&mut self, plan: &Plan, view: View) -> Result<Vec<f32>, EngineError> {
+        self.inner.read(plan, view)
+    }
+    fn read_i32(&mut self, plan: &Plan, view: View) -> Result<Vec<i32>, EngineError> {
+        self.inner.read_i32(plan, view)
+    }
+    fn write_i32(&mut self, plan: &Plan, view: View, data: &[i32]) -> Result<(), EngineError> {
+        self.inner.write_i32(plan, view, data)
+    }
+    fn write(&mut self, plan: &Plan, view: View, data: &[f32]) -> Result<(), EngineError> {
+        self.inner.write(plan, view, data)
+    }
+}
+
+/// Fused launches run on the plain path only: there they cover their nodes (the dispatch count
+/// is still one per node, as the ledger's probe check wants), and an instrumented run, which
+/// watches nodes one by one, never gets one.
+#[test]
+fn fused_launches_run_on_the_plain_path_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 9);
+    let ids = random_ids(6, model.config.vocab, 9);
+    let want = session(&model, 8).prefill(&ids).expect("cpu");
+    let backend = Fuser {
+        inner: tally_engine::cpu::CpuBackend::new(model.clone(), 0).expect("backend"),
+        fused: 0,
+    };
+    let mut s = tally_engine::Session::new(model.clone(), backend, 8).expect("session");
+    let (got, stats) = s.prefill_plain(&ids).expect("plain");
+    assert_eq!(got, want);
+    let plan = s.plan(6).expect("plan");
+    let adds = plan
+        .nodes
+        .iter()
+        .filter(|n| n.op == tally_model::Op::Add)
+        .count();
+    assert!(s.backend.fused > 0 && s.backend.fused <= adds);
+    assert_eq!(stats.dispatches, plan.nodes.len() as u64);
+    let fused = s.backend.fused;
+    let all: CategorySet = Category::ALL.into_iter().collect();
+    let (observed, stats) = s
+        .prefill_with(&ids, &mut Instrument::new(&RunMode::Observe(all)))
+        .expect("observe");
+    assert_eq!(observed, want);
+    assert_eq!(s.backend.fused, fused, "an instrumented run fused nodes");
+    assert_eq!(stats.dispatches, plan.nodes.len() as u64);
+}

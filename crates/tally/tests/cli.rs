@@ -215,6 +215,13 @@ fn run_prints_logits_as_json() {
     assert_eq!(v["prompt_tokens"], 9);
     assert_eq!(v["decoded"].as_array().map(Vec::len), Some(2));
     assert_eq!(v["top_logits"].as_array().map(Vec::len), Some(10));
+    // One digest per logits vector (prefill, then each decode step), all different.
+    let d: Vec<&str> = v["logits_digests"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(d.len(), 3, "{d:?}");
+    assert!(d[0] != d[1] && d[1] != d[2] && d.iter().all(|x| x.len() == 16));
 }
 
 #[test]

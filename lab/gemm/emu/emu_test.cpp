@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv]
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -101,6 +101,88 @@ static int test_f16_operands(int type, int layout, ref::Rng& rng) {
     return mism ? 1 : 0;
 }
 
+// gemv_<t> in paired mode (GemmArgs::w2) against two unpaired launches: gate and up bit-equal,
+// the third output bit-equal to silu(gate) * up (the binary map's SwiGlu), dense and over
+// one-row MoE tiles taken from the ids; poisoned outputs, so a column left unwritten shows.
+static int test_paired(int type, bool moe, ref::Rng& rng) {
+    const int K = 2048, N = moe ? 72 : 100, E = moe ? 8 : 1, topk = moe ? 4 : 1, T = moe ? 1 : 2;
+    const int M = moe ? T * topk : T;
+    const int64_t rb = ref::row_bytes(type, K);
+    const std::vector<uint8_t> wg = ref::random_weights(type, int64_t(E) * N, K, rng);
+    const std::vector<uint8_t> wu = ref::random_weights(type, int64_t(E) * N, K, rng);
+    std::vector<float> x(size_t(T) * K);
+    for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+    const std::vector<int32_t> ids = moe ? ref::route_random(T, topk, E, rng) : std::vector<int32_t>{};
+    EmuBackend b;
+    GemmArgs a{};
+    a.w_row_bytes = rb;
+    a.w_expert_bytes = moe ? rb * N : 0;
+    a.x = b.upload(x);
+    a.ldx = K;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.x_div = moe ? topk : 1;
+    if (moe) {
+        a.n_expert = E;
+        a.tile_expert = b.upload(ids);
+    }
+    const size_t ny = size_t(M) * N;
+    auto run = [&](GemmArgs g, int threads, int cols_per_warp) {
+        const int cols = (threads / 32) * cols_per_warp;
+        b.gemm(gemm_fn(type, V_GEMV), unsigned((N + cols - 1) / cols), unsigned(M), threads, 0, g);
+    };
+    float* yg = b.alloc<float>(ny);
+    float* yu = b.alloc<float>(ny);
+    b.poison(yg, ny);
+    b.poison(yu, ny);
+    GemmArgs g = a;
+    g.w = b.upload(wg);
+    g.y = yg;
+    g.ldy = N;
+    run(g, 256, 2);
+    GemmArgs u = g;
+    u.w = b.upload(wu);
+    u.y = yu;
+    run(u, 128, 2);
+    float* p1 = b.alloc<float>(ny);
+    float* p2 = b.alloc<float>(ny);
+    float* p3 = b.alloc<float>(ny);
+    b.poison(p1, ny);
+    b.poison(p2, ny);
+    b.poison(p3, ny);
+    GemmArgs pr = g;
+    pr.y = p1;
+    pr.w2 = u.w;
+    pr.y2 = p2;
+    pr.ldy2 = N;
+    pr.y3 = p3;
+    pr.ldy3 = N;
+    run(pr, 64, 1);
+    // Without the third output (two projections, no SwiGlu after them).
+    float* q1 = b.alloc<float>(ny);
+    float* q2 = b.alloc<float>(ny);
+    b.poison(q1, ny);
+    b.poison(q2, ny);
+    GemmArgs pq = pr;
+    pq.y = q1;
+    pq.y2 = q2;
+    pq.y3 = nullptr;
+    pq.ldy3 = 0;
+    run(pq, 128, 1);
+    long long bad = 0;
+    for (size_t i = 0; i < ny; i++) {
+        const float want3 = tally_silu(yg[i]) * yu[i];
+        bad += std::memcmp(&p1[i], &yg[i], 4) != 0 || std::memcmp(&p2[i], &yu[i], 4) != 0 ||
+               std::memcmp(&p3[i], &want3, 4) != 0 || yg[i] != yg[i] || std::memcmp(&q1[i], &yg[i], 4) != 0 ||
+               std::memcmp(&q2[i], &yu[i], 4) != 0;
+    }
+    std::printf("  %s paired gate/up %-5s %-5s M=%d N=%d K=%d: %lld of %zu outputs differ\n", bad ? "FAIL" : "ok  ",
+                ref::type_name(type), moe ? "moe" : "dense", M, N, K, bad, ny);
+    b.release();
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
@@ -118,6 +200,12 @@ int main(int argc, char** argv) {
     ref::Rng rng(20260101);
     EmuBackend b;
     int fails = 0;
+    if (argc > 1 && std::string(argv[1]) == "paired") {
+        for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K})
+            for (bool moe : {false, true}) fails += test_paired(t, moe, rng);
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     if (only_gemv) {
         for (const GemmCase& c : correctness_cases(true)) {
             if (c.variant != V_GEMV && c.variant != V_MMV) continue;

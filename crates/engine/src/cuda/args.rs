@@ -23,6 +23,29 @@ pub struct NormArgs {
     pub l2: i32,
 }
 
+/// `AddNormArgs` of norm.cu (`add_rms_norm`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AddNormArgs {
+    pub a: DPtr,
+    pub lda: i64,
+    pub b: DPtr,
+    pub ldb: i64,
+    pub c: DPtr,
+    pub ldc: i64,
+    pub mid: DPtr,
+    pub ldm: i64,
+    pub sum: DPtr,
+    pub lds: i64,
+    pub w: DPtr,
+    pub y: DPtr,
+    pub ldy: i64,
+    pub rows: i32,
+    pub cols: i32,
+    pub eps: f32,
+    pub pad0: i32,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RopeArgs {
@@ -219,6 +242,13 @@ pub struct GemmArgs {
     pub n_head: i32,
     /// MoE: experts in `w` (a tile of an expert outside `0..n_expert` writes nothing).
     pub n_expert: i32,
+    /// Paired gate/up (`gemv_<t>` only; 0 otherwise): the up weight, and the up and SwiGlu
+    /// outputs with their leading dimensions (gemm.cu).
+    pub w2: DPtr,
+    pub y2: DPtr,
+    pub ldy2: i64,
+    pub y3: DPtr,
+    pub ldy3: i64,
 }
 
 /// `DequantF16Args` of gemm.cu (`dequant_f16`).
@@ -339,7 +369,13 @@ macro_rules! layout {
 /// defines: every field's offset and every struct's size as Rust lays out its mirror.
 pub fn layout_asserts(source: &str) -> String {
     match source {
-        "norm" => layout!(NormArgs { x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2 }),
+        "norm" => [
+            layout!(NormArgs { x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2 }),
+            layout!(AddNormArgs {
+                a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, pad0
+            }),
+        ]
+        .concat(),
         "rope" => layout!(RopeArgs { x, ldx, y, ldy, rows, n_heads, head_dim, dims, offset, theta, pos }),
         "kv_store" => layout!(KvStoreArgs { k, ldk, v, ldv, kc, ldkc, vc, ldvc, pos, rows, cols, cap }),
         "elementwise" => [
@@ -372,7 +408,7 @@ pub fn layout_asserts(source: &str) -> String {
             layout!(GemmArgs {
                 w, w_row_bytes, w_expert_bytes, x, ldx, y, ldy, m as M, n as N, k as K,
                 sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head,
-                n_expert
+                n_expert, w2, y2, ldy2, y3, ldy3
             }),
             layout!(DequantF16Args { w, row_bytes, ty as type, k as K, n as N, out, layout, head_dim, n_head }),
             layout!(CastF16Args { x, ldx, m as M, k as K, out }),

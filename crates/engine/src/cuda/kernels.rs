@@ -46,6 +46,7 @@ pub const ATTN_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
 pub struct Kernels {
     pub norm_rows: Kernel,
+    pub add_rms_norm: Kernel,
     pub rope_neox: Kernel,
     pub kv_store: Kernel,
     pub binary_map: Kernel,
@@ -166,6 +167,7 @@ impl Kernels {
         let (delta, moe, elem) = (m("delta")?, m("moe")?, m("elementwise")?);
         let k = Kernels {
             norm_rows: m("norm")?.get("norm_rows")?,
+            add_rms_norm: m("norm")?.get("add_rms_norm")?,
             rope_neox: m("rope")?.get("rope_neox")?,
             kv_store: m("kv_store")?.get("kv_store")?,
             binary_map: elem.get("binary_map")?,

@@ -323,6 +323,19 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn dispatch_fused(&mut self, plan: &Plan, index: usize) -> Result<usize, EngineError> {
+        let before = launch::counts();
+        let n = ops::fused::dispatch(self, plan, index)
+            .map_err(|e| e.in_node(&plan.nodes[index].name))?;
+        if let (true, Some(c)) = (n > 0, self.graphs.capturing.as_mut()) {
+            let after = launch::counts();
+            c.dispatches += n as u64;
+            c.launches += after.0 - before.0;
+            c.library_calls += after.1 - before.1;
+        }
+        Ok(n)
+    }
+
     fn barrier(&mut self) -> Result<(), EngineError> {
         self.sync()
     }

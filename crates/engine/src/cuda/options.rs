@@ -21,6 +21,9 @@ pub struct CudaOptions {
     /// The one-token plan captured once and relaunched at every decode step: on unless
     /// `TALLY_NO_GRAPH` is set (`TALLY_NO_GRAPH=decode` turns off this one only).
     pub decode_graph: bool,
+    /// Fused launches on the plain path (gate/up/SwiGlu, add + RMS norm; `ops/fused.rs`): on
+    /// unless `TALLY_NO_FUSE` is set (to `1`; any other value is an error).
+    pub fuse: bool,
 }
 
 impl Default for CudaOptions {
@@ -30,6 +33,7 @@ impl Default for CudaOptions {
             gemm_variant: None,
             prefill_graph: true,
             decode_graph: true,
+            fuse: true,
         }
     }
 }
@@ -72,6 +76,11 @@ impl CudaOptions {
                 o.decode_graph = false;
             }
         }
+        match get("TALLY_NO_FUSE").as_deref() {
+            None | Some("") | Some("0") => {}
+            Some("1") => o.fuse = false,
+            Some(v) => return Err(bad("TALLY_NO_FUSE", v, "1 (or 0 / unset: fused)")),
+        }
         Ok(o)
     }
 
@@ -98,6 +107,7 @@ impl CudaOptions {
             },
             format!("prefill_graph={}", on(self.prefill_graph)),
             format!("decode_graph={}", on(self.decode_graph)),
+            format!("fuse={}", on(self.fuse)),
         ]
     }
 }
@@ -124,7 +134,8 @@ mod tests {
                 "gemm=kernels",
                 "gemm_variant=auto",
                 "prefill_graph=on",
-                "decode_graph=on"
+                "decode_graph=on",
+                "fuse=on"
             ]
         );
     }
@@ -136,8 +147,10 @@ mod tests {
             ("TALLY_GEMM_CUBLAS_MIN_M", "64"),
             ("TALLY_GEMM_VARIANT", "2"),
             ("TALLY_NO_GRAPH", "decode"),
+            ("TALLY_NO_FUSE", "1"),
         ])
         .expect("options");
+        assert!(!o.fuse);
         assert_eq!(o.cublas_min_m, Some(64));
         assert_eq!(o.gemm_variant, Some(2));
         assert!(o.graph_for(512) && !o.graph_for(1));
@@ -157,6 +170,7 @@ mod tests {
             [("TALLY_GEMM", "cuBLAS")],
             [("TALLY_GEMM_VARIANT", "4")],
             [("TALLY_GEMM_VARIANT", "m64")],
+            [("TALLY_NO_FUSE", "yes")],
         ] {
             let e = opts(&vars).expect_err("rejected").to_string();
             assert!(e.contains(vars[0].0), "{e}");

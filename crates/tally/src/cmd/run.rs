@@ -66,6 +66,9 @@ struct Report {
     decode_ms: f64,
     decode_tokens_per_s: f64,
     top_logits: Vec<(u32, f32)>,
+    /// A hash of every bit of the logits: the prefill's, then each decode step's (two runs
+    /// with equal digests computed bit-identical logits).
+    logits_digests: Vec<String>,
 }
 
 /// The `top` largest logits (id, value), highest first.
@@ -115,12 +118,15 @@ pub fn main(a: Args) -> Result<()> {
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     checks::finite_logits(&mut s, &prompt, &logits, "prefill")?;
     let top_logits = top_k(&logits, a.top);
+    let hex = |l: &[f32]| format!("{:016x}", tally_engine::subject::digest(l));
+    let mut logits_digests = vec![hex(&logits)];
     let mut decoded = Vec::new();
     let t1 = Instant::now();
     for _ in 0..a.decode {
         let next = top_k(&logits, 1).first().map(|x| x.0).unwrap_or(0);
         decoded.push(next);
         logits = s.decode(next)?;
+        logits_digests.push(hex(&logits));
         if first_non_finite(&logits).is_some() {
             let n = decoded.len();
             checks::finite_logits(&mut s, &prompt, &logits, &format!("decode step {n}"))?;
@@ -145,6 +151,7 @@ pub fn main(a: Args) -> Result<()> {
             0.0
         },
         top_logits,
+        logits_digests,
     };
     match a.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r)?),

@@ -78,6 +78,16 @@ struct GemmArgs {
     i32 head_dim;
     i32 n_head;
     i32 n_expert;  // MoE: experts in w; a tile of an expert outside [0, n_expert) writes nothing
+    // Paired projections (gemv_<t> only, layout 0; null otherwise): warp w takes output column
+    // n = blockIdx.x * warps + w, row n of w and row n of w2 (same type, shape and expert
+    // stride), and writes y and y2, and (y3 set: gate/up) y3 = silu(y) * y2. Each row's sum is
+    // the one the unpaired kernel makes for it (same pieces, lanes and order), and y3 the
+    // binary map's SwiGlu of the two, so fusing the nodes changes no bit.
+    const u8* w2;
+    float* y2;
+    i64 ldy2;
+    float* y3;
+    i64 ldy3;
 };
 
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
@@ -338,15 +348,24 @@ template <int T>
 __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
     constexpr int RW = 2;
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nb = blockIdx.x * (static_cast<int>(blockDim.x >> 5) * RW) + warp * RW;  // 2 rows per warp
+    const bool paired = a.w2 != nullptr;
+    if (paired && (a.layout != 0 || !a.y2)) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
+    // 2 rows per warp: columns nb, nb + 1, or (paired) gate and up rows of column nb.
+    const int nb = paired ? blockIdx.x * warps + warp : blockIdx.x * (warps * RW) + warp * RW;
     if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
     int start, rows;
     if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;
     const u8* wrow[RW];
+    if (paired) {
+        const i64 off = static_cast<i64>(nb) * a.w_row_bytes;
+        wrow[0] = w + off;
+        wrow[1] = a.w2 + (w - a.w) + off;  // the same expert of the up weight
+    } else {
 #pragma unroll
-    for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nb + r, a.N - 1)) * a.w_row_bytes;
+        for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nb + r, a.N - 1)) * a.w_row_bytes;
+    }
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const bool split = a.layout == 1;
     const int P = a.K / 32;
@@ -394,6 +413,15 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
                 }
                 acc[r] += sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1;
             }
+        }
+        if (paired) {
+            const float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
+            if (lane == 0) {
+                a.y[static_cast<i64>(yrow) * a.ldy + nb] = g;
+                a.y2[static_cast<i64>(yrow) * a.ldy2 + nb] = u;
+                if (a.y3) a.y3[static_cast<i64>(yrow) * a.ldy3 + nb] = tally_silu(g) * u;
+            }
+            continue;
         }
 #pragma unroll
         for (int r = 0; r < RW; r++) {

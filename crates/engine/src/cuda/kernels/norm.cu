@@ -34,3 +34,51 @@ extern "C" __global__ void norm_rows(NormArgs a) {
         y[i] = a.w ? v * a.w[i] : v;
     }
 }
+
+// A residual add and the RMS norm of its sum (Op::Add then Op::RmsNorm over whole rows), in one
+// launch: sum = a + b is written (the residual stream, read later), and y = rms_norm(sum) * w.
+// With c set, two adds first (the FFN's output then the residual): mid = a + b, sum = mid + c
+// (IEEE addition is commutative, so the operand order of the second add does not matter).
+// One block per row with the block size norm_rows gets for the same rows and width, each thread
+// the same elements in the same order, so every output equals the unfused launches' bit for
+// bit (ops/fused.rs relies on it).
+struct AddNormArgs {
+    const float* a; i64 lda;
+    const float* b; i64 ldb;
+    const float* c; i64 ldc;  // null: one add
+    float* mid; i64 ldm;      // a + b when c is set
+    float* sum; i64 lds;
+    const float* w;
+    float* y; i64 ldy;
+    i32 rows, cols;
+    float eps;
+    i32 pad0;
+};
+
+extern "C" __global__ void add_rms_norm(AddNormArgs p) {
+    __shared__ float red[32];
+    const int row = blockIdx.x;
+    if (row >= p.rows) return;
+    const float* a = p.a + (i64)row * p.lda;
+    const float* b = p.b + (i64)row * p.ldb;
+    const float* c = p.c ? p.c + (i64)row * p.ldc : nullptr;
+    float* m = p.mid ? p.mid + (i64)row * p.ldm : nullptr;
+    float* s = p.sum + (i64)row * p.lds;
+    float* y = p.y + (i64)row * p.ldy;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+        float v = a[i] + b[i];
+        if (c) {
+            m[i] = v;
+            v = v + c[i];
+        }
+        s[i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    const float sc = rsqrtf(ss / (float)p.cols + p.eps) * 1.0f;
+    for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+        const float v = s[i] * sc;
+        y[i] = v * p.w[i];
+    }
+}

@@ -36,7 +36,11 @@ extern "C" __global__ void router_topk(TopkArgs a) {
     float chosen_sum = 0.0f;
     float chosen_p[16];
     int chosen_e[16];
-    for (int t = 0; t < a.k && t < 16; t++) {
+    // Unrolled with a guard (not `t < k` as the bound) so chosen_* index registers: a runtime
+    // index put them in local memory (128 bytes of stack).
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+        if (t >= a.k) break;
         // Arg-max over the warp: highest p, then lowest expert index.
         float bp = -1.0f;
         int be = 0x7fffffff;
@@ -60,7 +64,9 @@ extern "C" __global__ void router_topk(TopkArgs a) {
         }
     }
     if (lane == 0) {
-        for (int t = 0; t < a.k && t < 16; t++) {
+#pragma unroll
+        for (int t = 0; t < 16; t++) {
+            if (t >= a.k) break;
             a.ids[(i64)warp * a.ld_ids + t] = chosen_e[t];
             a.w[(i64)warp * a.ld_w + t] = chosen_p[t] / chosen_sum;
         }

@@ -398,6 +398,20 @@ fn cublas_gemm(
     .map_err(|e| blas_err("cublasGemmEx", e))
 }
 
+/// Whether the dense projection of node `index` (M rows) runs on `gemv_<t>` (what the paired
+/// gate/up launch of `fused.rs` replaces, bit for bit): not cuBLAS, not the SIMT GEMM, not
+/// mmv, not a tensor-core tile, plain layout.
+pub(crate) fn runs_gemv(b: &CudaBackend, w: &DevWeight, m: usize) -> Result<bool, EngineError> {
+    if w.dims.len() < 2 || cublas_operands(b, w, m).is_some() {
+        return Ok(false);
+    }
+    let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
+    if (w.ty == GgmlType::F32 && m > 8) || use_mmv(w.ty, n, k) {
+        return Ok(false);
+    }
+    Ok(dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)? == 3)
+}
+
 /// A dense projection on the engine's kernels. F32 weights (the MoE router) with more than 8
 /// rows run on the f32 SIMT GEMM: exact to f32 like the CPU reference, so near-tied experts are
 /// picked the same way (the tensor-core kernels round operands to f16); up to 8 rows,
@@ -436,6 +450,11 @@ fn dense_gemm(
         head_dim,
         n_head,
         n_expert: 0,
+        w2: 0,
+        y2: 0,
+        ldy2: 0,
+        y3: 0,
+        ldy3: 0,
     };
     if ty == GgmlType::F32 && m > 8 {
         let simt = simt_variant(m, n, b.props.sm_count);

@@ -8,6 +8,7 @@ mod conv;
 mod delta;
 mod elementwise;
 mod embed;
+pub mod fused;
 mod kv_store;
 mod matmul;
 mod moe;

@@ -95,6 +95,17 @@ fn tables(w: &DevWeight, tokens: usize, k: usize) -> MoeTables {
     MoeTables::new(tokens * k, e, kk)
 }
 
+/// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `gemv_<t>`
+/// with one-row tiles read straight from the ids (what the paired gate/up launch of `fused.rs`
+/// replaces, bit for bit).
+pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
+    let (kk, n) = (
+        w.dims[0] as usize,
+        w.dims.get(1).copied().unwrap_or(0) as usize,
+    );
+    w.dims.len() == 3 && tables(w, tokens, k).direct() && !use_mmv(w.ty, n, kk)
+}
+
 /// Workspace bytes of node `index` (`Op::MoeMatMul` with `k` experts per token): its tables.
 pub fn work_bytes(
     b: &CudaBackend,
@@ -202,6 +213,11 @@ pub fn moe_matmul(
         head_dim: 0,
         n_head: 0,
         n_expert: e as i32,
+        w2: 0,
+        y2: 0,
+        ldy2: 0,
+        y3: 0,
+        ldy3: 0,
     };
     if bm == 1 && use_mmv(ty, n, kk) {
         // About four waves of blocks over the used tiles (one per pair at decode).

@@ -9,6 +9,20 @@ use crate::cuda::CudaBackend;
 use crate::cuda::args::NormArgs;
 use crate::cuda::launch::launch;
 
+/// Threads of a norm block over `groups` blocks of `group` values each. A few long rows
+/// (decode's hidden-state norms: one row of 2048) get 1024 threads, two values each: with 256,
+/// a thread's eight dependent loads were most of an 8 us launch. `add_rms_norm` takes the same
+/// count, so its sums are the unfused norm's bit for bit.
+pub(crate) fn norm_threads(groups: u32, group: usize, sms: u32) -> u32 {
+    if groups < sms && group >= 2048 {
+        1024
+    } else if group >= 1024 {
+        256
+    } else {
+        128
+    }
+}
+
 pub fn rms_norm(
     b: &CudaBackend,
     plan: &Plan,
@@ -62,15 +76,7 @@ fn norm(
         l2,
     };
     let groups = (x.rows * (x.cols / group)) as u32;
-    // A few long rows (decode's hidden-state norms: one row of 2048) get 1024 threads, two
-    // values each: with 256 a thread's eight dependent loads were most of an 8 us launch.
-    let threads = if groups < b.props.sm_count && group >= 2048 {
-        1024
-    } else if group >= 1024 {
-        256
-    } else {
-        128
-    };
+    let threads = norm_threads(groups, group, b.props.sm_count);
     // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block per
     // (row, group) of the input view; x and y are the node's views of buffers `prepare` sized
     // for this plan (rows x cols within their leading dimensions), w is null (L2) or a device
