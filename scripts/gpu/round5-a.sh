@@ -23,6 +23,8 @@ T=$TALLY_NOPEER
 t0=$(date +%s)
 summary=()
 row() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
+# The call's limit is 600 s: later steps are skipped past 470 s so the results still come back.
+left() { [ $(( $(date +%s) - t0 )) -lt 470 ] || { row "skipped (time)" "$1"; return 1; }; }
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,utilization.gpu --format=csv > "$OUT/gpu.txt"
 ( scripts/gpu/prepare.sh > "$OUT/prepare.txt" 2>&1 ) &
 prep=$!
@@ -57,11 +59,12 @@ PY
 )"
 done
 M=/tmp/l4.gguf
-"$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --out "$M" > /dev/null 2>&1
+left "l4 synth" && "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --out "$M" > /dev/null 2>&1
 # Fused launches change no bit: the logits digests of a prefill and 6 decode steps, with and
 # without TALLY_NO_FUSE, on CUDA.
 for f in /tmp/tiny-q4_k_m.gguf /tmp/mid-q4_k_m.gguf /tmp/mid-q8_0.gguf /tmp/tiny-odd-bf16.gguf "$M"; do
   n=$(basename "$f" .gguf)
+  left "digests $n" || continue
   timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-fused.json" 2> "$OUT/run-$n-fused.err"
   TALLY_NO_FUSE=1 timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-unfused.json" 2> "$OUT/run-$n-unfused.err"
   row "fused == unfused logits bits, $n" "$(python3 - "$OUT" "$n" <<'PY'
@@ -78,16 +81,21 @@ done
 command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
 gen=("$T" generate --model "$M" --tokenizer $V --backend cuda --prompt "The quick brown fox jumps over the lazy dog" -n 4 --temp 0 --ignore-eos)
 for cc in all none; do
+  left "ncu d0 $cc" || continue
   ncu --clock-control none --cache-control $cc --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-d0-$cc.csv" "${gen[@]}" > "$OUT/ncu-d0-$cc.out" 2>&1
   python3 tools/gpu/ncu_step.py "$OUT/ncu-d0-$cc.csv" > "$OUT/step-d0-$cc.txt" 2>&1
   row "ncu l4 decode step, cache $cc" "$(grep '^last full' "$OUT/step-d0-$cc.txt")"
 done
+left "ncu d8k" && {
 long=$(python3 -c 'import random; random.seed(1); print(" ".join(random.choice(["alpha","beta","gamma","delta","river","stone","cloud","seven"]) for _ in range(1500)))')
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-d8k-none.csv" \
   "$T" generate --model "$M" --tokenizer $V --backend cuda -c 16384 --prompt "$long" -n 3 --temp 0 --ignore-eos > "$OUT/ncu-d8k.out" 2>&1
 python3 tools/gpu/ncu_step.py "$OUT/ncu-d8k-none.csv" > "$OUT/step-d8k-none.txt" 2>&1
 row "ncu l4 decode step at d7.7k, cache none" "$(grep '^last full' "$OUT/step-d8k-none.txt")"
-wait $prep
+}
+# prepare.sh takes ~440-465 s; give it until 575 s, then send back what there is.
+while kill -0 $prep 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 575 ]; do sleep 2; done
+kill -0 $prep 2>/dev/null && row "prepare" "STILL RUNNING at 575 s (round5-b.sh completes it)"
 tail -3 "$OUT/prepare.txt"
 echo "== summary ($(( $(date +%s) - t0 )) s)"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

@@ -14,6 +14,8 @@ export OUT=/tmp/o2; mkdir -p $OUT
 BIG=${BIG:-/tmp/q4km.gguf}
 export LD_LIBRARY_PATH="$PWD/target/llama-cuda/bin:$LD_LIBRARY_PATH"
 t0=$(date +%s)
+# Idempotent: returns at once when call 1 finished both parts, else completes them.
+scripts/gpu/prepare.sh > "$OUT/prepare-b.txt" 2>&1; tail -1 "$OUT/prepare-b.txt"
 timeout 330 "$TALLY" bench -m "$BIG" --backend cuda --peer llama.cpp -p 512,8192 -n 128 -d 0,8192,32768 -r 5 \
   --out-dir "$OUT/sbs" > "$OUT/bench-sbs.md" 2>&1; echo "bench rc=$? after $(( $(date +%s) - t0 )) s"
 cat "$OUT/bench-sbs.md"
