@@ -9,6 +9,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
+# The llama.cpp sources travel compressed (the carry limit): .carry/llama.tar.xz, made here with
+# `tar cJf .carry/llama.tar.xz -C .carry llama.cpp`.
+[ -f .carry/llama.cpp/CMakeLists.txt ] || tar xJf .carry/llama.tar.xz -C .carry
 REAL_OUT=$OUT
 export OUT=/tmp/o2; mkdir -p $OUT
 BIG=${BIG:-/tmp/q4km.gguf}
