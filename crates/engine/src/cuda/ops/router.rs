@@ -28,13 +28,19 @@ pub fn topk(b: &CudaBackend, node: &Node, io: &Io, k: usize) -> Result<(), Engin
             l.cols
         )));
     }
+    let kernel = if l.cols <= 256 {
+        b.kernels.router_topk8
+    } else {
+        b.kernels.router_topk
+    };
     // SAFETY: TopkArgs mirrors router.cu's struct (layout asserted at kernel build). One warp
-    // per logits row (8 per block; warps past `rows` return); experts <= 1024 and k <= 16 as the
-    // kernel's registers hold (checked above); logits, ids (i32) and weights are the node's
-    // views of buffers `prepare` sized, k columns each for the outputs.
+    // per logits row (8 per block; warps past `rows` return); experts <= 1024 (<= 256 for
+    // router_topk8, picked above) and k <= 16 as the kernel's registers hold (checked above);
+    // logits, ids (i32) and weights are the node's views of buffers `prepare` sized, k columns
+    // each for the outputs.
     unsafe {
         launch(
-            b.kernels.router_topk,
+            kernel,
             (blocks(l.rows as i64, 8), 1, 1),
             (256, 1, 1),
             0,
