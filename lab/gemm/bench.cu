@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
                 CK(cudaFuncGetAttributes(&fa, gemm_fn(t, v)));
                 int blocks = 0;
                 CK(cudaFuncSetAttribute(gemm_fn(t, v), cudaFuncAttributeMaxDynamicSharedMemorySize, int(variant_smem(t, v))));
-                CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fn(t, v), v == V_GEMV ? GEMV_THREADS : GEMM_THREADS,
+                CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fn(t, v), v == V_GEMV || v == V_GEMV4 ? GEMV_THREADS : GEMM_THREADS,
                                                                  variant_smem(t, v)));
                 std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
             }
@@ -366,7 +366,7 @@ int main(int argc, char** argv) {
         if (do_check) {
             std::printf("== gemv / mmv correctness (every type)\n");
             for (const GemmCase& c : correctness_cases(false)) {
-                if (c.variant != V_GEMV && c.variant != V_MMV) continue;
+                if (c.variant != V_GEMV && c.variant != V_MMV && c.variant != V_GEMV4) continue;
                 const CaseResult r = run_case(b, c, rng, true);
                 n++;
                 if (!r.pass) {
@@ -400,7 +400,7 @@ int main(int argc, char** argv) {
                     c.M = M;
                     c.N = d.N;
                     c.K = d.K;
-                    time_shape(b, d.name, c, {V_GEMV, V_MMV}, rng);
+                    time_shape(b, d.name, c, {V_GEMV, V_GEMV4, V_MMV}, rng);
                 }
             }
             GemmCase c;

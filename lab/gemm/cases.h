@@ -17,9 +17,9 @@ typedef void (*GemmFn)(GemmArgs);
 
 // Kernel variants: the three tensor-core tile heights and the GEMV (every type: the correctness
 // matrix runs these N_VARIANTS), then the f32 SIMT GEMMs (F32 weights, dense only: simt_cases).
-enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6 };
+enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7 };
 inline const char* variant_name(int v) {
-    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32"};
+    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4"};
     return n[v];
 }
 inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32; }
@@ -29,7 +29,7 @@ inline int variant_bm(int v) {
     return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 ? 32 : v == V_SIMT ? SIMT_BM : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
-    return v == V_GEMV || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
+    return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
 #define LAB_KERNELS(name)                                                                      \
     switch (v) {                                                                               \
@@ -37,6 +37,7 @@ inline size_t variant_smem(int type, int v) {
         case V_M64: return gemm_##name##_m64;                                                  \
         case V_M32: return gemm_##name##_m32;                                                  \
         case V_MMV: return mmv_##name;                                                         \
+        case V_GEMV4: return gemv4_##name;                                                     \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -199,7 +200,7 @@ inline CaseResult check_case(const Setup& s, const std::vector<float>& y, bool q
     for (double v : want) rms += v * v;
     rms = std::sqrt(rms / double(std::max<size_t>(1, want.size())));
     int shown = 0;
-    const double bound = c.variant == V_GEMV ? kGemvBound : variant_simt(c.variant) ? kSimtBound : kGemmBound;
+    const double bound = c.variant == V_GEMV || c.variant == V_GEMV4 ? kGemvBound : variant_simt(c.variant) ? kSimtBound : kGemmBound;
     char lines[8][160];
     for (size_t ri = 0; ri < rows.size(); ri++) {
         for (size_t ci = 0; ci < cols.size(); ci++) {
@@ -263,7 +264,7 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     a.head_dim = c.head_dim;
     a.n_head = c.n_head;
     const bool mmv = c.variant == V_MMV;
-    const bool gemv = c.variant == V_GEMV || mmv;
+    const bool gemv = c.variant == V_GEMV || c.variant == V_GEMV4 || mmv;
     if (c.E > 0) {
         a.n_expert = c.E;
         a.x_div = c.pair_input ? 1 : c.topk;
@@ -279,7 +280,8 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     } else {
         d.gy = unsigned(gemv ? s.M : (s.M + s.bm - 1) / s.bm);
     }
-    const int gemv_t = c.gemv_threads > 0 ? c.gemv_threads : GEMV_THREADS, gemv_rows = 2 * (gemv_t / 32);
+    const int gemv_t = c.gemv_threads > 0 ? c.gemv_threads : GEMV_THREADS;
+    const int gemv_rows = (c.variant == V_GEMV4 ? 4 : 2) * (gemv_t / 32);
     d.gx = unsigned(gemv ? (c.N + gemv_rows - 1) / gemv_rows : (c.N + GEMM_BN - 1) / GEMM_BN);
     d.threads = gemv ? gemv_t : GEMM_THREADS;
     if (mmv) {  // grid-stride over row steps: at most mmv_max_blocks blocks per x row / tile
@@ -311,7 +313,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
     for (int t : ref::ALL_TYPES) {
-        for (int v = 0; v < N_VARIANTS; v++) {
+        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4}) {
             GemmCase c;
             c.type = t;
             c.variant = v;
@@ -343,7 +345,7 @@ inline std::vector<GemmCase> correctness_cases(bool small) {
             c.n_head = 2;
             cs.push_back(c);
             c.layout = c.head_dim = c.n_head = 0;
-            if (v == V_GEMV || v == V_MMV) {
+            if (v == V_GEMV || v == V_MMV || v == V_GEMV4) {
                 // Decode shapes: one x row (M = 1, 2), K = 2048 / 4096 (mmv's groups span 2 / 4
                 // warps: the shared-memory reduction), N not a multiple of the row step.
                 c.name = "dense decode K=2048";

@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     }
     if (only_gemv) {
         for (const GemmCase& c : correctness_cases(true)) {
-            if (c.variant != V_GEMV && c.variant != V_MMV) continue;
+            if (c.variant != V_GEMV && c.variant != V_MMV && c.variant != V_GEMV4) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);
         }

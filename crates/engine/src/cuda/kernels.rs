@@ -38,6 +38,8 @@ pub const GEMM_TYPES: [GgmlType; 16] = [
 pub struct GemmSet {
     pub tiles: [Kernel; 3],
     pub gemv: Kernel,
+    /// The GEMV with 4 rows per warp (the same sums as `gemv`).
+    pub gemv4: Kernel,
     pub mmv: Kernel,
 }
 
@@ -159,6 +161,7 @@ impl Kernels {
                     k(format!("gemm_{t}_m32"))?,
                 ],
                 gemv: k(format!("gemv_{t}"))?,
+                gemv4: k(format!("gemv4_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
             });
         }

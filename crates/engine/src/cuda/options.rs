@@ -21,6 +21,9 @@ pub struct CudaOptions {
     /// The one-token plan captured once and relaunched at every decode step: on unless
     /// `TALLY_NO_GRAPH` is set (`TALLY_NO_GRAPH=decode` turns off this one only).
     pub decode_graph: bool,
+    /// `TALLY_GEMV_RW=2|4`: rows per warp of every dense GEMV; `None`: 4 where N >= 2048 (the
+    /// big decode projections), else 2 (more blocks for a short N).
+    pub gemv_rw: Option<usize>,
     /// Fused launches on the plain path (gate/up/SwiGlu, add + RMS norm; `ops/fused.rs`): on
     /// unless `TALLY_NO_FUSE` is set (to `1`; any other value is an error).
     pub fuse: bool,
@@ -33,6 +36,7 @@ impl Default for CudaOptions {
             gemm_variant: None,
             prefill_graph: true,
             decode_graph: true,
+            gemv_rw: None,
             fuse: true,
         }
     }
@@ -76,6 +80,12 @@ impl CudaOptions {
                 o.decode_graph = false;
             }
         }
+        match get("TALLY_GEMV_RW").as_deref() {
+            None | Some("") => {}
+            Some("2") => o.gemv_rw = Some(2),
+            Some("4") => o.gemv_rw = Some(4),
+            Some(v) => return Err(bad("TALLY_GEMV_RW", v, "2 or 4")),
+        }
         match get("TALLY_NO_FUSE").as_deref() {
             None | Some("") | Some("0") => {}
             Some("1") => o.fuse = false,
@@ -107,6 +117,10 @@ impl CudaOptions {
             },
             format!("prefill_graph={}", on(self.prefill_graph)),
             format!("decode_graph={}", on(self.decode_graph)),
+            match self.gemv_rw {
+                Some(r) => format!("gemv_rw={r}"),
+                None => "gemv_rw=auto".into(),
+            },
             format!("fuse={}", on(self.fuse)),
         ]
     }
@@ -135,6 +149,7 @@ mod tests {
                 "gemm_variant=auto",
                 "prefill_graph=on",
                 "decode_graph=on",
+                "gemv_rw=auto",
                 "fuse=on"
             ]
         );
@@ -148,9 +163,11 @@ mod tests {
             ("TALLY_GEMM_VARIANT", "2"),
             ("TALLY_NO_GRAPH", "decode"),
             ("TALLY_NO_FUSE", "1"),
+            ("TALLY_GEMV_RW", "2"),
         ])
         .expect("options");
         assert!(!o.fuse);
+        assert_eq!(o.gemv_rw, Some(2));
         assert_eq!(o.cublas_min_m, Some(64));
         assert_eq!(o.gemm_variant, Some(2));
         assert!(o.graph_for(512) && !o.graph_for(1));
@@ -171,6 +188,7 @@ mod tests {
             [("TALLY_GEMM_VARIANT", "4")],
             [("TALLY_GEMM_VARIANT", "m64")],
             [("TALLY_NO_FUSE", "yes")],
+            [("TALLY_GEMV_RW", "8")],
         ] {
             let e = opts(&vars).expect_err("rejected").to_string();
             assert!(e.contains(vars[0].0), "{e}");

@@ -341,17 +341,21 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     }
 }
 
-// f32 GEMV: warp w of the block owns weight rows blockIdx.x*16 + 2w, +1; its lanes take pieces
-// p = lane, lane + 32, ... of both rows, each x element loaded once for the two rows.
+// f32 GEMV: warp w of the block owns RW weight rows (gemv_<t>: 2, gemv4_<t>: 4) from
+// blockIdx.x * warps * RW + RW * w; its lanes take pieces p = lane, lane + 32, ... of every row,
+// each x element loaded once for the RW rows (the x loads through L1 were 8x the Q4_K weight
+// bytes at RW = 2: ncu put the decode GEMVs at 62% of L1 throughput). Each row's sum is the same
+// at any RW (same pieces, lanes and order).
 // Per piece and segment s: sum_i x_i * (sc_s * v_i + off_s) = sc_s * (x . v) + off_s * sum(x).
-template <int T>
+template <int T, int RW = 2>
 __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
-    constexpr int RW = 2;
+    static_assert(RW == 2 || RW == 4, "rows per warp");
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
-    const bool paired = a.w2 != nullptr;
+    const bool paired = RW == 2 && a.w2 != nullptr;
     if (paired && (a.layout != 0 || !a.y2)) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
-    // 2 rows per warp: columns nb, nb + 1, or (paired) gate and up rows of column nb.
+    // RW rows per warp: columns nb .. nb + RW - 1, or (paired, RW = 2) gate and up rows of
+    // column nb.
     const int nb = paired ? blockIdx.x * warps + warp : blockIdx.x * (warps * RW) + warp * RW;
     if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
@@ -361,7 +365,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
     if (paired) {
         const i64 off = static_cast<i64>(nb) * a.w_row_bytes;
         wrow[0] = w + off;
-        wrow[1] = a.w2 + (w - a.w) + off;  // the same expert of the up weight
+        wrow[RW - 1] = a.w2 + (w - a.w) + off;  // the same expert of the up weight
     } else {
 #pragma unroll
         for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nb + r, a.N - 1)) * a.w_row_bytes;
@@ -415,7 +419,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
             }
         }
         if (paired) {
-            const float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
+            const float g = warp_sum(acc[0]), u = warp_sum(acc[RW - 1]);
             if (lane == 0) {
                 a.y[static_cast<i64>(yrow) * a.ldy + nb] = g;
                 a.y2[static_cast<i64>(yrow) * a.ldy2 + nb] = u;
@@ -615,7 +619,8 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_M32_MIN_BLOCKS(T)) gemm_##name##_m32(GemmArgs a) { \
         gemm_body<T, 32>(a);                                                                         \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { gemv_body<T>(a); }
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { gemv_body<T>(a); } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { gemv_body<T, 4>(a); }
 
 TALLY_GEMM_KERNELS(q4_k, QT_Q4_K)
 TALLY_GEMM_KERNELS(q5_k, QT_Q5_K)

@@ -483,6 +483,14 @@ fn dense_gemm(
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 {
+        let rw = b.options.gemv_rw.unwrap_or(if n >= 2048 { 4 } else { 2 });
+        if rw == 4 {
+            let threads = gemv_threads(n.div_ceil(2), m, b.props.sm_count);
+            let grid = (blocks(n as i64, 2 * gemv_rows(threads)), m as u32, 1);
+            // SAFETY: as for the SIMT GEMM, with 4 output columns per warp over M rows and at
+            // most GEMV_THREADS threads (the kernel's launch bound).
+            return unsafe { launch(set.gemv4, grid, (threads, 1, 1), 0, s, &a) };
+        }
         let threads = gemv_threads(n, m, b.props.sm_count);
         let grid = (blocks(n as i64, gemv_rows(threads)), m as u32, 1);
         // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
