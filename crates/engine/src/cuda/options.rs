@@ -21,8 +21,8 @@ pub struct CudaOptions {
     /// The one-token plan captured once and relaunched at every decode step: on unless
     /// `TALLY_NO_GRAPH` is set (`TALLY_NO_GRAPH=decode` turns off this one only).
     pub decode_graph: bool,
-    /// `TALLY_GEMV_RW=2|4`: rows per warp of every dense GEMV; `None`: 4 where N >= 2048 (the
-    /// big decode projections), else 2 (more blocks for a short N).
+    /// `TALLY_GEMV_RW=2|4`: rows per warp of every dense GEMV; `None`: 4 where N >= 8192 (the
+    /// qkv and q projections), else 2 (more blocks for a shorter N).
     pub gemv_rw: Option<usize>,
     /// Fused launches on the plain path (gate/up/SwiGlu, add + RMS norm; `ops/fused.rs`): on
     /// unless `TALLY_NO_FUSE` is set (to `1`; any other value is an error).

@@ -483,7 +483,10 @@ fn dense_gemm(
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 {
-        let rw = b.options.gemv_rw.unwrap_or(if n >= 2048 { 4 } else { 2 });
+        // Measured on the H200 (docs/results/2026-12-02-h200-decode/, round 6): 4 rows a warp
+        // took the 8192-row qkv GEMV from 11.5 to 8.9 us, but made the 4096-row z (6.7 -> 6.9)
+        // and the 2048-row out projection (7.7 -> 8.6) slower: half the blocks.
+        let rw = b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 });
         if rw == 4 {
             let threads = gemv_threads(n.div_ceil(2), m, b.props.sm_count);
             let grid = (blocks(n as i64, 2 * gemv_rows(threads)), m as u32, 1);
