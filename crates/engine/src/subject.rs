@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use tally_ledger::routing::route;
 use tally_ledger::schema::{EngineInfo, GraphExport, ModelFacts, Routing};
-use tally_ledger::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError};
+use tally_ledger::subject::{
+    OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload,
+};
 use tally_model::export::export_graph;
 use tally_model::rng::Rng;
 use tally_model::{Model, Op, Plan};
@@ -20,8 +22,8 @@ pub struct TallySubject<B: Backend> {
     pub session: Session<B>,
     /// Build identity (git commit).
     pub version: String,
-    /// Prompt length of the last exported graph: standalone timing uses its plan.
-    graph_tokens: Option<usize>,
+    /// Workload of the last exported graph: standalone timing uses its plan and state.
+    graph_workload: Option<Workload>,
 }
 
 /// FNV-1a over the logits' bytes: replay must leave it unchanged.
@@ -41,7 +43,7 @@ impl<B: Backend> TallySubject<B> {
         TallySubject {
             session,
             version,
-            graph_tokens: None,
+            graph_workload: None,
         }
     }
 
@@ -54,6 +56,34 @@ impl<B: Backend> TallySubject<B> {
 
     fn model(&self) -> &Arc<Model> {
         &self.session.model
+    }
+
+    /// Restores the state `context` leaves: a fresh state when it is empty, else a plain
+    /// prefill of it (untimed by the callers). Re-prefilling is the simplest restore that is
+    /// correct on every backend; it costs a prefill of the context per run.
+    fn restore_context(&mut self, context: &[u32]) -> Result<(), SubjectError> {
+        if context.is_empty() {
+            self.session.clear();
+            return Ok(());
+        }
+        self.session.prefill(context).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Runs `tokens` as one batch at the session's position (a fresh prefill when it holds
+    /// nothing), on the fastest path or through the instrumenting hook.
+    fn run_batch(
+        &mut self,
+        tokens: &[u32],
+        mode: &RunMode,
+    ) -> Result<(Vec<f32>, crate::exec::ExecStats), EngineError> {
+        match mode {
+            RunMode::Plain => self.session.append(tokens),
+            other => {
+                let mut hook = Instrument::new(other);
+                self.session.append_with(tokens, &mut hook)
+            }
+        }
     }
 
     /// Fills the inputs of node `i` for a standalone timing: the values of a real prefill of the
@@ -111,25 +141,32 @@ impl<B: Backend> Subject for TallySubject<B> {
         }
     }
 
-    fn graph(&mut self, n_tokens: usize) -> Result<GraphExport, SubjectError> {
-        let plan = self.session.plan(n_tokens).map_err(|e| self.err(e))?;
-        self.graph_tokens = Some(n_tokens);
+    fn graph(&mut self, w: Workload) -> Result<GraphExport, SubjectError> {
+        if w.total() > self.session.max_ctx() {
+            return Err(self.err(EngineError::TooLong {
+                tokens: w.total(),
+                max: self.session.max_ctx(),
+                why: "this session's context",
+            }));
+        }
+        // Plans hold no position: the batch's plan, exported as run after `n_past` tokens (the
+        // attention nodes see `n_past` cached keys more).
+        let plan = self.session.plan(w.n_tokens).map_err(|e| self.err(e))?;
+        self.graph_workload = Some(w);
         let info = self.info();
         let m = self.model();
-        // A prefill from a fresh state: the position is 0.
-        Ok(export_graph(&plan, 0, &m.config, &m.file, info))
+        Ok(export_graph(&plan, w.n_past, &m.config, &m.file, info))
     }
 
-    fn prefill(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, SubjectError> {
+    fn prefill(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+        mode: &RunMode,
+    ) -> Result<RunOutcome, SubjectError> {
+        self.restore_context(context)?;
         let t0 = Instant::now();
-        let (logits, stats) = match mode {
-            RunMode::Plain => self.session.prefill_plain(tokens),
-            other => {
-                let mut hook = Instrument::new(other);
-                self.session.prefill_with(tokens, &mut hook)
-            }
-        }
-        .map_err(|e| self.err(e))?;
+        let (logits, stats) = self.run_batch(tokens, mode).map_err(|e| self.err(e))?;
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(RunOutcome {
             wall_ms,
@@ -170,11 +207,12 @@ impl<B: Backend> Subject for TallySubject<B> {
     }
 
     fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
-        let n_tokens = self.graph_tokens.ok_or_else(|| {
+        let w = self.graph_workload.ok_or_else(|| {
             self.err(EngineError::Internal(
                 "time_op before graph(): the node's plan is unknown".into(),
             ))
         })?;
+        let n_tokens = w.n_tokens;
         let plan = self.session.plan(n_tokens).map_err(|e| self.err(e))?;
         let i = req.node.index as usize;
         if plan.nodes.get(i).is_none_or(|n| n.name != req.node.name) {
@@ -183,11 +221,15 @@ impl<B: Backend> Subject for TallySubject<B> {
                 req.node.index, req.node.name
             ))));
         }
-        // Realistic inputs: the values a real prefill of the same length leaves in the buffers.
+        // Realistic inputs: the values a real run of the same batch at the same position leaves
+        // in the buffers (and the position itself, so attention sees `n_past + 1..` keys).
         let vocab = self.model().config.vocab as u64;
         let mut rng = Rng::new(req.seed);
-        let ids: Vec<u32> = (0..n_tokens).map(|_| rng.below(vocab) as u32).collect();
-        self.session.prefill(&ids).map_err(|e| self.err(e))?;
+        let ids: Vec<u32> = (0..w.total()).map(|_| rng.below(vocab) as u32).collect();
+        let (context, batch) = ids.split_at(w.n_past);
+        self.restore_context(context)?;
+        self.run_batch(batch, &RunMode::Plain)
+            .map_err(|e| self.err(e))?;
         self.impose_routing(&plan, i, req.routing, req.seed)?;
         time_dispatch(&mut self.session.backend, &plan, i, req.warmup, req.reps)
             .map_err(|e| self.err(e))

@@ -9,7 +9,7 @@ use crate::gate::{Action, Gate, GroupEntry, GroupRecord, SeriesSpec};
 use crate::noise::NoiseConfig;
 use crate::rng::prompt_tokens;
 use crate::stats::Stats;
-use crate::subject::{RunMode, Subject};
+use crate::subject::{Prompt, RunMode, Subject, Workload};
 
 fn on() -> bool {
     true
@@ -18,8 +18,12 @@ fn on() -> bool {
 /// Settings of end-to-end runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct E2eConfig {
-    /// Prompt tokens.
+    /// Tokens of the timed batch (the prompt of a prefill).
     pub n_tokens: usize,
+    /// Context tokens restored (untimed) before each timed batch: 0 for a prefill from a fresh
+    /// state, D for a decode step at depth D. Files written before the field read as 0.
+    #[serde(default)]
+    pub n_past: usize,
     /// Decode tokens after the prompt (0: no decode runs).
     pub n_gen: usize,
     /// Time the prefill of the prompt as a series of its own. Off for a decode test at depth
@@ -60,11 +64,14 @@ pub struct DecodeReport {
 pub struct E2eReport {
     /// Engine measured.
     pub engine: String,
-    /// Prompt tokens.
+    /// Tokens of the timed batch (the prompt of a prefill).
     pub n_tokens: u64,
-    /// Plain prefill runs.
+    /// Context tokens before the timed batch (0: a prefill from a fresh state).
+    #[serde(default)]
+    pub n_past: u64,
+    /// Plain runs of the batch (the prefill; for a decode step at depth, the step).
     pub prefill: RunSeries,
-    /// `n_tokens / median seconds` (llama-bench's `pp` figure).
+    /// `n_tokens / median seconds` (llama-bench's `pp` figure; for a step, its tokens/s).
     pub prefill_tok_s: Option<f64>,
     /// Decode runs, when requested (llama-bench's `tg` figure).
     pub decode: Option<DecodeReport>,
@@ -110,7 +117,17 @@ pub fn e2e_many(
         .map(|s| s.info().model.n_vocab)
         .min()
         .unwrap_or(0);
-    let tokens = prompt_tokens(cfg.n_tokens, vocab, cfg.seed)?;
+    let w = Workload {
+        n_past: cfg.n_past,
+        n_tokens: cfg.n_tokens,
+    };
+    let tokens = prompt_tokens(w.total(), vocab, cfg.seed)?;
+    let prompt = Prompt::split(&tokens, w.n_past);
+    let (what, label) = if w.is_prefill() {
+        ("e2e: prefill".to_string(), "prefill".to_string())
+    } else {
+        (format!("e2e: {}", w.describe()), w.run_word().to_string())
+    };
     let mut gate = Gate::from_config(&cfg.noise)?;
     let entries = |action: &Action, label: &str| -> Vec<GroupEntry> {
         engines
@@ -136,17 +153,12 @@ pub fn e2e_many(
         ));
     }
     let prefill = if cfg.time_prefill {
-        gate.run_group(
-            subjects,
-            &tokens,
-            &entries(&prefill_action, "prefill"),
-            "e2e: prefill",
-        )?
+        gate.run_group(subjects, prompt, &entries(&prefill_action, &label), &what)?
     } else {
         // No windows: an empty record with the series named, so every report keeps its shape.
         GroupRecord {
             what: "e2e: prefill (not timed: decode at depth)".into(),
-            series: entries(&prefill_action, "prefill")
+            series: entries(&prefill_action, &label)
                 .into_iter()
                 .map(|e| e.spec)
                 .collect(),
@@ -156,12 +168,7 @@ pub fn e2e_many(
     };
     let decode = if n_gen > 0 {
         let action = Action::Decode { n_gen };
-        Some(gate.run_group(
-            subjects,
-            &tokens,
-            &entries(&action, "decode"),
-            "e2e: decode",
-        )?)
+        Some(gate.run_group(subjects, prompt, &entries(&action, "decode"), "e2e: decode")?)
     } else {
         None
     };
@@ -181,6 +188,7 @@ pub fn e2e_many(
             E2eReport {
                 engine: engine.clone(),
                 n_tokens: cfg.n_tokens as u64,
+                n_past: cfg.n_past as u64,
                 prefill_tok_s: tokens_per_s(cfg.n_tokens as u64, p.stats.median_ms),
                 prefill: p,
                 decode: decode.as_ref().map(|d| {
@@ -206,6 +214,7 @@ mod tests {
     fn cfg(n_gen: usize) -> E2eConfig {
         E2eConfig {
             n_tokens: 8,
+            n_past: 0,
             n_gen,
             time_prefill: true,
             seed: 1,

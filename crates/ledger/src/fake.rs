@@ -10,7 +10,7 @@ use crate::schema::{
     EngineInfo, ExpectedCount, GraphExport, GraphNode, ModelFacts, NodeInput, Routing, RowDep,
     SCHEMA_VERSION, TensorDesc,
 };
-use crate::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError};
+use crate::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload};
 
 /// Shape of the toy graph: a small attention + MoE transformer.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,8 +19,10 @@ pub struct ToyGraph {
     pub engine: String,
     /// Layers.
     pub n_layers: u32,
-    /// Prompt tokens.
+    /// Tokens of the batch (the prompt of a prefill).
     pub n_tokens: u64,
+    /// Context tokens before the batch (0: a prefill; D with `n_tokens` 1: a decode step).
+    pub n_past: u64,
     /// Hidden size (a multiple of 16).
     pub hidden: u64,
     /// Routed experts.
@@ -45,6 +47,7 @@ impl Default for ToyGraph {
             engine: "toy".into(),
             n_layers: 3,
             n_tokens: 8,
+            n_past: 0,
             hidden: 64,
             n_experts: 16,
             k: 2,
@@ -357,7 +360,7 @@ pub fn toy_graph(cfg: &ToyGraph) -> GraphExport {
         schema: SCHEMA_VERSION,
         engine: toy_engine(cfg),
         n_tokens: n,
-        n_past: 0,
+        n_past: cfg.n_past,
         nodes: b.nodes,
         expected: vec![
             ExpectedCount {
@@ -473,6 +476,8 @@ impl Default for FakeFaults {
 /// A call the fake received (for order checks).
 #[derive(Debug, Clone, PartialEq)]
 pub enum FakeCall {
+    /// The state after a context of this many tokens restored, before a `prefill` run.
+    Restore(usize),
     /// `prefill` with this mode.
     Prefill(RunMode),
     /// `decode` of this many tokens.
@@ -494,6 +499,8 @@ pub struct FakeSubject {
     pub faults: FakeFaults,
     /// Every call received, in order.
     pub calls: Vec<FakeCall>,
+    /// Contexts restored (one before each run of a batch at depth).
+    pub restores: usize,
     prefills: usize,
     busy_checks: usize,
 }
@@ -509,6 +516,7 @@ impl FakeSubject {
             costs,
             faults: FakeFaults::default(),
             calls: Vec::new(),
+            restores: 0,
             prefills: 0,
             busy_checks: 0,
         }
@@ -547,7 +555,8 @@ impl Subject for FakeSubject {
         self.graph.engine.clone()
     }
 
-    fn graph(&mut self, n_tokens: usize) -> Result<GraphExport, SubjectError> {
+    fn graph(&mut self, w: Workload) -> Result<GraphExport, SubjectError> {
+        let n_tokens = w.n_tokens;
         if n_tokens as u64 != self.graph.n_tokens {
             return Err(SubjectError::Engine {
                 engine: self.graph.engine.engine.clone(),
@@ -557,10 +566,38 @@ impl Subject for FakeSubject {
                 ),
             });
         }
+        if w.n_past as u64 != self.graph.n_past {
+            return Err(SubjectError::Engine {
+                engine: self.graph.engine.engine.clone(),
+                message: format!(
+                    "fake graph is built at position {}, asked for {}",
+                    self.graph.n_past, w.n_past
+                ),
+            });
+        }
         Ok(self.graph.clone())
     }
 
-    fn prefill(&mut self, _tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, SubjectError> {
+    fn prefill(
+        &mut self,
+        context: &[u32],
+        _tokens: &[u32],
+        mode: &RunMode,
+    ) -> Result<RunOutcome, SubjectError> {
+        if context.len() as u64 != self.graph.n_past {
+            return Err(SubjectError::Engine {
+                engine: self.graph.engine.engine.clone(),
+                message: format!(
+                    "fake graph runs after {} context tokens, given {}",
+                    self.graph.n_past,
+                    context.len()
+                ),
+            });
+        }
+        if !context.is_empty() {
+            self.restores += 1;
+            self.calls.push(FakeCall::Restore(context.len()));
+        }
         self.calls.push(FakeCall::Prefill(mode.clone()));
         let mut wall_ms = self.plain_ms();
         let mut digest = FAKE_DIGEST;

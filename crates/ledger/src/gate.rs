@@ -13,13 +13,14 @@ use crate::noise::{
     window_load, window_order,
 };
 use crate::stats::{Stats, outliers};
-use crate::subject::{OpTimingRequest, RunMode, Subject};
+use crate::subject::{OpTimingRequest, Prompt, RunMode, Subject};
 
 /// What one run of a series does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Action {
-    /// A prefill of the prompt, instrumented as `mode` says.
+    /// The measured batch of the prompt after its context is restored (a prefill when there is
+    /// no context), instrumented as `mode` says.
     Prefill {
         /// Instrumentation.
         mode: RunMode,
@@ -291,11 +292,11 @@ impl Gate {
 
     /// Runs `entries` in interleaved windows until `cfg.windows` clean windows are kept (or the
     /// retry budget runs out), then drops windows holding an outlier of any series and
-    /// re-measures them. `tokens` is the prompt for every run.
+    /// re-measures them. `prompt` is the context and batch of every run.
     pub fn run_group(
         &mut self,
         subjects: &mut [&mut dyn Subject],
-        tokens: &[u32],
+        prompt: Prompt<'_>,
         entries: &[GroupEntry],
         what: &str,
     ) -> Result<GroupRecord, LedgerError> {
@@ -329,7 +330,7 @@ impl Gate {
         };
         let mut seq = 0u32;
         for _ in 0..self.cfg.warmup_windows {
-            let runs = self.run_window(subjects, tokens, entries, seq as usize)?;
+            let runs = self.run_window(subjects, prompt, entries, seq as usize)?;
             record.windows.push(WindowRecord {
                 seq,
                 status: WindowStatus::Warmup,
@@ -361,7 +362,7 @@ impl Gate {
             }
             let before = self.probe.sample();
             let mut reasons = self.busy(subjects, &involved, &engines);
-            let runs = self.run_window(subjects, tokens, entries, seq as usize)?;
+            let runs = self.run_window(subjects, prompt, entries, seq as usize)?;
             let after = self.probe.sample();
             reasons.extend(self.busy(subjects, &involved, &engines));
             let load = before.zip(after).map(|(b, a)| window_load(&b, &a, threads));
@@ -402,7 +403,7 @@ impl Gate {
     fn run_window(
         &mut self,
         subjects: &mut [&mut dyn Subject],
-        tokens: &[u32],
+        prompt: Prompt<'_>,
         entries: &[GroupEntry],
         window: usize,
     ) -> Result<Vec<RunSample>, LedgerError> {
@@ -411,8 +412,10 @@ impl Gate {
             let e = &entries[i];
             let subject = &mut *subjects[e.subject];
             let out = match &e.spec.action {
-                Action::Prefill { mode } => subject.prefill(tokens, mode)?,
-                Action::Decode { n_gen } => subject.decode(tokens, *n_gen as usize)?,
+                Action::Prefill { mode } => {
+                    subject.prefill(prompt.context(), prompt.batch(), mode)?
+                }
+                Action::Decode { n_gen } => subject.decode(prompt.all, *n_gen as usize)?,
             };
             check_sample(&e.spec.engine, &e.spec.label, out.wall_ms)?;
             runs[i] = Some(RunSample {

@@ -179,6 +179,9 @@ pub struct GraphReport {
     pub engine: String,
     /// Prompt tokens of the graph.
     pub n_tokens: u64,
+    /// Position of the batch (context tokens before it; 0: a prefill from a fresh state).
+    #[serde(default)]
+    pub n_past: u64,
     /// All nodes.
     pub nodes: u64,
     /// View-only nodes (counted, no work).
@@ -325,6 +328,7 @@ pub fn check_graph(graph: &GraphExport) -> GraphReport {
     GraphReport {
         engine: graph.engine.engine.clone(),
         n_tokens: graph.n_tokens,
+        n_past: graph.n_past,
         nodes: graph.nodes.len() as u64,
         view_nodes,
         work_nodes: graph.nodes.len() as u64 - view_nodes,

@@ -419,8 +419,12 @@ pub struct Totals {
 pub struct Ledger {
     /// [`SCHEMA_VERSION`].
     pub schema: u32,
-    /// Prompt tokens (A's).
+    /// Tokens of the measured batch (A's; the prompt of a prefill).
     pub n_tokens: u64,
+    /// Context tokens before the measured batch (A's; 0: a prefill from a fresh state, D: a
+    /// decode step at depth D). Files written before the field read as 0.
+    #[serde(default)]
+    pub n_past: u64,
     /// Ours.
     pub a: SideSummary,
     /// Peer.
@@ -443,6 +447,14 @@ impl Ledger {
     /// the ledger can be trusted. Non-empty means the headline says "no verdict".
     pub fn withheld(&self) -> Vec<String> {
         build::withheld_reasons(&self.a, &self.b)
+    }
+
+    /// The measured workload (A's).
+    pub fn workload(&self) -> crate::subject::Workload {
+        crate::subject::Workload {
+            n_past: self.n_past as usize,
+            n_tokens: self.n_tokens as usize,
+        }
     }
 }
 

@@ -13,14 +13,18 @@ use crate::noise::NoiseConfig;
 use crate::opbench::{OpbenchConfig, OpbenchReport, opbench};
 use crate::replay::{ReplayConfig, ReplayReport, replay_many};
 use crate::schema::{EngineInfo, GraphExport, MachineInfo, SCHEMA_VERSION};
-use crate::subject::{RunMode, Subject};
+use crate::subject::{RunMode, Subject, Workload};
 
 /// What [`measure`] runs. The sub-configurations' `seed` and `noise` are replaced by the ones
 /// here, so every protocol sees the same prompt and the same gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MeasureConfig {
-    /// Prompt tokens.
+    /// Tokens of the measured batch (the prompt of a prefill; 1 for a decode step).
     pub n_tokens: usize,
+    /// Context tokens before the measured batch, restored untimed before every run (0: a
+    /// prefill from a fresh state; D: the batch runs at depth D).
+    #[serde(default)]
+    pub n_past: usize,
     /// Decode tokens (0: no decode runs).
     pub n_gen: usize,
     /// Seed of the prompt, routing tables and generated inputs.
@@ -40,8 +44,14 @@ pub struct MeasureConfig {
 impl MeasureConfig {
     /// Every protocol with default settings for a prompt of `n_tokens`.
     pub fn new(n_tokens: usize, machine: MachineInfo) -> MeasureConfig {
+        MeasureConfig::for_workload(Workload::prefill(n_tokens), machine)
+    }
+
+    /// Every protocol with default settings for workload `w` (e.g. [`Workload::step_at`]).
+    pub fn for_workload(w: Workload, machine: MachineInfo) -> MeasureConfig {
         MeasureConfig {
-            n_tokens,
+            n_tokens: w.n_tokens,
+            n_past: w.n_past,
             n_gen: 0,
             seed: 0x5EED,
             noise: NoiseConfig::default(),
@@ -49,6 +59,14 @@ impl MeasureConfig {
             replay: Some(ReplayConfig::default()),
             machine,
             include_graph: false,
+        }
+    }
+
+    /// The measured workload.
+    pub fn workload(&self) -> Workload {
+        Workload {
+            n_past: self.n_past,
+            n_tokens: self.n_tokens,
         }
     }
 }
@@ -129,8 +147,12 @@ pub struct Measurement {
     pub engine: EngineInfo,
     /// Machine facts and measured peaks.
     pub machine: MachineInfo,
-    /// Prompt tokens.
+    /// Tokens of the measured batch (the prompt of a prefill).
     pub n_tokens: u64,
+    /// Context tokens before the measured batch (0: a prefill from a fresh state; D: a batch,
+    /// e.g. one decode step, at depth D). Files written before the field read as 0.
+    #[serde(default)]
+    pub n_past: u64,
     /// Seed used.
     pub seed: u64,
     /// Graph counts and checks.
@@ -173,13 +195,25 @@ pub fn measure_many(
     cfg: &MeasureConfig,
 ) -> Result<Vec<Measurement>, LedgerError> {
     cfg.noise.validate()?;
+    let w = cfg.workload();
+    if w.n_tokens == 0 {
+        return Err(LedgerError::Config(
+            "measure: the measured batch needs at least 1 token".into(),
+        ));
+    }
     let mut graphs = Vec::new();
     for s in subjects.iter_mut() {
-        let g = s.graph(cfg.n_tokens)?;
+        let g = s.graph(w)?;
         if g.n_tokens != cfg.n_tokens as u64 {
             return Err(LedgerError::Config(format!(
                 "{}: asked for a graph of {} tokens, got one of {}",
                 g.engine.engine, cfg.n_tokens, g.n_tokens
+            )));
+        }
+        if g.n_past != cfg.n_past as u64 {
+            return Err(LedgerError::Config(format!(
+                "{}: asked for a graph at position {}, got one at {}",
+                g.engine.engine, cfg.n_past, g.n_past
             )));
         }
         let report = check_graph(&g).into_result()?;
@@ -187,6 +221,7 @@ pub fn measure_many(
     }
     let e2e_cfg = E2eConfig {
         n_tokens: cfg.n_tokens,
+        n_past: cfg.n_past,
         n_gen: cfg.n_gen,
         time_prefill: true,
         seed: cfg.seed,
@@ -244,6 +279,7 @@ pub fn measure_many(
             engine: s.info(),
             machine: cfg.machine.clone(),
             n_tokens: cfg.n_tokens as u64,
+            n_past: cfg.n_past as u64,
             seed: cfg.seed,
             dead_work: dead_work(&g),
             graph: report,
@@ -261,7 +297,7 @@ pub fn measure_many(
 mod tests {
     use super::*;
     use crate::category::Category;
-    use crate::fake::{FakeCosts, FakeSubject, ToyGraph, toy_graph};
+    use crate::fake::{FakeCall, FakeCosts, FakeSubject, ToyGraph, toy_graph};
     use crate::noise::ProbeChoice;
     use crate::subject::{OpTimingRequest, RunOutcome, SubjectError};
 
@@ -315,6 +351,88 @@ mod tests {
         );
     }
 
+    fn step_fake(depth: u64) -> FakeSubject {
+        let mut costs = FakeCosts::default();
+        costs.node_ms.insert(Category::DenseProj, 0.5);
+        let toy = ToyGraph {
+            n_tokens: 1,
+            n_past: depth,
+            ..ToyGraph::default()
+        };
+        FakeSubject::new(toy_graph(&toy), costs)
+    }
+
+    fn step_config(depth: usize) -> MeasureConfig {
+        let mut cfg = MeasureConfig::for_workload(Workload::step_at(depth), MachineInfo::default());
+        cfg.noise.probe = ProbeChoice::Off;
+        cfg
+    }
+
+    #[test]
+    fn a_decode_step_restores_its_context_before_every_run() {
+        let mut s = step_fake(16);
+        let m = measure(&mut s, &step_config(16)).unwrap();
+        // The workload went through to every protocol and document.
+        assert_eq!((m.n_tokens, m.n_past), (1, 16));
+        assert_eq!((m.graph.n_tokens, m.graph.n_past), (1, 16));
+        assert_eq!((m.e2e.n_tokens, m.e2e.n_past), (1, 16));
+        let r = m.replay.as_ref().unwrap();
+        assert_eq!((r.n_tokens, r.n_past), (1, 16));
+        assert!(r.trusted, "{:?}", r.problems);
+        assert!(m.probe.complete);
+        assert_eq!(m.e2e.prefill.group.what, "e2e: decode step at depth 16");
+        assert_eq!(m.e2e.prefill.label, "step");
+        // Every timed run (e2e and replay, warm-up windows included) came right after a
+        // restore of the 16-token context, and nothing else restored.
+        let runs = s
+            .calls
+            .iter()
+            .filter(|c| matches!(c, FakeCall::Prefill(_)))
+            .count();
+        assert!(runs > 30, "{runs} runs");
+        assert_eq!(s.restores, runs);
+        for (i, c) in s.calls.iter().enumerate() {
+            if matches!(c, FakeCall::Prefill(_)) {
+                assert_eq!(s.calls[i - 1], FakeCall::Restore(16), "call {i}");
+            }
+        }
+        // The context is the prompt's first 16 tokens: the fake refuses any other length.
+        let mut s = step_fake(8);
+        let mut cfg = step_config(16);
+        cfg.opbench = None;
+        assert_eq!(
+            measure(&mut s, &cfg).unwrap_err().to_string(),
+            "toy: fake graph is built at position 8, asked for 16"
+        );
+    }
+
+    #[test]
+    fn a_prefill_restores_nothing() {
+        let mut s = fake();
+        let m = measure(&mut s, &quiet_config()).unwrap();
+        assert_eq!(m.n_past, 0);
+        assert_eq!(s.restores, 0);
+        assert!(!s.calls.iter().any(|c| matches!(c, FakeCall::Restore(_))));
+        assert_eq!(m.e2e.prefill.group.what, "e2e: prefill");
+    }
+
+    #[test]
+    fn workload_names() {
+        assert_eq!(Workload::prefill(512).label(), "pp512");
+        assert_eq!(Workload::step_at(512).label(), "step-d512");
+        assert_eq!(
+            Workload::step_at(512).heading(),
+            "step-d512 (decode step at depth 512)"
+        );
+        let w = Workload {
+            n_past: 512,
+            n_tokens: 4,
+        };
+        assert_eq!(w.label(), "pp4-d512");
+        assert_eq!(Workload::step_at(64).total(), 65);
+        assert!(Workload::prefill(8).is_prefill() && !Workload::prefill(8).is_step());
+    }
+
     /// Answers every graph request with the graph it has, whatever the prompt length.
     struct WrongLength(FakeSubject);
 
@@ -322,11 +440,16 @@ mod tests {
         fn info(&self) -> EngineInfo {
             self.0.info()
         }
-        fn graph(&mut self, _: usize) -> Result<GraphExport, SubjectError> {
+        fn graph(&mut self, _: Workload) -> Result<GraphExport, SubjectError> {
             Ok(self.0.graph.clone())
         }
-        fn prefill(&mut self, t: &[u32], m: &RunMode) -> Result<RunOutcome, SubjectError> {
-            self.0.prefill(t, m)
+        fn prefill(
+            &mut self,
+            c: &[u32],
+            t: &[u32],
+            m: &RunMode,
+        ) -> Result<RunOutcome, SubjectError> {
+            self.0.prefill(c, t, m)
         }
         fn decode(&mut self, p: &[u32], n: usize) -> Result<RunOutcome, SubjectError> {
             self.0.decode(p, n)
@@ -334,6 +457,17 @@ mod tests {
         fn time_op(&mut self, r: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
             self.0.time_op(r)
         }
+    }
+
+    #[test]
+    fn a_graph_at_another_position_is_an_error() {
+        let mut s = WrongLength(step_fake(0));
+        let mut cfg = step_config(16);
+        cfg.opbench = None;
+        assert_eq!(
+            measure(&mut s, &cfg).unwrap_err().to_string(),
+            "invalid configuration: toy: asked for a graph at position 16, got one at 0"
+        );
     }
 
     #[test]

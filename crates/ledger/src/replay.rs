@@ -22,7 +22,7 @@ use crate::noise::NoiseConfig;
 use crate::rng::prompt_tokens;
 use crate::schema::GraphExport;
 use crate::stats::{Stats, median};
-use crate::subject::{CategorySet, RunMode, Subject};
+use crate::subject::{CategorySet, Prompt, RunMode, Subject, Workload};
 
 mod checks;
 pub use checks::{
@@ -132,8 +132,11 @@ pub struct CategoryReplay {
 pub struct ReplayReport {
     /// Engine measured.
     pub engine: String,
-    /// Prompt tokens.
+    /// Tokens of the replayed batch (the prompt of a prefill).
     pub n_tokens: u64,
+    /// Context tokens restored (untimed) before each run (0: a prefill from a fresh state).
+    #[serde(default)]
+    pub n_past: u64,
     /// Categories replayed.
     pub categories_replayed: Vec<Category>,
     /// Plain prefill, in the all-at-once group's windows.
@@ -279,6 +282,7 @@ impl ReplayReport {
             lin.category,
         )?;
         r.categories_replayed = self.categories_replayed.clone();
+        r.n_past = self.n_past;
         r.discards = self.discards;
         Ok(r)
     }
@@ -296,10 +300,15 @@ pub fn replay_many(
             "replay: one graph per subject, at least one subject".into(),
         ));
     }
-    let n_tokens = graphs[0].n_tokens;
+    let (n_tokens, n_past) = (graphs[0].n_tokens, graphs[0].n_past);
     if graphs.iter().any(|g| g.n_tokens != n_tokens) {
         return Err(LedgerError::Config(
             "replay: the graphs are for different prompt lengths".into(),
+        ));
+    }
+    if graphs.iter().any(|g| g.n_past != n_past) {
+        return Err(LedgerError::Config(
+            "replay: the graphs are for batches at different positions".into(),
         ));
     }
     let mut plans = Vec::new();
@@ -330,7 +339,12 @@ pub fn replay_many(
         .map(|s| s.info().model.n_vocab)
         .min()
         .unwrap_or(0);
-    let tokens = prompt_tokens(n_tokens as usize, vocab, cfg.seed)?;
+    let w = Workload {
+        n_past: n_past as usize,
+        n_tokens: n_tokens as usize,
+    };
+    let tokens = prompt_tokens(w.total(), vocab, cfg.seed)?;
+    let prompt = Prompt::split(&tokens, w.n_past);
     let mut gate = Gate::from_config(&cfg.noise)?;
 
     // All at once, with the plain run in the same windows.
@@ -348,7 +362,7 @@ pub fn replay_many(
             },
         ));
     }
-    let all_group = gate.run_group(subjects, &tokens, &entries, "replay: all categories")?;
+    let all_group = gate.run_group(subjects, prompt, &entries, "replay: all categories")?;
 
     // One group per category (all subjects that have it, interleaved).
     let mut cat_groups = Vec::new();
@@ -371,7 +385,7 @@ pub fn replay_many(
         }
         if !entries.is_empty() {
             let what = format!("replay: {c}");
-            cat_groups.push((c, gate.run_group(subjects, &tokens, &entries, &what)?));
+            cat_groups.push((c, gate.run_group(subjects, prompt, &entries, &what)?));
         }
     }
 
@@ -397,12 +411,16 @@ pub fn replay_many(
             ));
         }
     }
-    let lin_group = gate.run_group(subjects, &tokens, &entries, "replay: linearity")?;
+    let lin_group = gate.run_group(subjects, prompt, &entries, "replay: linearity")?;
 
     plans
         .iter()
         .zip(lin_cats)
-        .map(|(p, lin)| build_report(p, n_tokens, cfg, &all_group, &cat_groups, &lin_group, lin))
+        .map(|(p, lin)| {
+            let mut r = build_report(p, n_tokens, cfg, &all_group, &cat_groups, &lin_group, lin)?;
+            r.n_past = n_past;
+            Ok(r)
+        })
         .collect()
 }
 
@@ -598,6 +616,7 @@ fn build_report(
     Ok(ReplayReport {
         engine: engine.clone(),
         n_tokens,
+        n_past: 0,
         categories_replayed: plan.cats.clone(),
         observation: ObservationCost {
             plain_ms: plain.median_ms,

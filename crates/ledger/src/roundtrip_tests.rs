@@ -261,7 +261,7 @@ fn every_record_round_trips() {
         rp.observation => ObservationCost,
         rp.categories[0] => CategoryReplay,
         rp => ReplayReport,
-        E2eConfig { n_tokens: 8, n_gen: 2, time_prefill: true, seed: 1, noise: cfg.noise.clone() } => E2eConfig,
+        E2eConfig { n_tokens: 8, n_past: 0, n_gen: 2, time_prefill: true, seed: 1, noise: cfg.noise.clone() } => E2eConfig,
         ma.e2e.prefill => RunSeries,
         ma.e2e.decode.clone().unwrap() => DecodeReport,
         ma.e2e => E2eReport,

@@ -15,6 +15,128 @@ use crate::schema::{EngineInfo, GraphExport, GraphNode, Routing};
 /// A set of categories (ordered, so runs are reproducible).
 pub type CategorySet = BTreeSet<Category>;
 
+/// What is measured: one batch of `n_tokens` tokens after a context of `n_past` tokens.
+///
+/// A prefill from a fresh state is `(0, N)`; one decode step at depth D is `(D, 1)`. Every
+/// protocol measures the batch only: before each timed run the subject restores the state the
+/// context leaves (untimed), so every run of a series starts from the same state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub struct Workload {
+    /// Context tokens before the measured batch (its position).
+    pub n_past: usize,
+    /// Tokens of the measured batch.
+    pub n_tokens: usize,
+}
+
+impl Workload {
+    /// A prefill of `n_tokens` from a fresh state.
+    pub fn prefill(n_tokens: usize) -> Workload {
+        Workload {
+            n_past: 0,
+            n_tokens,
+        }
+    }
+
+    /// One decode step (a one-token batch) after a context of `depth` tokens.
+    pub fn step_at(depth: usize) -> Workload {
+        Workload {
+            n_past: depth,
+            n_tokens: 1,
+        }
+    }
+
+    /// A prefill from a fresh state (no context to restore).
+    pub fn is_prefill(&self) -> bool {
+        self.n_past == 0
+    }
+
+    /// A one-token step after a context.
+    pub fn is_step(&self) -> bool {
+        self.n_past > 0 && self.n_tokens == 1
+    }
+
+    /// Positions the state must hold: context plus batch.
+    pub fn total(&self) -> usize {
+        self.n_past.saturating_add(self.n_tokens)
+    }
+
+    /// The short name used in file names: `pp512` (prefill), `step-d512` (one decode step at
+    /// depth 512), `pp4-d512` (a 4-token batch after 512 tokens).
+    pub fn label(&self) -> String {
+        if self.is_prefill() {
+            format!("pp{}", self.n_tokens)
+        } else if self.is_step() {
+            format!("step-d{}", self.n_past)
+        } else {
+            format!("pp{}-d{}", self.n_tokens, self.n_past)
+        }
+    }
+
+    /// A report's title: `pp512`, or the label with the description
+    /// (`step-d512 (decode step at depth 512)`).
+    pub fn heading(&self) -> String {
+        if self.is_prefill() {
+            self.label()
+        } else {
+            format!("{} ({})", self.label(), self.describe())
+        }
+    }
+
+    /// What the timed run is, in a word: `prefill` or `step`.
+    pub fn run_word(&self) -> &'static str {
+        if self.is_step() { "step" } else { "prefill" }
+    }
+
+    /// A phrase for headlines: `prefill of 512 tokens`, `decode step at depth 512`.
+    pub fn describe(&self) -> String {
+        if self.is_prefill() {
+            format!("prefill of {} tokens", self.n_tokens)
+        } else if self.is_step() {
+            format!("decode step at depth {}", self.n_past)
+        } else {
+            format!("{}-token batch at depth {}", self.n_tokens, self.n_past)
+        }
+    }
+}
+
+/// The tokens of a workload's runs: the context (restored before each run, untimed), then the
+/// measured batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prompt<'a> {
+    /// Context and batch, in order.
+    pub all: &'a [u32],
+    /// Context tokens (the first `n_past` of `all`).
+    pub n_past: usize,
+}
+
+impl<'a> Prompt<'a> {
+    /// A prompt run from a fresh state (no context).
+    pub fn fresh(tokens: &'a [u32]) -> Prompt<'a> {
+        Prompt {
+            all: tokens,
+            n_past: 0,
+        }
+    }
+
+    /// The first `n_past` tokens of `all` are the context, the rest the batch.
+    pub fn split(all: &'a [u32], n_past: usize) -> Prompt<'a> {
+        Prompt {
+            all,
+            n_past: n_past.min(all.len()),
+        }
+    }
+
+    /// The context restored before each run.
+    pub fn context(&self) -> &'a [u32] {
+        &self.all[..self.n_past]
+    }
+
+    /// The measured batch.
+    pub fn batch(&self) -> &'a [u32] {
+        &self.all[self.n_past..]
+    }
+}
+
 /// How a prefill run is instrumented.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -87,11 +209,20 @@ pub trait Subject {
     /// Engine, build, backend and model facts.
     fn info(&self) -> EngineInfo;
 
-    /// The real graph the engine runs for a prompt of `n_tokens`.
-    fn graph(&mut self, n_tokens: usize) -> Result<GraphExport, SubjectError>;
+    /// The real graph the engine runs for the workload's batch: `w.n_tokens` tokens at
+    /// position `w.n_past` (the export's `n_tokens` and `n_past` must say so).
+    fn graph(&mut self, w: Workload) -> Result<GraphExport, SubjectError>;
 
-    /// One prefill of `tokens` from a fresh state, instrumented as `mode` says.
-    fn prefill(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, SubjectError>;
+    /// Restores the state `context` leaves (untimed; an empty context is a fresh state), then
+    /// runs `tokens` as one batch at position `context.len()`, instrumented as `mode` says.
+    /// `wall_ms`, the digest and the dispatches describe that batch only. A prefill from a
+    /// fresh state has an empty context.
+    fn prefill(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+        mode: &RunMode,
+    ) -> Result<RunOutcome, SubjectError>;
 
     /// Decodes `n_gen` tokens one at a time after a prefill of `prompt` (the prefill is not
     /// timed); `wall_ms` covers the decode steps only.

@@ -11,7 +11,7 @@ use tally_ledger::Category;
 use tally_ledger::deadwork::dead_work;
 use tally_ledger::graph::check_graph;
 use tally_ledger::schema::Routing;
-use tally_ledger::subject::{OpTimingRequest, RunMode, Subject};
+use tally_ledger::subject::{OpTimingRequest, RunMode, Subject, Workload};
 use tally_peer_llama::{LlamaPeer, PeerParams};
 
 fn median(v: &[f64]) -> f64 {
@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         info.engine, info.version, info.backend, info.device
     );
 
-    let g = p.graph(n)?;
+    let g = p.graph(Workload::prefill(n))?;
     let mut per: BTreeMap<Category, (u64, u64)> = BTreeMap::new();
     for node in &g.nodes {
         let e = per.entry(node.category).or_default();
@@ -87,10 +87,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         // Two untimed runs first: ggml-cuda captures a CUDA graph only on the third call of an
         // unchanged graph, and a split graph's segments are new graphs.
         for _ in 0..2 {
-            p.prefill(&tokens, mode)?;
+            p.prefill(&[], &tokens, mode)?;
         }
         for _ in 0..reps {
-            let r = p.prefill(&tokens, mode)?;
+            let r = p.prefill(&[], &tokens, mode)?;
             digests.insert(r.output_digest);
             w.push(r.wall_ms);
         }
@@ -126,6 +126,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     p.set_replay_verify(true);
     p.prefill(
+        &[],
         &tokens,
         &RunMode::Replay {
             categories: all.clone(),

@@ -151,8 +151,14 @@ pub(crate) fn cost(snap: &NodeSnap, n_past: u64) -> Cost {
 }
 
 /// Turns captured nodes (in execution order, possibly several graph executions) into export
-/// nodes. `n_ubatch` gives each execution's `n_past` (execution g starts at token g*n_ubatch).
-pub(crate) fn build_nodes(captured: &[Captured], n_tokens: u64, n_ubatch: u64) -> Vec<GraphNode> {
+/// nodes of a batch of `n_tokens` after `n_past` context tokens. `n_ubatch` gives each
+/// execution's position (execution g starts at token `n_past + g*n_ubatch`).
+pub(crate) fn build_nodes(
+    captured: &[Captured],
+    n_tokens: u64,
+    n_past: u64,
+    n_ubatch: u64,
+) -> Vec<GraphNode> {
     let mut nodes: Vec<GraphNode> = Vec::with_capacity(captured.len());
     // (graph, address) -> node index; (graph, name) -> last node index with that name.
     let mut by_addr: HashMap<(usize, usize), usize> = HashMap::new();
@@ -215,7 +221,7 @@ pub(crate) fn build_nodes(captured: &[Captured], n_tokens: u64, n_ubatch: u64) -
             .filter(|s| s.is_weight)
             .find_map(|s| weight_layer(&s.name));
         let layer = layer_of(snap.name()).or(weight_layer_of).or(src_layer);
-        let c = cost(snap, g as u64 * n_ubatch);
+        let c = cost(snap, n_past + g as u64 * n_ubatch);
         let persistent = !snap.is_noop
             && snap
                 .view_root

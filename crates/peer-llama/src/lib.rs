@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
 use tally_ledger::schema::{EngineInfo, GraphExport, ModelFacts, SCHEMA_VERSION};
-use tally_ledger::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError};
+use tally_ledger::subject::{
+    OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload,
+};
 
 pub use config::ModelConfig;
 pub use replay::ReplayStats;
@@ -148,8 +150,8 @@ pub struct LlamaPeer {
     opbench: Option<OpBench>,
     /// Standalone-timing recipes of exported nodes, by [`opbench::recipe_key`].
     recipes: HashMap<String, Recipe>,
-    /// Work nodes of the last export per prompt length (the `dispatches` of a plain run).
-    work_nodes: HashMap<u64, u64>,
+    /// Work nodes of the last export per workload (the `dispatches` of a plain run).
+    work_nodes: HashMap<Workload, u64>,
     last_replay: ReplayStats,
     config: ModelConfig,
     params: PeerParams,
@@ -333,15 +335,37 @@ impl LlamaPeer {
 
     /// Exports the graph of a prefill of `n_tokens`.
     pub fn export(&mut self, n_tokens: usize) -> Result<GraphExport, PeerError> {
-        if n_tokens == 0 {
+        self.export_workload(Workload::prefill(n_tokens))
+    }
+
+    /// Exports the graph of the workload's batch: its context is prefilled first with the
+    /// probe idle, then the batch's graph executions are captured (a decode step at depth D:
+    /// one one-token ubatch at `n_past` = D).
+    pub fn export_workload(&mut self, w: Workload) -> Result<GraphExport, PeerError> {
+        if w.n_tokens == 0 {
             return Err(PeerError::Param(
                 "a graph export needs at least 1 prompt token".into(),
             ));
         }
-        let tokens = self.synthetic_prompt(n_tokens)?;
-        self.probe_mut().start(ProbeMode::Capture);
+        let tokens = self.synthetic_prompt(w.total())?;
+        let (context, batch) = tokens.split_at(w.n_past);
         let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
-        let run = timing::run_prefill(self.context(true, n_tokens)?, &tokens, n_batch, n_vocab);
+        self.probe_mut().start(ProbeMode::Idle);
+        let restored =
+            timing::restore_context(self.context(true, w.total())?, context, n_batch, n_vocab);
+        let idle_error = self.probe_mut().error.take();
+        restored?;
+        if let Some(e) = idle_error {
+            return Err(PeerError::Engine(format!("context prefill failed: {e}")));
+        }
+        self.probe_mut().start(ProbeMode::Capture);
+        let run = timing::run_batch(
+            self.context(true, w.total())?,
+            batch,
+            w.n_past,
+            n_batch,
+            n_vocab,
+        );
         let probe = self.probe_mut();
         probe.mode = ProbeMode::Idle;
         let captured = std::mem::take(&mut probe.captured);
@@ -352,20 +376,17 @@ impl LlamaPeer {
             return Err(PeerError::Engine(format!("graph capture failed: {e}")));
         }
         let ub = u64::from(self.params.n_ubatch);
-        let nodes = export::build_nodes(&captured, n_tokens as u64, ub);
+        let n_past = w.n_past as u64;
+        let nodes = export::build_nodes(&captured, w.n_tokens as u64, n_past, ub);
         for (node, cap) in nodes.iter().zip(&captured) {
             if !node.is_view {
-                let n_past = cap.graph as u64 * ub;
-                self.recipes.insert(
-                    opbench::recipe_key(node),
-                    Recipe::from_snap(&cap.snap, n_past),
-                );
+                let at = n_past + cap.graph as u64 * ub;
+                self.recipes
+                    .insert(opbench::recipe_key(node), Recipe::from_snap(&cap.snap, at));
             }
         }
-        self.work_nodes.insert(
-            n_tokens as u64,
-            nodes.iter().filter(|n| !n.is_view).count() as u64,
-        );
+        self.work_nodes
+            .insert(w, nodes.iter().filter(|n| !n.is_view).count() as u64);
         let expected = self.config.expected(graphs, 1, self.params.flash_attn);
         let mut notes = export_notes(graphs, &self.params, self.gpu);
         if self.gpu {
@@ -386,8 +407,8 @@ impl LlamaPeer {
         Ok(GraphExport {
             schema: SCHEMA_VERSION,
             engine: self.info.clone(),
-            n_tokens: n_tokens as u64,
-            n_past: 0,
+            n_tokens: w.n_tokens as u64,
+            n_past,
             nodes,
             expected,
             notes,
@@ -396,6 +417,18 @@ impl LlamaPeer {
 
     /// One prefill of `tokens` from a fresh state.
     pub fn run(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, PeerError> {
+        self.run_after(&[], tokens, mode)
+    }
+
+    /// Restores the state `context` leaves (cleared, then prefilled with the probe idle:
+    /// untimed), then runs `tokens` at position `context.len()` as `mode` says; the outcome
+    /// describes that batch only.
+    pub fn run_after(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+        mode: &RunMode,
+    ) -> Result<RunOutcome, PeerError> {
         let (probed, probe_mode) = match mode {
             RunMode::Plain => (false, ProbeMode::Idle),
             RunMode::Observe(c) => (true, ProbeMode::Observe(c.clone())),
@@ -407,23 +440,35 @@ impl LlamaPeer {
                 },
             ),
         };
+        if tokens.is_empty() {
+            return Err(PeerError::Param("a prefill needs at least 1 token".into()));
+        }
+        let total = context.len() + tokens.len();
+        let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
         if probed {
+            self.probe_mut().start(ProbeMode::Idle);
+        }
+        timing::restore_context(self.context(probed, total)?, context, n_batch, n_vocab)?;
+        if probed {
+            if let Some(e) = self.probe_mut().error.take() {
+                return Err(PeerError::Engine(format!("context prefill failed: {e}")));
+            }
             self.probe_mut().start(probe_mode);
         }
-        let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
-        let run = timing::run_prefill(
-            self.context(probed, tokens.len())?,
+        let run = timing::run_batch(
+            self.context(probed, total)?,
             tokens,
+            context.len(),
             n_batch,
             n_vocab,
         );
         if !probed {
             let (wall_ms, digest) = run?;
-            let dispatches = self
-                .work_nodes
-                .get(&(tokens.len() as u64))
-                .copied()
-                .unwrap_or(0);
+            let w = Workload {
+                n_past: context.len(),
+                n_tokens: tokens.len(),
+            };
+            let dispatches = self.work_nodes.get(&w).copied().unwrap_or(0);
             return Ok(RunOutcome {
                 wall_ms,
                 output_digest: digest,
@@ -521,12 +566,17 @@ impl Subject for LlamaPeer {
         self.info.clone()
     }
 
-    fn graph(&mut self, n_tokens: usize) -> Result<GraphExport, SubjectError> {
-        Ok(self.export(n_tokens)?)
+    fn graph(&mut self, w: Workload) -> Result<GraphExport, SubjectError> {
+        Ok(self.export_workload(w)?)
     }
 
-    fn prefill(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, SubjectError> {
-        Ok(self.run(tokens, mode)?)
+    fn prefill(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+        mode: &RunMode,
+    ) -> Result<RunOutcome, SubjectError> {
+        Ok(self.run_after(context, tokens, mode)?)
     }
 
     fn decode(&mut self, prompt: &[u32], n_gen: usize) -> Result<RunOutcome, SubjectError> {

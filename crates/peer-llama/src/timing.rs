@@ -37,17 +37,58 @@ pub(crate) fn run_prefill(
     if tokens.is_empty() {
         return Err(PeerError::Param("a prefill needs at least 1 token".into()));
     }
-    if let Some(&bad) = tokens.iter().find(|&&t| t >= n_vocab) {
-        return Err(PeerError::Param(format!(
+    check_ids(tokens, n_vocab)?;
+    restore_context(ctx, &[], n_batch, n_vocab)?;
+    run_batch(ctx, tokens, 0, n_batch, n_vocab)
+}
+
+fn check_ids(tokens: &[u32], n_vocab: u32) -> Result<(), PeerError> {
+    match tokens.iter().find(|&&t| t >= n_vocab) {
+        Some(&bad) => Err(PeerError::Param(format!(
             "token id {bad} is outside the vocabulary of {n_vocab}"
-        )));
+        ))),
+        None => Ok(()),
     }
+}
+
+/// Clears the state and prefills `context` (no logits), untimed, so that the next batch runs
+/// at position `context.len()`: the state a decode step at that depth starts from. An empty
+/// context leaves a cleared state (as llama-bench's `llama_memory_clear` before each rep).
+pub(crate) fn restore_context(
+    ctx: &mut Context,
+    context: &[u32],
+    n_batch: u32,
+    n_vocab: u32,
+) -> Result<(), PeerError> {
+    check_ids(context, n_vocab)?;
     ctx.clear_memory();
+    let chunk = n_batch.max(1) as usize;
+    for (i, part) in context.chunks(chunk).enumerate() {
+        ctx.decode(part, (i * chunk) as u32, false)?;
+    }
+    ctx.synchronize();
+    Ok(())
+}
+
+/// Runs `tokens` at positions `n_past..` (after [`restore_context`] of `n_past` tokens):
+/// `llama_decode` per `n_batch` chunk, synchronise; returns the wall time (ms) and the digest
+/// of the last token's logits.
+pub(crate) fn run_batch(
+    ctx: &mut Context,
+    tokens: &[u32],
+    n_past: usize,
+    n_batch: u32,
+    n_vocab: u32,
+) -> Result<(f64, u64), PeerError> {
+    if tokens.is_empty() {
+        return Err(PeerError::Param("a batch needs at least 1 token".into()));
+    }
+    check_ids(tokens, n_vocab)?;
     let chunk = n_batch.max(1) as usize;
     let t0 = Instant::now();
     let n_chunks = tokens.len().div_ceil(chunk);
     for (i, part) in tokens.chunks(chunk).enumerate() {
-        ctx.decode(part, (i * chunk) as u32, i + 1 == n_chunks)?;
+        ctx.decode(part, (n_past + i * chunk) as u32, i + 1 == n_chunks)?;
     }
     ctx.synchronize();
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;

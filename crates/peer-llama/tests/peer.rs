@@ -14,7 +14,7 @@ use tally_ledger::Category;
 use tally_ledger::deadwork::dead_work;
 use tally_ledger::graph::check_graph;
 use tally_ledger::schema::{GraphExport, Routing};
-use tally_ledger::subject::{OpTimingRequest, RunMode, Subject, SubjectError};
+use tally_ledger::subject::{OpTimingRequest, RunMode, Subject, SubjectError, Workload};
 use tally_model::synth::{Preset, QuantMix, SynthSpec, apply_overrides, write_model};
 use tally_peer_llama::{LlamaPeer, PeerParams};
 
@@ -130,7 +130,7 @@ fn real_vocabulary_loads() {
 #[test]
 fn graph_export_matches_the_architecture() {
     let mut p = peer(tiny(), params());
-    let g = p.graph(37).unwrap();
+    let g = p.graph(Workload::prefill(37)).unwrap();
     assert_eq!(g.n_tokens, 37);
     assert_counts_match(&g);
     let cfg = p.config().clone();
@@ -193,7 +193,7 @@ fn graph_export_of_several_ubatches_and_odd_shapes() {
             ..params()
         },
     );
-    let g = p.graph(37).unwrap();
+    let g = p.graph(Workload::prefill(37)).unwrap();
     // 37 tokens in ubatches of 16: three graph executions, outputs only in the last.
     assert!(
         g.expected
@@ -213,9 +213,9 @@ fn graph_export_of_several_ubatches_and_odd_shapes() {
 #[test]
 fn replay_leaves_the_outputs_bit_identical() {
     let mut p = peer(tiny(), params());
-    let g = p.graph(24).unwrap();
+    let g = p.graph(Workload::prefill(24)).unwrap();
     let tokens = prompt(&p, 24, 7);
-    let plain = p.prefill(&tokens, &RunMode::Plain).unwrap();
+    let plain = p.prefill(&[], &tokens, &RunMode::Plain).unwrap();
     let all: BTreeSet<Category> = g
         .nodes
         .iter()
@@ -224,12 +224,15 @@ fn replay_leaves_the_outputs_bit_identical() {
         .collect();
     let work = g.nodes.iter().filter(|n| !n.is_view).count() as u64;
     assert_eq!(plain.dispatches, work);
-    let observe = p.prefill(&tokens, &RunMode::Observe(all.clone())).unwrap();
+    let observe = p
+        .prefill(&[], &tokens, &RunMode::Observe(all.clone()))
+        .unwrap();
     assert_eq!(observe.output_digest, plain.output_digest);
     assert_eq!(observe.dispatches, work);
     for times in [1, 2] {
         let r = p
             .prefill(
+                &[],
                 &tokens,
                 &RunMode::Replay {
                     categories: all.clone(),
@@ -252,6 +255,7 @@ fn replay_leaves_the_outputs_bit_identical() {
         let set = BTreeSet::from([c]);
         let r = p
             .prefill(
+                &[],
                 &tokens,
                 &RunMode::Replay {
                     categories: set,
@@ -275,6 +279,7 @@ fn replay_leaves_the_outputs_bit_identical() {
     p.set_replay_verify(true);
     let r = p
         .prefill(
+            &[],
             &tokens,
             &RunMode::Replay {
                 categories: all.clone(),
@@ -295,6 +300,7 @@ fn replay_leaves_the_outputs_bit_identical() {
     // replay reports them rather than hiding that they re-read their own output.
     let r = p
         .prefill(
+            &[],
             &tokens,
             &RunMode::Replay {
                 categories: BTreeSet::from([Category::DenseProj]),
@@ -313,7 +319,7 @@ fn replay_leaves_the_outputs_bit_identical() {
 #[test]
 fn standalone_timing_of_matmuls_and_routed_experts() {
     let mut p = peer(tiny(), params());
-    let g = p.graph(64).unwrap();
+    let g = p.graph(Workload::prefill(64)).unwrap();
     let mm = g
         .nodes
         .iter()
@@ -431,24 +437,24 @@ fn bad_inputs_are_errors_with_clear_text() {
     drop(p);
     let mut p = peer(tiny(), params());
     let n_vocab = p.info().model.n_vocab;
-    let e = p.prefill(&[1, n_vocab], &RunMode::Plain).unwrap_err();
+    let e = p.prefill(&[], &[1, n_vocab], &RunMode::Plain).unwrap_err();
     assert_eq!(
         e.to_string(),
         format!(
             "llama.cpp: llama.cpp peer: bad parameter: token id {n_vocab} is outside the vocabulary of {n_vocab}"
         )
     );
-    let e = p.prefill(&[], &RunMode::Plain).unwrap_err();
+    let e = p.prefill(&[], &[], &RunMode::Plain).unwrap_err();
     assert!(
         e.to_string().contains("a prefill needs at least 1 token"),
         "{e}"
     );
-    let e = p.graph(0).unwrap_err();
+    let e = p.graph(Workload::prefill(0)).unwrap_err();
     assert!(e.to_string().contains("at least 1 prompt token"), "{e}");
     let e = p.decode(&[1, 2], 0).unwrap_err();
     assert!(e.to_string().contains("decode needs n_gen >= 1"), "{e}");
     // A node this peer never exported cannot be timed: its op parameters are unknown.
-    let g = p.graph(8).unwrap();
+    let g = p.graph(Workload::prefill(8)).unwrap();
     let mut node = g.nodes.iter().find(|n| n.op == "MUL_MAT").unwrap().clone();
     node.name = "not-a-node".into();
     let req = OpTimingRequest {

@@ -55,8 +55,12 @@ enum Command {
     Replay(cmd::measure::Args),
     /// Every protocol on tally alone: graph, end to end, standalone ops, in-graph replay.
     ///
-    /// Writes tally-BACKEND-ppN.measurement.json, which `tally ledger A B` compares.
-    #[command(after_help = "Example:\n  tally measure --model tiny.gguf -p 512 --out-dir out")]
+    /// Writes tally-BACKEND-ppN.measurement.json, which `tally ledger A B` compares. With
+    /// --step-at D it measures one decode step after D context tokens instead
+    /// (tally-BACKEND-step-dD.measurement.json).
+    #[command(
+        after_help = "Examples:\n  tally measure --model tiny.gguf -p 512 --out-dir out\n  tally measure --model tiny.gguf --step-at 512 --out-dir out"
+    )]
     Measure(cmd::measure::Args),
     Ledger(cmd::ledger::Args),
     Bench(cmd::bench::Args),

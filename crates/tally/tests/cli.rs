@@ -382,6 +382,146 @@ fn ledger_against_llama_cpp_on_the_cpu() {
     assert!(out.join("ledger-pp16.svg").exists());
 }
 
+/// The rows of a step ledger's two measurements every decode-step test checks: the workload,
+/// the graph cross-check (every expected count found), the replay validations and probes.
+fn check_step_measurements(out: &Path, files: [&str; 2], depth: u64) {
+    for f in files {
+        let text = std::fs::read_to_string(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let m: serde_json::Value = serde_json::from_str(&text).expect("measurement json");
+        assert_eq!(
+            (m["n_tokens"].as_u64(), m["n_past"].as_u64()),
+            (Some(1), Some(depth)),
+            "{f}"
+        );
+        let g = &m["graph"];
+        assert_eq!(g["n_past"].as_u64(), Some(depth), "{f}");
+        let expected = g["expected"].as_array().expect("expected counts");
+        assert!(
+            expected.len() >= 10,
+            "{f}: {} expected counts",
+            expected.len()
+        );
+        for e in expected {
+            assert_eq!(e["ok"], true, "{f}: {e}");
+        }
+        for what in ["embedding", "moe_gate_up", "moe_down"] {
+            assert!(
+                expected.iter().any(|e| e["category"] == what),
+                "{f}: no {what} check"
+            );
+        }
+        // One embedding lookup for the one-token batch.
+        let emb = expected
+            .iter()
+            .find(|e| e["category"] == "embedding")
+            .expect("embedding check");
+        assert_eq!(emb["found"], 1, "{f}");
+        let r = &m["replay"];
+        assert_eq!(r["n_past"].as_u64(), Some(depth), "{f}");
+        for v in ["all_at_once", "sum_of_parts", "linearity", "digest"] {
+            assert!(r["validations"][v]["pass"].is_boolean(), "{f}: {v} not run");
+        }
+        // Every run restored the same context: the step's logits never changed.
+        assert_eq!(r["validations"]["digest"]["pass"], true, "{f}");
+        assert_eq!(m["probe"]["complete"], true, "{f}");
+        assert!(m["probe"]["runs_checked"].as_u64() > Some(20), "{f}");
+    }
+}
+
+fn step_ledger(model: &Path, peer: &str, out: &Path) -> Output {
+    tally(&[
+        "ledger",
+        "--model",
+        &model.to_string_lossy(),
+        "--peer",
+        peer,
+        "--step-at",
+        "16",
+        "-t",
+        "1",
+        "-r",
+        "3",
+        "--op-reps",
+        "3",
+        "--busy-limit",
+        "64",
+        "--out-dir",
+        &out.to_string_lossy(),
+    ])
+}
+
+fn check_step_headline(o: &Output) {
+    // 3: no verdict on a loaded machine (the reports are still written).
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.starts_with("Ledger step-d16 (decode step at depth 16): A = tally@"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("decode step at depth 16: A "), "{stdout}");
+    assert_eq!(
+        o.status.code() == Some(3),
+        stdout.contains("Verdict: NO VERDICT"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("End-to-end step: A "), "{stdout}");
+    assert!(stdout.contains("A replay: "), "{stdout}");
+}
+
+#[test]
+fn ledger_of_one_decode_step_against_itself() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "s.gguf", &[]);
+    let out = dir.path().join("out");
+    let o = step_ledger(&p, "self", &out);
+    check_step_headline(&o);
+    for f in [
+        "ledger-step-d16.md",
+        "ledger-step-d16.json",
+        "ledger-step-d16.svg",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    assert!(!out.join("ledger-pp512.md").exists());
+    check_step_measurements(
+        &out,
+        [
+            "tally-cpu-step-d16.measurement.json",
+            "self-cpu-step-d16.measurement.json",
+        ],
+        16,
+    );
+    let l: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("ledger-step-d16.json")).expect("ledger json"),
+    )
+    .expect("json");
+    assert_eq!(
+        (l["n_tokens"].as_u64(), l["n_past"].as_u64()),
+        (Some(1), Some(16))
+    );
+}
+
+/// One decode step against the real peer, when this build has it.
+#[cfg(feature = "llama")]
+#[test]
+fn ledger_of_one_decode_step_against_llama_cpp_on_the_cpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "sp.gguf", &[]);
+    let out = dir.path().join("out");
+    let o = step_ledger(&p, "llama.cpp", &out);
+    check_step_headline(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("B = llama.cpp@"));
+    assert!(out.join("ledger-step-d16.svg").exists());
+    check_step_measurements(
+        &out,
+        [
+            "tally-cpu-step-d16.measurement.json",
+            "llama.cpp-cpu-step-d16.measurement.json",
+        ],
+        16,
+    );
+}
+
 /// Copies a GGUF, letting `edit` change the tensor list (names, dims; same bytes per tensor).
 fn rewrite(src: &Path, dst: &Path, edit: impl Fn(&mut TensorSpec)) {
     let g = tally_gguf::GgufFile::open(src).expect("open");

@@ -144,6 +144,19 @@ fn bad_input_contract() {
     std::fs::copy(&good, &victim).expect("copy");
     let victim = victim.to_string_lossy().into_owned();
 
+    // The tiny model's context: a step at this depth needs one position more.
+    let ctx_len = GgufFile::open(&good)
+        .expect("open")
+        .metadata()
+        .iter()
+        .find(|(k, _)| k == "qwen35moe.context_length")
+        .map(|(_, v)| match v {
+            MetaValue::U32(n) => u64::from(*n),
+            MetaValue::U64(n) => *n,
+            other => panic!("context_length {other:?}"),
+        })
+        .expect("context_length")
+        .to_string();
     let row = |what, args, code, text| Row {
         what,
         args,
@@ -325,6 +338,64 @@ fn bad_input_contract() {
             s(&["bench", "-m", &gs, "--spec", "foo"]),
             2,
             "invalid value 'foo'",
+        ),
+        row(
+            "ledger --step-at past the context",
+            s(&[
+                "ledger",
+                "--model",
+                &gs,
+                "--peer",
+                "self",
+                "--step-at",
+                "100000000",
+            ]),
+            2,
+            "--step-at 100000000: a step after 100000000 tokens needs 100000001 positions, more than the model's context",
+        ),
+        row(
+            "measure --step-at at the context's last position",
+            s(&["measure", "--model", &gs, "--step-at", &ctx_len]),
+            2,
+            "positions, more than the model's context of",
+        ),
+        row(
+            "measure --step-at 0",
+            s(&["measure", "--model", &gs, "--step-at", "0"]),
+            2,
+            "--step-at 0: a decode step needs a context of at least one token",
+        ),
+        row(
+            "ledger --step-at with -p",
+            s(&[
+                "ledger",
+                "--model",
+                &gs,
+                "--peer",
+                "self",
+                "--step-at",
+                "16",
+                "-p",
+                "8",
+            ]),
+            2,
+            "'--step-at <D>' cannot be used with '--tokens <TOKENS>'",
+        ),
+        row(
+            "ledger --step-at -n past the context",
+            s(&[
+                "ledger",
+                "--model",
+                &gs,
+                "--peer",
+                "self",
+                "--step-at",
+                "16",
+                "-n",
+                "18446744073709551615",
+            ]),
+            2,
+            "exceed the model's context",
         ),
         row(
             "opbench -r 2",

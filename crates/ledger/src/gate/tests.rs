@@ -5,7 +5,7 @@ use crate::category::Category;
 use crate::fake::{FakeCosts, FakeSubject, ToyGraph, toy_graph};
 use crate::noise::{CpuTimes, Interleave, LoadSample};
 use crate::schema::{EngineInfo, GraphExport, Routing};
-use crate::subject::{RunOutcome, SubjectError};
+use crate::subject::{RunOutcome, SubjectError, Workload};
 
 /// A probe replaying scripted readings (then idle ones).
 struct Scripted(VecDeque<LoadSample>);
@@ -75,7 +75,7 @@ fn cpu_busy_window_is_discarded_with_the_load_recorded() {
     let mut gate = Gate::new(cfg(), Box::new(probe)).unwrap();
     let mut a = fake("a");
     let rec = gate
-        .run_group(&mut [&mut a], &[1, 2], &[plain(0, "a")], "t")
+        .run_group(&mut [&mut a], Prompt::fresh(&[1, 2]), &[plain(0, "a")], "t")
         .unwrap();
     assert_eq!(rec.windows.len(), 4);
     assert_eq!(rec.discards(), 1);
@@ -97,7 +97,12 @@ fn a_machine_busy_throughout_ends_in_a_typed_error() {
     let mut gate = Gate::new(cfg(), Box::new(Scripted(busy))).unwrap();
     let mut a = fake("a");
     let err = gate
-        .run_group(&mut [&mut a], &[1], &[plain(0, "a")], "e2e: prefill")
+        .run_group(
+            &mut [&mut a],
+            Prompt::fresh(&[1]),
+            &[plain(0, "a")],
+            "e2e: prefill",
+        )
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -112,7 +117,7 @@ fn outliers_beyond_the_budget_are_kept_and_flagged() {
     a.faults.spike_prefills = vec![0, 3, 4, 5]; // more spikes than retries
     let mut gate = Gate::new(cfg(), Box::new(NoProbe)).unwrap();
     let rec = gate
-        .run_group(&mut [&mut a], &[1], &[plain(0, "a")], "t")
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &[plain(0, "a")], "t")
         .unwrap();
     assert!(rec.exhausted);
     assert_eq!(rec.kept().count(), 3);
@@ -131,14 +136,16 @@ fn forward_and_mirror_interleaving() {
     )
     .unwrap();
     let rec = gate
-        .run_group(&mut [&mut a, &mut b], &[1], &entries, "t")
+        .run_group(&mut [&mut a, &mut b], Prompt::fresh(&[1]), &entries, "t")
         .unwrap();
     assert_eq!(rec.series_of(1), vec![1]);
     assert_eq!(rec.select(&[1]).series[0].engine, "b");
     assert_eq!(a.calls.len(), 3);
     assert_eq!(b.calls.len(), 3);
     let bad = [plain(2, "c")];
-    let err = gate.run_group(&mut [&mut a], &[1], &bad, "t").unwrap_err();
+    let err = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &bad, "t")
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "invalid configuration: t: a group needs at least one series, each naming one of the 1 subjects"
@@ -156,10 +163,10 @@ impl Subject for Scripts {
     fn info(&self) -> EngineInfo {
         self.engine.clone()
     }
-    fn graph(&mut self, _: usize) -> Result<GraphExport, SubjectError> {
+    fn graph(&mut self, _: Workload) -> Result<GraphExport, SubjectError> {
         unreachable!()
     }
-    fn prefill(&mut self, _: &[u32], _: &RunMode) -> Result<RunOutcome, SubjectError> {
+    fn prefill(&mut self, _: &[u32], _: &[u32], _: &RunMode) -> Result<RunOutcome, SubjectError> {
         unreachable!()
     }
     fn decode(&mut self, _: &[u32], _: usize) -> Result<RunOutcome, SubjectError> {
@@ -280,7 +287,9 @@ fn warm_up_goes_on_until_the_machine_settles() {
     // too; window 2 agrees with it and is the first kept one.
     let mut a = warming(2);
     let mut gate = Gate::new(settle_cfg.clone(), Box::new(NoProbe)).unwrap();
-    let rec = gate.run_group(&mut [&mut a], &[1], &entries, "t").unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
     let warm = rec
         .windows
         .iter()
@@ -293,7 +302,9 @@ fn warm_up_goes_on_until_the_machine_settles() {
     // Six prefills warming: warm-up stops at max_warmup_windows (4), past the warming.
     let mut a = warming(6);
     let mut gate = Gate::new(settle_cfg.clone(), Box::new(NoProbe)).unwrap();
-    let rec = gate.run_group(&mut [&mut a], &[1], &entries, "t").unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
     assert_eq!(
         rec.windows
             .iter()
@@ -310,7 +321,9 @@ fn warm_up_goes_on_until_the_machine_settles() {
         ..settle_cfg
     };
     let mut gate = Gate::new(off, Box::new(NoProbe)).unwrap();
-    let rec = gate.run_group(&mut [&mut a], &[1], &entries, "t").unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
     assert!(rec.paired_ms(0, 1).iter().any(|d| (d - exact).abs() > 1e-3));
 }
 
@@ -320,7 +333,7 @@ fn no_warm_up_means_none() {
     a.faults.warming_prefills = 4;
     let mut gate = Gate::new(cfg(), Box::new(NoProbe)).unwrap();
     let rec = gate
-        .run_group(&mut [&mut a], &[1], &[plain(0, "a")], "t")
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &[plain(0, "a")], "t")
         .unwrap();
     assert!(rec.windows.iter().all(|w| w.status != WindowStatus::Warmup));
 }

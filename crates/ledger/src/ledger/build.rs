@@ -246,6 +246,12 @@ fn warnings(
             a.n_tokens, b.n_tokens
         ));
     }
+    if a.n_past != b.n_past {
+        w.push(format!(
+            "depths differ (A after {} context tokens, B after {}): rows are not comparable",
+            a.n_past, b.n_past
+        ));
+    }
     if a.machine.hostname != b.machine.hostname
         || a.machine.gpu.as_ref().map(|g| &g.name) != b.machine.gpu.as_ref().map(|g| &g.name)
     {
@@ -435,6 +441,7 @@ pub fn build_ledger_with(a: &Measurement, b: &Measurement, cfg: &LedgerConfig) -
     Ledger {
         schema: SCHEMA_VERSION,
         n_tokens: a.n_tokens,
+        n_past: a.n_past,
         warnings: warnings(a, b, &sa, &sb, &rows),
         totals: Totals {
             a_ms,

@@ -379,7 +379,9 @@ fn mismatched_graphs_are_errors() {
 fn observation_that_changes_the_output_does_not_untrust_replay() {
     let mut s = fake();
     s.faults.observe_changes_digest = Some(Category::Norm);
-    let g = s.graph(8).expect("graph");
+    let g = s
+        .graph(crate::subject::Workload::prefill(8))
+        .expect("graph");
     let r = replay(&mut s, &g, &cfg()).expect("replay");
     assert!(r.validations.digest.pass, "{:?}", r.validations.digest);
     assert!(r.validations.digest.observation_changes_output);

@@ -117,8 +117,13 @@ pub fn render_graph_report_md(r: &GraphReport) -> String {
 }
 
 fn graph_report(r: &GraphReport, md: bool) -> String {
+    let at = if r.n_past > 0 {
+        format!(" at position {}", r.n_past)
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "Graph of {} for {} tokens: {} nodes, {} view nodes (no work), {} work nodes, {} MB read, {} GFLOP\n\n",
+        "Graph of {} for {} tokens{at}: {} nodes, {} view nodes (no work), {} work nodes, {} MB read, {} GFLOP\n\n",
         r.engine,
         r.n_tokens,
         r.nodes,
@@ -328,12 +333,17 @@ pub fn render_measurement_md(m: &Measurement) -> String {
 
 fn measurement(m: &Measurement, md: bool) -> String {
     let e = &m.e2e;
+    let w = crate::subject::Workload {
+        n_past: m.n_past as usize,
+        n_tokens: m.n_tokens as usize,
+    };
     let mut out = format!(
-        "{}@{} ({}), pp{}: prefill median {} ms (IQR {} ms, n {}), {} tok/s\n",
+        "{}@{} ({}), {}: {} median {} ms (IQR {} ms, n {}), {} tok/s\n",
         m.engine.engine,
         m.engine.version,
         m.engine.backend,
-        m.n_tokens,
+        w.heading(),
+        w.run_word(),
         ms(e.prefill.stats.median_ms),
         ms(e.prefill.stats.iqr_ms),
         e.prefill.stats.n,

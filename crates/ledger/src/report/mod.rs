@@ -200,9 +200,9 @@ fn kernel_table(l: &Ledger) -> Table {
     t
 }
 
-fn side_lines(name: &str, s: &SideSummary) -> Vec<String> {
+fn side_lines(name: &str, s: &SideSummary, run: &str) -> Vec<String> {
     let mut v = vec![format!(
-        "{name} = {}: prefill {} ms (IQR {} ms, {} tok/s), decode {} tok/s",
+        "{name} = {}: {run} {} ms (IQR {} ms, {} tok/s), decode {} tok/s",
         s.label,
         ms(s.e2e_prefill_ms),
         ms(s.e2e_prefill_spread_ms),
@@ -265,9 +265,16 @@ fn side_lines(name: &str, s: &SideSummary) -> Vec<String> {
 pub fn headline(l: &Ledger) -> String {
     let e = &l.totals.e2e;
     let withheld = l.withheld();
+    let w = l.workload();
+    // A prefill keeps the headline it always had; any other workload names itself.
+    let run = if w.is_prefill() {
+        "prefill".to_string()
+    } else {
+        format!("{}:", w.describe())
+    };
     if withheld.is_empty() {
         format!(
-            "Verdict: {} end to end (prefill A {} ms, B {} ms, gap {:+.3} ms, noise {} ms)",
+            "Verdict: {} end to end ({run} A {} ms, B {} ms, gap {:+.3} ms, noise {} ms)",
             e.verdict.word(),
             ms(e.a_ms),
             ms(e.b_ms),
@@ -276,7 +283,7 @@ pub fn headline(l: &Ledger) -> String {
         )
     } else {
         format!(
-            "Verdict: NO VERDICT ({}); prefill A {} ms, B {} ms, gap {:+.3} ms, not judged",
+            "Verdict: NO VERDICT ({}); {run} A {} ms, B {} ms, gap {:+.3} ms, not judged",
             withheld.join("; "),
             ms(e.a_ms),
             ms(e.b_ms),
@@ -294,17 +301,18 @@ fn render(l: &Ledger, style: Style) -> String {
         Style::Terminal => t.terminal(),
         Style::Markdown => t.markdown(),
     };
+    let w = l.workload();
     let mut out = format!(
-        "{h1}Ledger pp{}: A = {} vs B = {}\n\n{}\n\n",
-        l.n_tokens,
+        "{h1}Ledger {}: A = {} vs B = {}\n\n{}\n\n",
+        w.heading(),
         l.a.label,
         l.b.label,
         headline(l)
     );
     if !l.warnings.is_empty() {
         out.push_str(&format!("{h2}WARNINGS\n"));
-        for w in &l.warnings {
-            out.push_str(&format!("{bullet}{w}\n"));
+        for warning in &l.warnings {
+            out.push_str(&format!("{bullet}{warning}\n"));
         }
         out.push('\n');
     }
@@ -314,7 +322,8 @@ fn render(l: &Ledger, style: Style) -> String {
     out.push_str(&table(main_table(l)));
     let e = &l.totals.e2e;
     out.push_str(&format!(
-        "\nEnd-to-end prefill: A {} ms, B {} ms, gap {:+.3} ms (noise {} ms): {}\n\n",
+        "\nEnd-to-end {}: A {} ms, B {} ms, gap {:+.3} ms (noise {} ms): {}\n\n",
+        w.run_word(),
         ms(e.a_ms),
         ms(e.b_ms),
         e.effect_ms,
@@ -326,9 +335,9 @@ fn render(l: &Ledger, style: Style) -> String {
     out.push_str(&format!("\n{h2}Biggest single kernel (standalone)\n\n"));
     out.push_str(&table(kernel_table(l)));
     out.push_str(&format!("\n{h2}Sides\n\n"));
-    for line in side_lines("A", &l.a)
+    for line in side_lines("A", &l.a, w.run_word())
         .into_iter()
-        .chain(side_lines("B", &l.b))
+        .chain(side_lines("B", &l.b, w.run_word()))
     {
         out.push_str(&format!("{bullet}{line}\n"));
     }

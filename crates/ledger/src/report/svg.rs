@@ -96,7 +96,10 @@ pub fn render_svg(l: &Ledger) -> String {
         s,
         r#"<text x="{}" y="22" font-size="15" font-weight="bold">{}</text>"#,
         10,
-        esc(&format!("Ledger pp{}: time per category (ms)", l.n_tokens))
+        esc(&format!(
+            "Ledger {}: time per category (ms)",
+            l.workload().heading()
+        ))
     );
     for (i, (name, label, color)) in [("A", &l.a.label, COLOR_A), ("B", &l.b.label, COLOR_B)]
         .into_iter()

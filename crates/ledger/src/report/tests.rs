@@ -159,3 +159,69 @@ fn graph_and_dead_work_reports() {
     assert!(m.contains("Routing realistic: 8 tokens x top-2"));
     assert!(m.contains("Replay: trusted"));
 }
+
+/// Both sides measured on a one-token step after `depth` context tokens.
+fn step_pair(depth: u64) -> (Measurement, Measurement) {
+    let costs = FakeCosts {
+        node_ms: [(Category::DenseProj, 0.5), (Category::Attention, 0.2)]
+            .into_iter()
+            .collect(),
+        ..FakeCosts::default()
+    };
+    let toy = |engine: &str| ToyGraph {
+        engine: engine.into(),
+        n_tokens: 1,
+        n_past: depth,
+        ..ToyGraph::default()
+    };
+    let mut a = FakeSubject::new(toy_graph(&toy("toy")), costs.clone());
+    let mut b = FakeSubject::new(toy_graph(&toy("peer")), costs);
+    b.costs.node_ms.insert(Category::DenseProj, 0.25);
+    let mut cfg = MeasureConfig::for_workload(
+        crate::subject::Workload::step_at(depth as usize),
+        MachineInfo::default(),
+    );
+    cfg.noise.probe = ProbeChoice::Off;
+    measure_pair(&mut a, &mut b, &cfg).unwrap()
+}
+
+#[test]
+fn a_decode_step_ledger_names_its_depth_everywhere() {
+    let (a, b) = step_pair(16);
+    let l = build_ledger(&a, &b);
+    assert_eq!((l.n_tokens, l.n_past), (1, 16));
+    assert_eq!(l.workload().label(), "step-d16");
+    let md = render_markdown(&l);
+    assert!(
+        md.starts_with("# Ledger step-d16 (decode step at depth 16): A = toy@"),
+        "{md}"
+    );
+    assert!(
+        headline(&l).contains("end to end (decode step at depth 16: A "),
+        "{}",
+        headline(&l)
+    );
+    assert!(md.contains("End-to-end step: A "), "{md}");
+    assert!(md.contains("A = toy@0.0.0-fake (cpu): step "), "{md}");
+    let t = render_terminal(&l);
+    assert!(t.contains("A replay: trusted"), "{t}");
+    let svg = render_svg(&l);
+    assert!(svg.contains("Ledger step-d16 (decode step at depth 16): time per category"));
+    // A prefill ledger keeps its old names.
+    let (a, b) = pair(false);
+    let l = build_ledger(&a, &b);
+    assert_eq!(l.n_past, 0);
+    assert!(headline(&l).contains("end to end (prefill A "));
+    assert!(render_svg(&l).contains("Ledger pp8: time per category"));
+    // Two depths side by side are flagged.
+    let (a, _) = step_pair(16);
+    let (_, b) = step_pair(32);
+    let l = build_ledger(&a, &b);
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.starts_with("depths differ (A after 16")),
+        "{:?}",
+        l.warnings
+    );
+}

@@ -588,6 +588,7 @@ pub fn main(a: Args) -> Result<()> {
         .iter()
         .map(|&p| E2eConfig {
             n_tokens: p,
+            n_past: 0,
             n_gen: 0,
             time_prefill: true,
             seed: 0x5EED,
@@ -602,6 +603,7 @@ pub fn main(a: Args) -> Result<()> {
             // prefill before it decodes), which the prefill series also times, as before.
             tests.push(E2eConfig {
                 n_tokens: d.max(1),
+                n_past: 0,
                 n_gen: a.n_gen,
                 time_prefill: d == 0,
                 seed: 0x5EED,
@@ -780,6 +782,7 @@ fn peer_common(a: &Args) -> Common {
     Common {
         model: Some(a.model.clone()),
         tokens: a.prompts.first().copied().unwrap_or(512),
+        step_at: None,
         decode: a.n_gen,
         backend: a.backend.clone(),
         threads: a.threads,

@@ -71,6 +71,25 @@ pub fn prompt_len(flag: &str, n: usize, context: usize) -> Result<usize> {
     Ok(n)
 }
 
+/// `--step-at D`: a decode step after a context of `d` tokens needs `d` >= 1 and `d + 1`
+/// positions.
+pub fn step_depth(d: usize, context: usize) -> Result<usize> {
+    if d == 0 {
+        return Err(InputError(
+            "--step-at 0: a decode step needs a context of at least one token (for a prefill from a fresh state use -p)".into(),
+        )
+        .into());
+    }
+    if d >= context {
+        return Err(InputError(format!(
+            "--step-at {d}: a step after {d} tokens needs {} positions, more than the model's context of {context}",
+            d.saturating_add(1)
+        ))
+        .into());
+    }
+    Ok(d)
+}
+
 /// Positions a prompt of `prompt` tokens plus `decode` decoded ones needs, checked against the
 /// model's context (and for overflow).
 pub fn total_len(prompt: usize, decode: usize, context: usize) -> Result<usize> {

@@ -45,7 +45,7 @@ pub fn main(a: Args) -> Result<()> {
     super::checks::prompt_len("-p", a.tokens, model.config.context_length)?;
     // The graph is a function of the plan: the CPU backend is enough to export it.
     let mut subject = tally_subject(&model, "cpu", 1, a.tokens, !a.no_prune)?;
-    let g = subject.graph(a.tokens)?;
+    let g = subject.graph(tally_ledger::subject::Workload::prefill(a.tokens))?;
     let report = check_graph(&g);
     let dead = dead_work(&g);
     if let Some(p) = &a.export {

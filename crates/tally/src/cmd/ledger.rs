@@ -18,8 +18,12 @@ use super::{Format, InputError, NoVerdict};
 /// or measured now, both engines on the same model file, interleaved and noise-gated:
 ///   tally ledger --model tiny.gguf --peer llama.cpp
 ///   tally ledger --model tiny.gguf --peer self          (tally against itself: a null check)
-/// Writes ledger-ppN.{md,json,svg} to --out-dir and prints the table. Exit code 3 when a
-/// validation failed or the noise gate ran out of retries: the headline says "no verdict".
+/// or one decode step after a context of D tokens (the context restored, untimed, before every
+/// run), the whole method applied to that step on both engines:
+///   tally ledger --model tiny.gguf --peer llama.cpp --step-at 512
+/// Writes ledger-ppN.{md,json,svg} (a step: ledger-step-dD.*) to --out-dir and prints the
+/// table. Exit code 3 when a validation failed or the noise gate ran out of retries: the
+/// headline says "no verdict".
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -83,19 +87,16 @@ pub fn main(a: Args) -> Result<()> {
             env!("TALLY_GIT_COMMIT")
         ));
     }
-    let n = l.n_tokens;
-    write_file(&out_dir, &format!("ledger-pp{n}.md"), &render_markdown(&l))?;
-    write_file(&out_dir, &format!("ledger-pp{n}.json"), &render_json(&l)?)?;
-    write_file(&out_dir, &format!("ledger-pp{n}.svg"), &render_svg(&l))?;
+    let n = l.workload().label();
+    write_file(&out_dir, &format!("ledger-{n}.md"), &render_markdown(&l))?;
+    write_file(&out_dir, &format!("ledger-{n}.json"), &render_json(&l)?)?;
+    write_file(&out_dir, &format!("ledger-{n}.svg"), &render_svg(&l))?;
     match format {
         Format::Json => println!("{}", render_json(&l)?),
         Format::Md => println!("{}", render_markdown(&l)),
         Format::Text => {
             println!("{}", render_terminal(&l));
-            println!(
-                "written: {}/ledger-pp{n}.{{md,json,svg}}",
-                out_dir.display()
-            );
+            println!("written: {}/ledger-{n}.{{md,json,svg}}", out_dir.display());
         }
     }
     let withheld = l.withheld();
@@ -113,11 +114,13 @@ fn measure_against(peer: &str, c: &Common) -> Result<(Measurement, Measurement)>
     let model = open_model(c.model()?)?;
     c.check(model.config.context_length)?;
     let cfg = c.config(true, true)?;
-    let ctx = c.tokens + c.decode;
+    let ctx = c.positions();
+    let w = c.workload();
     let mut ours = tally_subject(&model, &c.backend, c.threads, ctx, true)?;
     let pb = super::common::spinner(&format!(
-        "measuring tally and {peer} ({}) at {} tokens, interleaved: graph, end to end, standalone ops, in-graph replay",
-        c.backend, c.tokens
+        "measuring tally and {peer} ({}), {}, interleaved: graph, end to end, standalone ops, in-graph replay",
+        c.backend,
+        w.describe()
     ));
     let measured = match peer {
         "self" => {
@@ -133,7 +136,7 @@ fn measure_against(peer: &str, c: &Common) -> Result<(Measurement, Measurement)>
     pb.finish_and_clear();
     let (ma, mb) = measured?;
     for (m, who) in [(&ma, "tally"), (&mb, peer)] {
-        let name = format!("{who}-{}-pp{}.measurement.json", m.engine.backend, c.tokens);
+        let name = format!("{who}-{}-{}.measurement.json", m.engine.backend, w.label());
         write_file(&c.out_dir, &name, &serde_json::to_string_pretty(m)?)?;
     }
     Ok((ma, mb))

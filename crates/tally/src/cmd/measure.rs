@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use tally_ledger::report::{render_measurement, render_measurement_md};
 use tally_ledger::schema::Routing;
+use tally_ledger::subject::Workload;
 use tally_ledger::{MeasureConfig, measure};
 
 use super::Format;
@@ -17,9 +18,13 @@ pub struct Common {
     /// The qwen35moe GGUF file.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Prompt length.
+    /// Prompt length (a prefill from a fresh state).
     #[arg(short = 'p', long, default_value_t = 512)]
     pub tokens: usize,
+    /// Measure one decode step (a one-token batch) after a context of D tokens instead of a
+    /// prefill: the context is prefilled again, untimed, before every timed run. Not with -p.
+    #[arg(long, value_name = "D", conflicts_with = "tokens")]
+    pub step_at: Option<usize>,
     /// Decode tokens measured after the prompt (0: none).
     #[arg(short = 'n', long, default_value_t = 0)]
     pub decode: usize,
@@ -70,19 +75,35 @@ impl Common {
         }
     }
 
+    /// What is measured: a prefill of `-p` tokens, or one step at `--step-at` D.
+    pub fn workload(&self) -> Workload {
+        match self.step_at {
+            Some(d) => Workload::step_at(d),
+            None => Workload::prefill(self.tokens),
+        }
+    }
+
+    /// Positions the measured subjects need: context, batch and decoded tokens.
+    pub fn positions(&self) -> usize {
+        self.workload().total().saturating_add(self.decode)
+    }
+
     /// Checks every value before anything is sized from it (`context`: the model's positions).
     pub fn check(&self, context: usize) -> Result<()> {
         super::checks::backend(&self.backend)?;
         super::checks::threads(self.threads)?;
         super::checks::repeats(self.repeats)?;
-        super::checks::prompt_len("-p", self.tokens, context)?;
-        super::checks::total_len(self.tokens, self.decode, context)?;
+        match self.step_at {
+            Some(d) => super::checks::step_depth(d, context)?,
+            None => super::checks::prompt_len("-p", self.tokens, context)?,
+        };
+        super::checks::total_len(self.workload().total(), self.decode, context)?;
         Ok(())
     }
 
     /// The measuring configuration for these options.
     pub fn config(&self, opbench: bool, replay: bool) -> Result<MeasureConfig> {
-        let mut cfg = MeasureConfig::new(self.tokens, machine(&self.backend));
+        let mut cfg = MeasureConfig::for_workload(self.workload(), machine(&self.backend));
         cfg.n_gen = self.decode;
         cfg.noise.windows = self.repeats.max(3);
         cfg.noise.max_other_busy_cores = self.busy_limit;
@@ -132,15 +153,17 @@ pub fn main(a: Args, which: Protocols) -> Result<()> {
         Protocols::Replay => (false, true),
     };
     let cfg = c.config(ob, rp)?;
-    let mut subject = tally_subject(&model, &c.backend, c.threads, c.tokens + c.decode, true)?;
+    let mut subject = tally_subject(&model, &c.backend, c.threads, c.positions(), true)?;
+    let w = c.workload();
     let pb = super::common::spinner(&format!(
-        "measuring tally ({}) at {} tokens: graph, end to end, standalone ops, in-graph replay",
-        c.backend, c.tokens
+        "measuring tally ({}), {}: graph, end to end, standalone ops, in-graph replay",
+        c.backend,
+        w.describe()
     ));
     let m = measure(&mut subject, &cfg);
     pb.finish_and_clear();
     let m = m?;
-    let name = format!("tally-{}-pp{}.measurement.json", c.backend, c.tokens);
+    let name = format!("tally-{}-{}.measurement.json", c.backend, w.label());
     let path = write_file(&c.out_dir, &name, &serde_json::to_string_pretty(&m)?)?;
     match c.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&m)?),
