@@ -17,7 +17,7 @@
 
 use tally_model::{Node, Op, OutLayout, Plan};
 
-use super::matmul::{gemv_threads, runs_gemv};
+use super::matmul::{gemv_grid, runs_gemv};
 use super::moe::runs_direct_gemv;
 use super::norm::norm_threads;
 use super::{Io, io};
@@ -25,7 +25,7 @@ use crate::EngineError;
 use crate::backend::Target;
 use crate::cuda::CudaBackend;
 use crate::cuda::args::{AddNormArgs, GemmArgs};
-use crate::cuda::launch::{blocks, launch};
+use crate::cuda::launch::launch;
 
 /// Runs nodes `index..` of `plan` as one fused launch if they match a pattern: the number of
 /// nodes covered, or 0 (nothing launched; dispatch node `index` alone).
@@ -179,10 +179,9 @@ fn paired(
         y3,
         ldy3,
     };
-    // Paired mode: one output column per warp (2 weight rows), so a block of `threads` covers
-    // threads / 32 columns: the block count of an unpaired launch over 2n rows.
-    let threads = gemv_threads(2 * n, tiles, b.props.sm_count);
-    let grid = (blocks(n as i64, threads / 32), tiles as u32, 1);
+    // Paired mode: one output column (2 weight rows) per warp.
+    let (gx, threads) = gemv_grid(n, 1, tiles, b.props.sm_count);
+    let grid = (gx, tiles as u32, 1);
     // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). gemv_<t> in
     // paired mode: grid.x covers the N output columns at threads / 32 per block (at most
     // GEMV_THREADS, the launch bound), grid.y the M rows (dense) or the T*k one-row tiles, pair t

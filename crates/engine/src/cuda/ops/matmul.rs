@@ -42,21 +42,18 @@ pub(crate) fn use_mmv(ty: GgmlType, n: usize, k: usize) -> bool {
         && (k <= 1024 || n >= 65536)
 }
 
-/// Threads of a `gemv_<t>` block over `n` output columns and `m` rows (or MoE tiles): the full
-/// GEMV_THREADS where that gives every multiprocessor a block, else down to 2 warps, so a short
-/// N (the router, the shared expert, beta/alpha) spreads over more multiprocessors: each warp
-/// owns 2 columns whatever the block size, so a block's work is latency, not bandwidth.
-pub(crate) fn gemv_threads(n: usize, m: usize, sms: u32) -> u32 {
+/// Grid width and threads of a GEMV launch over `n` output columns and `m` rows (or MoE tiles),
+/// each warp owning `cols_per_warp` columns whatever the block size (`gemv_<t>`: 2, `gemv4_<t>`:
+/// 4, paired: 1): the full GEMV_THREADS where that gives every multiprocessor two blocks, else
+/// down to 2 warps, so a short N (the router, the shared expert, beta/alpha) spreads over more
+/// multiprocessors (a block's work is latency, not bandwidth).
+pub(crate) fn gemv_grid(n: usize, cols_per_warp: usize, m: usize, sms: u32) -> (u32, u32) {
+    let cols = |threads: u32| cols_per_warp * (threads / 32) as usize;
     let mut threads = GEMV_THREADS;
-    while threads > 64 && (n.div_ceil(gemv_rows(threads) as usize) * m.max(1)) < 2 * sms as usize {
+    while threads > 64 && n.div_ceil(cols(threads)) * m.max(1) < 2 * sms as usize {
         threads /= 2;
     }
-    threads
-}
-
-/// Output columns of a `gemv_<t>` block of `threads` threads (2 per warp).
-pub(crate) fn gemv_rows(threads: u32) -> u32 {
-    2 * (threads / 32)
+    (blocks(n as i64, cols(threads) as u32), threads)
 }
 
 /// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
@@ -488,14 +485,14 @@ fn dense_gemm(
         // and the 2048-row out projection (7.7 -> 8.6) slower: half the blocks.
         let rw = b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 });
         if rw == 4 {
-            let threads = gemv_threads(n.div_ceil(2), m, b.props.sm_count);
-            let grid = (blocks(n as i64, 2 * gemv_rows(threads)), m as u32, 1);
+            let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count);
+            let grid = (gx, m as u32, 1);
             // SAFETY: as for the SIMT GEMM, with 4 output columns per warp over M rows and at
             // most GEMV_THREADS threads (the kernel's launch bound).
             return unsafe { launch(set.gemv4, grid, (threads, 1, 1), 0, s, &a) };
         }
-        let threads = gemv_threads(n, m, b.props.sm_count);
-        let grid = (blocks(n as i64, gemv_rows(threads)), m as u32, 1);
+        let (gx, threads) = gemv_grid(n, 2, m, b.props.sm_count);
+        let grid = (gx, m as u32, 1);
         // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
         // GEMV_THREADS threads (the kernel's launch bound).
         unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
@@ -524,6 +521,23 @@ fn dense_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The grids the decode GEMVs launched with on the H200 (132 SMs), as ncu recorded them in
+    /// docs/results/2026-12-02-h200-decode/ (round5 `after/`, `round6/`): (grid.x, threads).
+    #[test]
+    fn gemv_grids_are_the_measured_ones() {
+        let sms = 132;
+        // gemv_<t> (round 5): qkv, 8192 rows; the out projection, 2048 rows.
+        assert_eq!(gemv_grid(8192, 2, 1, sms), (512, 256));
+        assert_eq!(gemv_grid(2048, 2, 1, sms), (512, 64));
+        // gemv4_<t>: qkv (round 6: grid 512, 128 threads), z (256 at 64 threads).
+        assert_eq!(gemv_grid(8192, 4, 1, sms), (512, 128));
+        assert_eq!(gemv_grid(4096, 4, 1, sms), (512, 64));
+        // Paired: MoE gate/up (64 x 8 tiles, 256 threads), shared expert (256), beta/alpha (16).
+        assert_eq!(gemv_grid(512, 1, 8, sms), (64, 256));
+        assert_eq!(gemv_grid(512, 1, 1, sms), (256, 64));
+        assert_eq!(gemv_grid(32, 1, 1, sms), (16, 64));
+    }
 
     /// cuBLAS's definition of `C = op(A) op(B)` with op(A) = A^T and op(B) = B, column-major.
     fn gemm_ex_t_n(d: GemmExDims, a: &[f32], b: &[f32], c: &mut [f32]) {

@@ -5,7 +5,7 @@
 use tally_model::{Node, Plan};
 
 use super::Io;
-use super::matmul::{TILE_BM, gemm_smem_bytes, gemv_rows, gemv_threads, mmv_grid_x, use_mmv};
+use super::matmul::{TILE_BM, gemm_smem_bytes, gemv_grid, mmv_grid_x, use_mmv};
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
 use crate::cuda::consts::{
@@ -163,21 +163,21 @@ pub fn moe_matmul(
     } else {
         tables.addresses(b.workspace(tables.bytes())?)
     };
-    let r = MoeRouteArgs {
-        ids: ids.0,
-        n_tokens: tokens as i32,
-        k: k as i32,
-        n_expert: e as i32,
-        bm: bm as i32,
-        max_tiles: max_tiles as i32,
-        counts,
-        sorted_rows: sorted,
-        tile_expert: t_exp,
-        tile_start: t_start,
-        tile_rows: t_rows,
-        err,
-    };
     if !tables.direct() {
+        let r = MoeRouteArgs {
+            ids: ids.0,
+            n_tokens: tokens as i32,
+            k: k as i32,
+            n_expert: e as i32,
+            bm: bm as i32,
+            max_tiles: max_tiles as i32,
+            counts,
+            sorted_rows: sorted,
+            tile_expert: t_exp,
+            tile_start: t_start,
+            tile_rows: t_rows,
+            err,
+        };
         // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build). One
         // block of MOE_ROUTE_THREADS, as the kernel requires (it checks); ids is the node's
         // contiguous T x k i32 view (checked above), the tables lie in the workspace grown
@@ -241,8 +241,8 @@ pub fn moe_matmul(
         };
     }
     if bm == 1 {
-        let threads = gemv_threads(n, max_tiles, b.props.sm_count);
-        let grid = (blocks(n as i64, gemv_rows(threads)), max_tiles as u32, 1);
+        let (gx, threads) = gemv_grid(n, 2, max_tiles, b.props.sm_count);
+        let grid = (gx, max_tiles as u32, 1);
         // SAFETY: as for mmv (one-row tiles read from the ids), with 2 output columns per
         // warp and at most GEMV_THREADS threads.
         unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
