@@ -35,6 +35,7 @@ fn synth_mtp(dir: &tempfile::TempDir, preset: Preset, quant: QuantMix, seed: u64
         config,
         quant,
         seed,
+        fill: Default::default(),
     };
     let f = std::fs::File::create(&path).expect("create");
     write_model(&spec, std::io::BufWriter::new(f), &mut |_, _| {}).expect("synth");

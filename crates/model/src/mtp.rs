@@ -137,6 +137,7 @@ mod tests {
             config,
             quant: QuantMix::Q8_0,
             seed: 5,
+            fill: Default::default(),
         };
         let mut out = Vec::new();
         write_model(&spec, &mut out, &mut |_, _| {}).expect("synth");

@@ -18,6 +18,13 @@ fn splitmix(x: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// SplitMix64's finaliser: a stateless 64-bit mix (what [`crate::synth::Fill::Pool`] indexes
+/// its pools with).
+pub fn mix64(x: u64) -> u64 {
+    let mut s = x;
+    splitmix(&mut s)
+}
+
 /// Stable 64-bit hash of a string (FNV-1a), to derive per-tensor streams from names.
 pub fn hash_str(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -198,7 +198,38 @@ pub struct SynthSpec {
     pub config: Config,
     pub quant: QuantMix,
     pub seed: u64,
+    /// How the large quantised tensors are filled.
+    pub fill: Fill,
 }
+
+/// How tensor data is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fill {
+    /// Every value drawn and quantised (the default; what the checks and tests use).
+    #[default]
+    Exact,
+    /// Large quantised tensors (of at least [`POOL_MIN_BYTES`]) are filled with blocks drawn at
+    /// random from a pool of [`POOL_BLOCKS`] blocks quantised from the same distribution, per
+    /// type and scale: the bytes of real quantised blocks, not i.i.d. across blocks. For timing
+    /// runs of the 35B shape (no kernel's speed depends on the values; the router and every f32
+    /// tensor are still drawn exactly): quantising 35B values is the cost of `Exact`, and this
+    /// skips it. The file records `tally.synth.fill = "pool"`.
+    Pool,
+}
+
+impl Fill {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fill::Exact => "exact",
+            Fill::Pool => "pool",
+        }
+    }
+}
+
+/// Blocks in each pool of [`Fill::Pool`].
+pub const POOL_BLOCKS: usize = 4096;
+/// Tensors smaller than this are drawn exactly under [`Fill::Pool`] too.
+pub const POOL_MIN_BYTES: u64 = 1 << 20;
 
 /// One tensor's row in the summary.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -364,6 +395,10 @@ fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
             "tally.synth.preset".to_string(),
             MetaValue::String(spec.preset.name().into()),
         ),
+        (
+            "tally.synth.fill".to_string(),
+            MetaValue::String(spec.fill.name().into()),
+        ),
         (k("block_count"), u(c.block_count())),
         (k("context_length"), u(c.context_length)),
         (k("embedding_length"), u(c.hidden)),
@@ -508,6 +543,54 @@ fn estimate_routing(layer: usize, router: &[f32], cfg: &Config, seed: u64) -> La
     }
 }
 
+/// The pool of [`POOL_BLOCKS`] quantised blocks of `ty` from N(0, std^2): deterministic by seed,
+/// type and scale, shared by every tensor of that type and scale.
+fn make_pool(seed: u64, ty: GgmlType, std: f32) -> Result<Vec<u8>, ModelError> {
+    let elems = ty.block_elems();
+    let mut rng = Rng::stream(
+        seed,
+        &format!("pool {} {:08x}", ty.name(), std.to_bits()),
+        0,
+    );
+    let mut v = vec![0.0f32; POOL_BLOCKS * elems];
+    rng.fill_normal(&mut v, std);
+    encode_rows(ty, &v, elems)
+}
+
+/// Whether a tensor is filled from a pool under `fill`.
+fn pooled(fill: Fill, plan: &TensorPlan) -> Option<f32> {
+    let ty = plan.spec.ty;
+    let bytes = ty
+        .row_bytes(plan.spec.dims[0])
+        .ok()?
+        .saturating_mul(plan.spec.dims.iter().skip(1).product::<u64>());
+    match (fill, plan.init) {
+        (Fill::Pool, Init::Normal(std)) if ty.block_elems() >= 32 && bytes >= POOL_MIN_BYTES => {
+            Some(std)
+        }
+        _ => None,
+    }
+}
+
+/// Rows `rows` of a pooled tensor: block b of the tensor is pool block `mix(key ^ b)`.
+fn pool_chunk(
+    pool: &[u8],
+    block_bytes: usize,
+    key: u64,
+    row_bytes: usize,
+    rows: std::ops::Range<usize>,
+) -> Vec<u8> {
+    let per_row = row_bytes / block_bytes;
+    let mut out = vec![0u8; rows.len() * row_bytes];
+    let first = (rows.start * per_row) as u64;
+    for (i, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
+        let h = crate::rng::mix64(key ^ (first + i as u64));
+        let j = (h % POOL_BLOCKS as u64) as usize * block_bytes;
+        dst.copy_from_slice(&pool[j..j + block_bytes]);
+    }
+    out
+}
+
 /// A chunk's encoded bytes and (for routers) its f32 values.
 type ChunkResult = Result<(Vec<u8>, Vec<f32>), ModelError>;
 
@@ -525,7 +608,22 @@ pub fn write_model<W: Write>(
     let mut writer = GgufWriter::new(out, &metadata(spec), &specs)?;
     let window = rayon::current_num_threads().max(1) * 2;
     let mut done = 0u64;
+    let mut pools: BTreeMap<(u32, u32), Vec<u8>> = BTreeMap::new();
     for plan in &plans {
+        let pool_std = pooled(spec.fill, plan);
+        let pool = match pool_std {
+            Some(std) => {
+                let ty = plan.spec.ty;
+                let key = (ty.id(), std.to_bits());
+                if !pools.contains_key(&key) {
+                    pools.insert(key, make_pool(spec.seed, ty, std)?);
+                }
+                pools.get(&key).map(|p| p.as_slice())
+            }
+            None => None,
+        };
+        let tensor_key = crate::rng::hash_str(&plan.spec.name) ^ spec.seed.rotate_left(17);
+        let block_bytes = plan.spec.ty.block_bytes();
         let row_len = plan.spec.dims[0] as usize;
         let n_rows = (plan.spec.dims.iter().product::<u64>() / plan.spec.dims[0]) as usize;
         let cr = chunk_rows(row_len);
@@ -543,6 +641,13 @@ pub fn write_model<W: Write>(
                 .into_par_iter()
                 .map(|c| {
                     let rows = c * cr..((c + 1) * cr).min(n_rows);
+                    if let Some(pool) = pool {
+                        let row_bytes = plan.spec.ty.row_bytes(row_len as u64)? as usize;
+                        return Ok((
+                            pool_chunk(pool, block_bytes, tensor_key, row_bytes, rows),
+                            Vec::new(),
+                        ));
+                    }
                     let values = gen_chunk(spec.seed, plan, &pop, c, rows);
                     let bytes = encode_rows(plan.spec.ty, &values, row_len)?;
                     Ok((bytes, if is_router { values } else { Vec::new() }))
@@ -618,4 +723,102 @@ fn summary(
         r.file_bytes += bytes;
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// Tiny, with expert tensors over [`POOL_MIN_BYTES`] (8 x 1024 x 256 at Q4_K: 1.18 MB).
+    fn spec(fill: Fill, seed: u64) -> SynthSpec {
+        let mut config = Preset::Tiny.config();
+        config.expert_ffn = 1024;
+        SynthSpec {
+            preset: Preset::Tiny,
+            config,
+            quant: QuantMix::Q4KM,
+            seed,
+            fill,
+        }
+    }
+
+    fn file(s: &SynthSpec) -> tally_gguf::GgufFile {
+        let mut out = Vec::new();
+        write_model(s, &mut out, &mut |_, _| {}).expect("synth");
+        tally_gguf::GgufFile::from_bytes(out, "mem").expect("parse")
+    }
+
+    #[test]
+    fn pool_fill_draws_real_blocks_and_keeps_the_rest_exact() {
+        let (exact, pool) = (file(&spec(Fill::Exact, 3)), file(&spec(Fill::Pool, 3)));
+        assert_eq!(
+            pool.get("tally.synth.fill"),
+            Some(&MetaValue::String("pool".into()))
+        );
+        let (plans, _) = tensor_plans(&spec(Fill::Pool, 3).config, QuantMix::Q4KM);
+        let mut n_pooled = 0;
+        for plan in &plans {
+            let name = &plan.spec.name;
+            let (te, tp) = (
+                exact.tensor(name).expect("exact"),
+                pool.tensor(name).expect("pool"),
+            );
+            assert_eq!((te.dims.clone(), te.ty), (tp.dims.clone(), tp.ty), "{name}");
+            let (be, bp) = (exact.tensor_data(te), pool.tensor_data(tp));
+            let Some(std) = pooled(Fill::Pool, plan) else {
+                assert_eq!(be, bp, "{name}: not pooled, so drawn exactly");
+                continue;
+            };
+            n_pooled += 1;
+            assert_ne!(be, bp, "{name}");
+            // Every block is a block of the pool (made as the writer makes it), and the draw
+            // spreads over the pool.
+            let ty = plan.spec.ty;
+            let bb = ty.block_bytes();
+            let pool_bytes = make_pool(3, ty, std).expect("pool");
+            let blocks: HashSet<&[u8]> = pool_bytes.chunks_exact(bb).collect();
+            let mut used = HashSet::new();
+            for b in bp.chunks_exact(bb) {
+                assert!(
+                    blocks.contains(b),
+                    "{name}: a block that is not in the pool"
+                );
+                used.insert(b);
+            }
+            assert!(
+                used.len() > POOL_BLOCKS / 2,
+                "{name}: {} blocks used",
+                used.len()
+            );
+            // The values keep the tensor's scale.
+            let mut v = vec![0.0f32; ty.block_elems() * bp.len() / bb];
+            tally_gguf::dequantize_row(ty, bp, &mut v).expect("dequant");
+            let rms =
+                (v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+            assert!(
+                (rms / f64::from(std) - 1.0).abs() < 0.1,
+                "{name}: rms {rms} for std {std}"
+            );
+        }
+        // The three routed-expert projections of each of the 4 layers (a count from the shapes,
+        // not from the fill).
+        assert_eq!(n_pooled, 3 * 4);
+        assert_eq!(
+            file(&spec(Fill::Pool, 3)).tensors().len(),
+            pool.tensors().len()
+        );
+    }
+
+    #[test]
+    fn pool_fill_is_deterministic_by_seed() {
+        let bytes = |seed| {
+            let mut out = Vec::new();
+            write_model(&spec(Fill::Pool, seed), &mut out, &mut |_, _| {}).expect("synth");
+            out
+        };
+        let a = bytes(5);
+        assert_eq!(a, bytes(5));
+        assert_ne!(a, bytes(6));
+    }
 }

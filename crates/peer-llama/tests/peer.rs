@@ -42,6 +42,7 @@ fn model_tagged(preset: Preset, quant: QuantMix, overrides: &[&str], tag: &str) 
         config: cfg,
         quant,
         seed: 1,
+        fill: Default::default(),
     };
     let out = BufWriter::new(File::create(&path).unwrap());
     write_model(&spec, out, &mut |_, _| {}).unwrap();

@@ -277,4 +277,59 @@ mod tests {
         let e = expand_includes("#include \"nope.cuh\"\n").unwrap_err();
         assert!(e.to_string().contains("unknown local header `nope.cuh`"));
     }
+
+    /// The kernels (`name(...)`) of `text` whose body does not begin with `pdl_enter();`, and
+    /// how many kernel definitions it holds (mentions in `//` comments are not definitions).
+    fn kernels_without_pdl_enter(text: &str) -> (Vec<String>, usize) {
+        let (mut missing, mut defs) = (Vec::new(), 0);
+        let mut at = 0;
+        while let Some(i) = text[at..].find("__global__").map(|i| i + at) {
+            at = i + 1;
+            let line_start = text[..i].rfind('\n').map_or(0, |j| j + 1);
+            if text[line_start..i].contains("//") {
+                continue;
+            }
+            let Some(open) = text[i..].find('{').map(|j| i + j) else {
+                continue;
+            };
+            defs += 1;
+            let head = &text[i..open];
+            let name = head
+                .rfind('(')
+                .map(|p| head[..p].split_whitespace().last().unwrap_or("?"))
+                .unwrap_or("?");
+            let body = text[open + 1..].trim_start_matches([' ', '\t', '\n', '\\']);
+            if !body.starts_with("pdl_enter();") {
+                missing.push(name.to_string());
+            }
+        }
+        (missing, defs)
+    }
+
+    /// Every kernel is launched with programmatic dependent launch (launch.rs), which is only
+    /// safe if it waits for the previous grid before reading its output: each kernel's first
+    /// statement must be `pdl_enter()` (common.cuh).
+    #[test]
+    fn every_kernel_enters_through_pdl_enter() {
+        let mut total = 0;
+        for (name, text) in SOURCES
+            .iter()
+            .map(|s| (s.name, s.text))
+            .chain(HEADERS.iter().copied())
+        {
+            let (missing, defs) = kernels_without_pdl_enter(text);
+            assert!(
+                missing.is_empty(),
+                "{name}: kernels without pdl_enter(): {missing:?}"
+            );
+            total += defs;
+        }
+        // The scan finds the kernels (31 definitions, macros counted once), and it can fail.
+        assert!(total >= 30, "only {total} kernel definitions found");
+        let (missing, defs) = kernels_without_pdl_enter(
+            "// __global__ in a comment {\nextern \"C\" __global__ void k(A a) {\n    int i = 0;\n}\n\
+             extern \"C\" __global__ void j(A a) { pdl_enter(); }\n",
+        );
+        assert_eq!((missing, defs), (vec!["k".to_string()], 2));
+    }
 }

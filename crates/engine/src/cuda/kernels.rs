@@ -84,6 +84,7 @@ pub struct Kernels {
 struct Module<'a> {
     name: &'static str,
     m: &'a Arc<CudaModule>,
+    pdl: bool,
 }
 
 impl Module<'_> {
@@ -95,6 +96,7 @@ impl Module<'_> {
         Ok(Kernel {
             f: f.cu_function(),
             name,
+            pdl: self.pdl,
         })
     }
 }
@@ -128,8 +130,9 @@ fn leak(s: String) -> &'static str {
 }
 
 impl Kernels {
-    /// Compiles (or loads from the cache) every source for `arch` and resolves every kernel.
-    pub fn load(ctx: &Arc<CudaContext>, arch: &str) -> Result<Kernels, EngineError> {
+    /// Compiles (or loads from the cache) every source for `arch` and resolves every kernel;
+    /// `pdl`: launch them with programmatic dependent launch (sm_90 and later).
+    pub fn load(ctx: &Arc<CudaContext>, arch: &str, pdl: bool) -> Result<Kernels, EngineError> {
         let mut modules = Vec::new();
         for src in compile::SOURCES {
             let cubin = compile::compile(src, arch)?;
@@ -142,7 +145,7 @@ impl Kernels {
             modules
                 .iter()
                 .find(|(n, _)| *n == name)
-                .map(|(name, m)| Module { name, m })
+                .map(|(name, m)| Module { name, m, pdl })
                 .ok_or_else(|| EngineError::Internal(format!("no kernel source {name}")))
         };
         let (attn, gemm) = (m("attention")?, m("gemm")?);

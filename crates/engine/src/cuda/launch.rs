@@ -12,6 +12,12 @@ use crate::EngineError;
 pub struct Kernel {
     pub f: sys::CUfunction,
     pub name: &'static str,
+    /// Launched with programmatic stream serialization (Hopper's programmatic dependent launch,
+    /// `TALLY_NO_PDL` turns it off): the next kernel's blocks may start while this one drains.
+    /// Safe because every kernel begins with `pdl_enter()` (common.cuh), which waits for the
+    /// previous grid to complete and its writes to be visible before reading anything it wrote
+    /// (test `every_kernel_enters_through_pdl_enter`).
+    pub pdl: bool,
 }
 
 /// Kernel launches made by this process (empty grids, which launch nothing, are not counted):
@@ -53,10 +59,39 @@ pub unsafe fn launch<T: Copy>(
         return Ok(()); // nothing to do (an empty view)
     }
     let mut params = [args as *const T as *mut c_void];
-    // SAFETY: `params` holds one pointer to a live `T` matching the kernel's single parameter
-    // (this function's contract); the driver copies the argument before returning.
-    unsafe { result::launch_kernel(k.f, grid, block, smem, stream, &mut params) }
-        .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))?;
+    if k.pdl {
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                programmaticStreamSerializationAllowed: 1,
+            },
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: smem,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: `config` and `attr` live across the call; `params` holds one pointer to a live
+        // `T` matching the kernel's single parameter (this function's contract); the driver
+        // copies the argument and the configuration before returning. The kernel waits for the
+        // previous grid in `pdl_enter()` before touching memory that grid wrote.
+        unsafe { sys::cuLaunchKernelEx(&config, k.f, params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))?;
+    } else {
+        // SAFETY: `params` holds one pointer to a live `T` matching the kernel's single
+        // parameter (this function's contract); the driver copies the argument before returning.
+        unsafe { result::launch_kernel(k.f, grid, block, smem, stream, &mut params) }
+            .map_err(|e| EngineError::Cuda(format!("launch {}: {e}", k.name)))?;
+    }
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

@@ -139,7 +139,8 @@ impl CudaBackend {
         } else {
             format!("sm_{}{}", cc.0, cc.1)
         };
-        let kernels = Kernels::load(&ctx, &arch)?;
+        // Programmatic dependent launch needs sm_90 (griddepcontrol); older parts launch plainly.
+        let kernels = Kernels::load(&ctx, &arch, options.pdl && cc.0 >= 9)?;
         ops::configure(&kernels)?;
         let weights = Weights::upload(&model, stream.cu_stream())?;
         Ok(CudaBackend {

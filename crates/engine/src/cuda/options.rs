@@ -27,6 +27,10 @@ pub struct CudaOptions {
     /// Fused launches on the plain path (gate/up/SwiGlu, add + RMS norm; `ops/fused.rs`): on
     /// unless `TALLY_NO_FUSE` is set (to `1`; any other value is an error).
     pub fuse: bool,
+    /// Programmatic dependent launch (sm_90+): every kernel launched with programmatic stream
+    /// serialization, so the next kernel's launch and block start overlap this one's tail (in
+    /// streams and in captured graphs). On unless `TALLY_NO_PDL` is set (to `1`).
+    pub pdl: bool,
 }
 
 impl Default for CudaOptions {
@@ -38,6 +42,7 @@ impl Default for CudaOptions {
             decode_graph: true,
             gemv_rw: None,
             fuse: true,
+            pdl: true,
         }
     }
 }
@@ -91,6 +96,11 @@ impl CudaOptions {
             Some("1") => o.fuse = false,
             Some(v) => return Err(bad("TALLY_NO_FUSE", v, "1 (or 0 / unset: fused)")),
         }
+        match get("TALLY_NO_PDL").as_deref() {
+            None | Some("") | Some("0") => {}
+            Some("1") => o.pdl = false,
+            Some(v) => return Err(bad("TALLY_NO_PDL", v, "1 (or 0 / unset: PDL on)")),
+        }
         Ok(o)
     }
 
@@ -122,6 +132,7 @@ impl CudaOptions {
                 None => "gemv_rw=auto".into(),
             },
             format!("fuse={}", on(self.fuse)),
+            format!("pdl={}", on(self.pdl)),
         ]
     }
 }
@@ -150,7 +161,8 @@ mod tests {
                 "prefill_graph=on",
                 "decode_graph=on",
                 "gemv_rw=auto",
-                "fuse=on"
+                "fuse=on",
+                "pdl=on"
             ]
         );
     }
@@ -164,9 +176,11 @@ mod tests {
             ("TALLY_NO_GRAPH", "decode"),
             ("TALLY_NO_FUSE", "1"),
             ("TALLY_GEMV_RW", "2"),
+            ("TALLY_NO_PDL", "1"),
         ])
         .expect("options");
         assert!(!o.fuse);
+        assert!(!o.pdl);
         assert_eq!(o.gemv_rw, Some(2));
         assert_eq!(o.cublas_min_m, Some(64));
         assert_eq!(o.gemm_variant, Some(2));
@@ -189,6 +203,7 @@ mod tests {
             [("TALLY_GEMM_VARIANT", "m64")],
             [("TALLY_NO_FUSE", "yes")],
             [("TALLY_GEMV_RW", "8")],
+            [("TALLY_NO_PDL", "on")],
         ] {
             let e = opts(&vars).expect_err("rejected").to_string();
             assert!(e.contains(vars[0].0), "{e}");

@@ -26,6 +26,7 @@ pub fn synth_model(
         config: preset.config(),
         quant,
         seed,
+        fill: Default::default(),
     };
     let f = std::fs::File::create(&path).expect("create model file");
     write_model(&spec, std::io::BufWriter::new(f), &mut |_, _| {}).expect("synth");

@@ -156,6 +156,7 @@ mod tests {
             config,
             quant: QuantMix::Q8_0,
             seed: 9,
+            fill: Default::default(),
         };
         let mut out = Vec::new();
         write_model(&spec, &mut out, &mut |_, _| {}).expect("synth");

@@ -43,12 +43,24 @@ pub struct Args {
     /// Add one MTP (nextn) block after the trunk, as real files carry it.
     #[arg(long)]
     mtp: bool,
+    /// How the large quantised tensors are filled: `exact` (every value drawn and quantised)
+    /// or `pool` (blocks drawn at random from 4,096 real quantised blocks per type and scale:
+    /// the 35B file in the time it takes to write it; for timing runs, not for checks; the
+    /// router and every f32 tensor are still exact, and the file records the choice).
+    #[arg(long, value_enum, default_value = "exact")]
+    fill: FillArg,
     /// Print the tensor types, counts and sizes the file would have; write nothing.
     #[arg(long)]
     dry_run: bool,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FillArg {
+    Exact,
+    Pool,
 }
 
 pub fn main(a: Args) -> Result<()> {
@@ -74,6 +86,10 @@ pub fn main(a: Args) -> Result<()> {
         config,
         quant,
         seed: a.seed,
+        fill: match a.fill {
+            FillArg::Exact => synth::Fill::Exact,
+            FillArg::Pool => synth::Fill::Pool,
+        },
     };
     if a.dry_run {
         let r = synth::plan_summary(&spec)?;

@@ -638,11 +638,11 @@ __device__ __forceinline__ AttnArgs at_pos(AttnArgs a) {
 }  // namespace attn
 
 #define ATTN_PREFILL(NAME, D, NW, KV16)                                                        \
-    extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { \
+    extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { pdl_enter(); \
         attn::prefill<D, NW, KV16>(attn::at_pos(a), AttnKv16{});                               \
     }
 #define ATTN_DECODE(NAME, D) \
-    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { attn::decode<D>(attn::at_pos(a)); }
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { pdl_enter(); attn::decode<D>(attn::at_pos(a)); }
 
 ATTN_PREFILL(flash_attn_d32, 32, ATTN_NW, false)
 ATTN_PREFILL(flash_attn_d64, 64, ATTN_NW, false)
@@ -661,6 +661,7 @@ ATTN_DECODE(flash_decode_d256, 256)
 // are independent of each other, so the splits are read in a few round trips, not one per split
 // (a thread walking all splits with an online rescale took 47 us for 61 splits on the H200).
 extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS) flash_attn_combine(AttnArgs a) {
+    pdl_enter();
     __shared__ float sw[ATTN_COMBINE_MAX_SPLITS];
     __shared__ float red[32];
     __shared__ __align__(16) float4 sacc[ATTN_COMBINE_THREADS];

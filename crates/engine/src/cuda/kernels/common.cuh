@@ -23,6 +23,23 @@ typedef unsigned long long u64;
 // +infinity without math headers (NVRTC provides no INFINITY macro by default).
 #define TALLY_INF __int_as_float(0x7f800000)
 
+// Programmatic dependent launch (Hopper). The host launches every kernel with programmatic
+// stream serialization (launch.rs; TALLY_NO_PDL=1 turns it off), which lets this grid be
+// scheduled before the previous grid in the stream has finished. So every kernel's first
+// statement is pdl_enter() (a test checks each __global__ in these sources):
+//   griddepcontrol.wait blocks until the previous grid has completed and its memory operations
+//     are visible, so nothing below it can see a half-written input (a no-op when the launch
+//     had no programmatic dependency);
+//   griddepcontrol.launch_dependents then lets the next kernel be scheduled; issued after the
+//     wait, so at most one grid waits behind a running one (no chain of resident waiters).
+// Transitively safe: grid N+1 waits for N, which finished only after it waited for N-1.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float tally_silu(float x) { return x / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float tally_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 

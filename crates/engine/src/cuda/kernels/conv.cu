@@ -165,5 +165,6 @@ __device__ __forceinline__ void conv_dispatch(const ConvSiluArgs& a, const ConvN
 }
 
 extern "C" __global__ void __launch_bounds__(CONV_THREADS) conv_silu(ConvSiluArgs a) {
+    pdl_enter();
     conv_dispatch<false>(a, ConvNorm{0, 4, 0, 0.0f, 1.0f});
 }

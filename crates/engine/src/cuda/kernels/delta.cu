@@ -350,6 +350,7 @@ __device__ __forceinline__ bool delta_shape_ok(const DeltaArgs& a) {
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) delta_rule_chunk_prep(DeltaArgs a) {
+    pdl_enter();
     extern __shared__ __align__(16) unsigned char delta_sm[];
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_prep_body<128>(a, delta_sm);
@@ -658,6 +659,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) delta_rule_chunk_scan(DeltaArgs a) {
+    pdl_enter();
     extern __shared__ __align__(16) unsigned char delta_sm[];
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_scan_body<128>(a, delta_sm);
@@ -717,6 +719,7 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
 }
 
 extern "C" __global__ void __launch_bounds__(128) delta_rule_step(DeltaArgs a) {
+    pdl_enter();
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_step_body<128>(a);
     else if (a.dk == 64) delta_step_body<64>(a);

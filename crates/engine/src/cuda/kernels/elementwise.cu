@@ -15,6 +15,7 @@ struct BinaryArgs {
 };
 
 extern "C" __global__ void binary_map(BinaryArgs p) {
+    pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)p.rows * p.cols) return;
     const i64 r = idx / p.cols, c = idx % p.cols;
@@ -40,6 +41,7 @@ struct SharedGateArgs {
 };
 
 extern "C" __global__ void shared_gate(SharedGateArgs a) {
+    pdl_enter();
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= a.rows) return;
@@ -66,6 +68,7 @@ struct DeltaGatesArgs {
 __device__ __forceinline__ float gates_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 extern "C" __global__ void __launch_bounds__(256) delta_gates(DeltaGatesArgs a) {
+    pdl_enter();
     const i64 total = (i64)a.T * a.H;
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (i64)gridDim.x * blockDim.x) {
         const i64 t = e / a.H;

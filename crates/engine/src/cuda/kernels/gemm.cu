@@ -611,17 +611,17 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
 #define TALLY_GEMM_KERNELS(name, T)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(GemmArgs a) {          \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(GemmArgs a) { pdl_enter();          \
         gemm_body<T, 128>(a);                                                                        \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_m64(GemmArgs a) {    \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_m64(GemmArgs a) { pdl_enter();    \
         gemm_body<T, 64>(a);                                                                         \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_M32_MIN_BLOCKS(T)) gemm_##name##_m32(GemmArgs a) { \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_M32_MIN_BLOCKS(T)) gemm_##name##_m32(GemmArgs a) { pdl_enter(); \
         gemm_body<T, 32>(a);                                                                         \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { gemv_body<T>(a); } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { gemv_body<T, 4>(a); }
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { pdl_enter(); gemv_body<T>(a); } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { pdl_enter(); gemv_body<T, 4>(a); }
 
 TALLY_GEMM_KERNELS(q4_k, QT_Q4_K)
 TALLY_GEMM_KERNELS(q5_k, QT_Q5_K)
@@ -769,7 +769,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a) {
 }
 
 #define TALLY_MMV_KERNEL(name, T) \
-    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) { mmv_body<T>(a); }
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) { pdl_enter(); mmv_body<T>(a); }
 TALLY_MMV_KERNEL(q4_k, QT_Q4_K)
 TALLY_MMV_KERNEL(q5_k, QT_Q5_K)
 TALLY_MMV_KERNEL(q6_k, QT_Q6_K)
@@ -788,9 +788,11 @@ TALLY_MMV_KERNEL(q2_k, QT_Q2_K)
 TALLY_MMV_KERNEL(q3_k, QT_Q3_K)
 
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt(GemmArgs a) {
+    pdl_enter();
     simt_body<SIMT_BM, SIMT_BN, 1, SIMT_BK>(a);
 }
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt_m32(GemmArgs a) {
+    pdl_enter();
     simt_body<SIMT_M32_BM, SIMT_M32_BN, SIMT_M32_KS, SIMT_M32_BK>(a);
 }
 

@@ -27,6 +27,7 @@ struct DequantF16Args {
 };
 
 extern "C" __global__ void __launch_bounds__(256) dequant_f16(DequantF16Args a) {
+    pdl_enter();
     const int n = blockIdx.y;
     const int k = (blockIdx.x * 256 + threadIdx.x) * 8;
     if (n >= a.N || !dequant8_in_row(a.type, a.K, k)) return;
@@ -48,6 +49,7 @@ struct CastF16Args {
 };
 
 extern "C" __global__ void __launch_bounds__(256) cast_f16_rows(CastF16Args a) {
+    pdl_enter();
     const int m = blockIdx.y;
     const int k = (blockIdx.x * 256 + threadIdx.x) * 8;
     if (m >= a.M || k >= a.K || a.K % 8 != 0) return;

@@ -14,6 +14,7 @@ struct KvStoreArgs {
 };
 
 extern "C" __global__ void kv_store(KvStoreArgs a) {
+    pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)a.rows * a.cols || blockIdx.y > 1) return;
     const int r = (int)(idx / a.cols), c = (int)(idx % a.cols);

@@ -72,6 +72,7 @@ __device__ __forceinline__ int route_block_scan(int v, int* tmp, int& total) {
 }
 
 extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRouteArgs a) {
+    pdl_enter();
     __shared__ i32 tab[32 * MOE_ROUTE_MAX_E];  // [warp][expert] count, then first slot
     __shared__ i32 cnt[MOE_ROUTE_MAX_E], off[MOE_ROUTE_MAX_E], toff[MOE_ROUTE_MAX_E];
     __shared__ i32 tmp[32];
@@ -215,6 +216,7 @@ struct CombineArgs {
 };
 
 extern "C" __global__ void moe_combine(CombineArgs a) {
+    pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)a.rows * a.cols) return;
     const i64 t = idx / a.cols, c = idx % a.cols;

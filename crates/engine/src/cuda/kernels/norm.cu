@@ -14,6 +14,7 @@ struct NormArgs {
 };
 
 extern "C" __global__ void norm_rows(NormArgs a) {
+    pdl_enter();
     __shared__ float red[32];
     const int groups = a.cols / a.group;
     const int row = blockIdx.x / groups;
@@ -56,6 +57,7 @@ struct AddNormArgs {
 };
 
 extern "C" __global__ void add_rms_norm(AddNormArgs p) {
+    pdl_enter();
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= p.rows) return;

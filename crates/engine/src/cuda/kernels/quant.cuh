@@ -675,6 +675,7 @@ __device__ __forceinline__ bool dequant8_in_row(int type, int K, int k) {
 // Grid (ceil(K / 2048), n_rows), 256 threads: each thread writes 8 elements. The launch may be
 // larger than that; surplus threads return. Types other than QT_* write nothing.
 extern "C" __global__ void __launch_bounds__(256) dequant_rows(DequantRowsArgs a) {
+    pdl_enter();
     const int r = blockIdx.y;
     const int k = (blockIdx.x * 256 + threadIdx.x) * 8;
     if (r >= a.n_rows || !dequant8_in_row(a.type, a.K, k)) return;

@@ -16,6 +16,7 @@ struct RopeArgs {
 };
 
 extern "C" __global__ void rope_neox(RopeArgs a) {
+    pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     const i64 total = (i64)a.rows * a.n_heads * a.head_dim;
     if (idx >= total) return;

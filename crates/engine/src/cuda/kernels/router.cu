@@ -76,5 +76,5 @@ __device__ __forceinline__ void topk_body(const TopkArgs& a) {
     }
 }
 
-extern "C" __global__ void router_topk(TopkArgs a) { topk_body<32>(a); }
-extern "C" __global__ void router_topk8(TopkArgs a) { topk_body<8>(a); }
+extern "C" __global__ void router_topk(TopkArgs a) { pdl_enter(); topk_body<32>(a); }
+extern "C" __global__ void router_topk8(TopkArgs a) { pdl_enter(); topk_body<8>(a); }

@@ -162,6 +162,7 @@ struct TopKMass {
 };
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample_token(SampleArgs a) {
+    pdl_enter();
     __shared__ u64 hist[256];
     __shared__ u64 s_all[SAMPLE_THREADS];
     __shared__ u64 s32[32];
@@ -286,6 +287,7 @@ struct ArgmaxArgs {
 };
 
 extern "C" __global__ void __launch_bounds__(256) argmax_token(ArgmaxArgs a) {
+    pdl_enter();
     __shared__ u64 s32[32];
     u64 best = 0;
     const int stride = (int)(gridDim.x * blockDim.x);
