@@ -615,10 +615,13 @@ pub fn write_model<W: Write>(
             Some(std) => {
                 let ty = plan.spec.ty;
                 let key = (ty.id(), std.to_bits());
-                if !pools.contains_key(&key) {
-                    pools.insert(key, make_pool(spec.seed, ty, std)?);
-                }
-                pools.get(&key).map(|p| p.as_slice())
+                let pool = match pools.entry(key) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(make_pool(spec.seed, ty, std)?)
+                    }
+                };
+                Some(pool.as_slice())
             }
             None => None,
         };
