@@ -213,7 +213,7 @@ pub enum Fill {
     /// type and scale: the bytes of real quantised blocks, not i.i.d. across blocks. For timing
     /// runs of the 35B shape (no kernel's speed depends on the values; the router and every f32
     /// tensor are still drawn exactly): quantising 35B values is the cost of `Exact`, and this
-    /// skips it. The file records `tally.synth.fill = "pool"`.
+    /// skips it. A pooled file records `tally.synth.fill = "pool"` (an exact one has no such key).
     Pool,
 }
 
@@ -395,10 +395,6 @@ fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
             "tally.synth.preset".to_string(),
             MetaValue::String(spec.preset.name().into()),
         ),
-        (
-            "tally.synth.fill".to_string(),
-            MetaValue::String(spec.fill.name().into()),
-        ),
         (k("block_count"), u(c.block_count())),
         (k("context_length"), u(c.context_length)),
         (k("embedding_length"), u(c.hidden)),
@@ -424,6 +420,14 @@ fn metadata(spec: &SynthSpec) -> Vec<(String, MetaValue)> {
         (k("ssm.group_count"), u(c.ssm_k_heads)),
         (k("full_attention_interval"), u(interval)),
     ];
+    if spec.fill != Fill::Exact {
+        // Only a pooled file says so: an exact file's bytes are as they always were (the
+        // goldens hash them).
+        m.push((
+            "tally.synth.fill".to_string(),
+            MetaValue::String(spec.fill.name().into()),
+        ));
+    }
     m.push((
         k("rope.dimension_sections"),
         MetaValue::Array(tally_gguf::MetaArray::I32(rope_sections(c.rope_dims))),
@@ -759,6 +763,7 @@ mod tests {
             pool.get("tally.synth.fill"),
             Some(&MetaValue::String("pool".into()))
         );
+        assert_eq!(exact.get("tally.synth.fill"), None);
         let (plans, _) = tensor_plans(&spec(Fill::Pool, 3).config, QuantMix::Q4KM);
         let mut n_pooled = 0;
         for plan in &plans {

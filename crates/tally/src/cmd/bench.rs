@@ -301,11 +301,21 @@ fn ftype_name(ft: Option<u64>) -> String {
     match ft {
         Some(0) => "all F32".into(),
         Some(1) => "F16".into(),
+        Some(2) => "Q4_0".into(),
+        Some(3) => "Q4_1".into(),
         Some(7) => "Q8_0".into(),
+        Some(8) => "Q5_0".into(),
+        Some(9) => "Q5_1".into(),
+        Some(10) => "Q2_K - Medium".into(),
+        Some(12) => "Q3_K - Medium".into(),
+        Some(14) => "Q4_K - Small".into(),
         Some(15) => "Q4_K - Medium".into(),
         Some(17) => "Q5_K - Medium".into(),
         Some(18) => "Q6_K".into(),
+        Some(25) => "IQ4_NL - 4.5 bpw".into(),
+        Some(30) => "IQ4_XS - 4.25 bpw".into(),
         Some(32) => "BF16".into(),
+        Some(38) => "MXFP4 MoE".into(),
         Some(n) => format!("ftype {n}"),
         None => "?".into(),
     }
@@ -792,6 +802,24 @@ fn peer_common(a: &Args) -> Common {
         busy_limit: a.busy_limit,
         out_dir: a.out_dir.clone(),
         output: Format::Text,
+    }
+}
+
+#[cfg(test)]
+mod ftype_tests {
+    /// Every mix `tally synth` writes has llama.cpp's file-type name in the model column (the
+    /// numbers are llama.h's LLAMA_FTYPE_MOSTLY_*; the names its llama_model_ftype_name).
+    #[test]
+    fn every_synth_mix_has_llama_cpps_file_type_name() {
+        use tally_model::synth::QuantMix;
+        for name in QuantMix::NAMES {
+            let mix = QuantMix::parse(name).expect("a mix");
+            let n = super::ftype_name(Some(u64::from(mix.file_type())));
+            assert!(!n.starts_with("ftype"), "{name}: {n}");
+        }
+        assert_eq!(super::ftype_name(Some(30)), "IQ4_XS - 4.25 bpw");
+        assert_eq!(super::ftype_name(Some(38)), "MXFP4 MoE");
+        assert_eq!(super::ftype_name(Some(99)), "ftype 99");
     }
 }
 
