@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GPU call 1 of 3 (2026-12-02): programmatic dependent launch (every kernel launched with
-# programmatic stream serialization, each entering through pdl_enter(); TALLY_NO_PDL=1 is the
+# programmatic stream serialization, each entering through pdl_enter(); TALLY_PDL=off is the
 # old launch), and the converter-made fixtures on CUDA with this session's kernels.
 #   1. prepare.sh in the background (llama.cpp's CUDA build; the 35B Q4_K_M file, --fill pool).
 #   2. The converter fixtures on CUDA (scripts/gpu/converter.sh: node by node against the CPU).
 #   3. `tally check --backend cuda` (poisoned, node by node) on tiny q4_k_m, mid q4_k_m and
 #      mid q8_0: the check dispatches node by node, with PDL on.
 #   4. PDL changes no bit: logits digests of a prefill and 6 decode steps with and without
-#      TALLY_NO_PDL=1 (tiny, mid q4_k_m, mid q8_0, the 4-layer 35B-shaped file); greedy tokens
+#      TALLY_PDL=off (tiny, mid q4_k_m, mid q8_0, the 4-layer 35B-shaped file); greedy tokens
 #      CPU == CUDA on mid q4_k_m.
-#   5. tg128 on the 4-layer file, PDL against TALLY_NO_PDL=1, alternated twice (a quick A/B;
+#   5. tg128 on the 4-layer file, PDL against TALLY_PDL=off, alternated twice (a quick A/B;
 #      the full model side by side is call 2, sbs-pdl.sh).
 # Everything under /tmp/o comes back as $OUT/pdl.tgz. Call 2 within 30 s.
 set -u
@@ -43,7 +43,7 @@ for f in /tmp/tiny-q4_k_m.gguf /tmp/mid-q4_k_m.gguf /tmp/mid-q8_0.gguf "$M"; do
   n=$(basename "$f" .gguf)
   left "digests $n" || continue
   timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-pdl.json" 2> "$OUT/run-$n-pdl.err"
-  TALLY_NO_PDL=1 timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-nopdl.json" 2> "$OUT/run-$n-nopdl.err"
+  TALLY_PDL=off timeout 120 "$T" run --model "$f" --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-nopdl.json" 2> "$OUT/run-$n-nopdl.err"
   row "PDL == no PDL logits bits, $n" "$(python3 - "$OUT" "$n" <<'PY'
 import json, sys
 o, n = sys.argv[1:]
@@ -67,13 +67,13 @@ print('same' if a == b else 'DIFFER')" 2>&1 | tail -1)"
 for i in 1 2; do
   for mode in pdl nopdl; do
     left "bench l4 $mode $i" || continue
-    if [ $mode = nopdl ]; then export TALLY_NO_PDL=1; else unset TALLY_NO_PDL; fi
+    if [ $mode = nopdl ]; then export TALLY_PDL=off; else unset TALLY_PDL; fi
     timeout 60 "$T" bench -m "$M" --backend cuda -p 512 -n 128 -r 5 -o md --out-dir "$OUT/bench-l4-$mode-$i" \
       > "$OUT/bench-l4-$mode-$i.md" 2>&1
     row "l4 bench $mode #$i" "$(grep -E '^\| qwen' "$OUT/bench-l4-$mode-$i.md" | awk -F'|' '{printf "%s %s; ", $(NF-2), $(NF-1)}')"
   done
 done
-unset TALLY_NO_PDL
+unset TALLY_PDL
 while kill -0 $prep 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt 575 ]; do sleep 2; done
 kill -0 $prep 2>/dev/null && row "prepare" "STILL RUNNING at 575 s (call 2 completes it)"
 tail -3 "$OUT/prepare.txt"

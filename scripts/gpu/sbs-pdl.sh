@@ -3,7 +3,7 @@
 # and /tmp/q4km.gguf while warm):
 #   1. side by side with llama.cpp on the 35B Q4_K_M file: pp512, pp8192, tg128 and tg128 at
 #      depth 8192 and 32768 (tally with PDL, the default);
-#   2. tally with TALLY_NO_PDL=1 on the same file in the same call: tg128 at depth 0 and 8192,
+#   2. tally with TALLY_PDL=off on the same file in the same call: tg128 at depth 0 and 8192,
 #      pp512 (the A/B of the launch change on the whole model);
 #   3. speculative decoding with replayed drafts at acceptance 0.9, k = 3;
 #   4. if time is left, the decode-step ledger at depth 512 against llama.cpp.
@@ -20,7 +20,7 @@ FILL=pool scripts/gpu/prepare.sh > "$OUT/prepare-b.txt" 2>&1; tail -1 "$OUT/prep
 timeout 300 "$TALLY" bench -m "$BIG" --backend cuda --peer llama.cpp -p 512,8192 -n 128 -d 0,8192,32768 -r 3 \
   --out-dir "$OUT/sbs" > "$OUT/bench-sbs.md" 2>&1; echo "bench rc=$? after $(( $(date +%s) - t0 )) s"
 cat "$OUT/bench-sbs.md"
-TALLY_NO_PDL=1 timeout 90 "$TALLY_NOPEER" bench -m "$BIG" --backend cuda -p 512 -n 128 -d 0,8192 -r 3 -o md \
+TALLY_PDL=off timeout 90 "$TALLY_NOPEER" bench -m "$BIG" --backend cuda -p 512 -n 128 -d 0,8192 -r 3 -o md \
   --out-dir "$OUT/nopdl" > "$OUT/bench-nopdl.md" 2>&1
 echo "== no PDL rc=$?"; grep -E '^\| qwen' "$OUT/bench-nopdl.md"
 timeout 60 "$TALLY_NOPEER" bench -m "$BIG" --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max 3 \

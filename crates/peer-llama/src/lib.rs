@@ -351,8 +351,17 @@ impl LlamaPeer {
         let (context, batch) = tokens.split_at(w.n_past);
         let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
         self.probe_mut().start(ProbeMode::Idle);
-        let restored =
-            timing::restore_context(self.context(true, w.total())?, context, n_batch, n_vocab);
+        let restored = timing::restore_context(
+            self.context(true, w.total())?,
+            context,
+            n_batch,
+            n_vocab,
+            if w.n_tokens == 1 {
+                timing::STEP_WARMUP
+            } else {
+                0
+            },
+        );
         let idle_error = self.probe_mut().error.take();
         restored?;
         if let Some(e) = idle_error {
@@ -448,7 +457,18 @@ impl LlamaPeer {
         if probed {
             self.probe_mut().start(ProbeMode::Idle);
         }
-        timing::restore_context(self.context(probed, total)?, context, n_batch, n_vocab)?;
+        let tail = if tokens.len() == 1 {
+            timing::STEP_WARMUP
+        } else {
+            0
+        };
+        timing::restore_context(
+            self.context(probed, total)?,
+            context,
+            n_batch,
+            n_vocab,
+            tail,
+        )?;
         if probed {
             if let Some(e) = self.probe_mut().error.take() {
                 return Err(PeerError::Engine(format!("context prefill failed: {e}")));

@@ -38,7 +38,7 @@ pub(crate) fn run_prefill(
         return Err(PeerError::Param("a prefill needs at least 1 token".into()));
     }
     check_ids(tokens, n_vocab)?;
-    restore_context(ctx, &[], n_batch, n_vocab)?;
+    restore_context(ctx, &[], n_batch, n_vocab, 0)?;
     run_batch(ctx, tokens, 0, n_batch, n_vocab)
 }
 
@@ -59,16 +59,31 @@ pub(crate) fn restore_context(
     context: &[u32],
     n_batch: u32,
     n_vocab: u32,
+    one_token_tail: usize,
 ) -> Result<(), PeerError> {
     check_ids(context, n_vocab)?;
     ctx.clear_memory();
     let chunk = n_batch.max(1) as usize;
-    for (i, part) in context.chunks(chunk).enumerate() {
+    // The last `one_token_tail` tokens go one at a time (the same cache contents either way).
+    let split = context.len().saturating_sub(one_token_tail);
+    for (i, part) in context[..split].chunks(chunk).enumerate() {
         ctx.decode(part, (i * chunk) as u32, false)?;
+    }
+    for (i, t) in context[split..].iter().enumerate() {
+        ctx.decode(std::slice::from_ref(t), (split + i) as u32, false)?;
     }
     ctx.synchronize();
     Ok(())
 }
+
+/// One-token decodes that end the (untimed) context restore before a timed one-token step.
+/// llama.cpp's CUDA backend runs a graph directly, without its CUDA graph, until two calls in a
+/// row have the same node properties (ggml-cuda's graph warm-up), so the first one-token step
+/// after a prefill batch is a cold one and costs a capture; llama-bench's tg decodes steadily.
+/// Decoding the context's last tokens one at a time makes the timed step a steady-state step,
+/// as tally's (whose decode graph is captured once per plan) already is. On the CPU it only
+/// changes how the untimed context is built, not its contents.
+pub(crate) const STEP_WARMUP: usize = 3;
 
 /// Runs `tokens` at positions `n_past..` (after [`restore_context`] of `n_past` tokens):
 /// `llama_decode` per `n_batch` chunk, synchronise; returns the wall time (ms) and the digest

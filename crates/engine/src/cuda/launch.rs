@@ -12,10 +12,11 @@ use crate::EngineError;
 pub struct Kernel {
     pub f: sys::CUfunction,
     pub name: &'static str,
-    /// Launched with programmatic stream serialization (Hopper's programmatic dependent launch,
-    /// `TALLY_NO_PDL` turns it off): the next kernel's blocks may start while this one drains.
-    /// Safe because every kernel begins with `pdl_enter()` (common.cuh), which waits for the
-    /// previous grid to complete and its writes to be visible before reading anything it wrote
+    /// May be launched with programmatic stream serialization (Hopper's programmatic dependent
+    /// launch; the device has it and `TALLY_PDL` is not `off`), which it is while the plan being
+    /// dispatched asks for it ([`set_plan_pdl`]): the next kernel's blocks may start while this
+    /// one drains. Safe because every kernel begins with `pdl_enter()` (common.cuh), which waits
+    /// for the previous grid to complete and its writes to be visible before reading anything
     /// (test `every_kernel_enters_through_pdl_enter`).
     pub pdl: bool,
 }
@@ -25,6 +26,18 @@ pub struct Kernel {
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 /// Library calls (cuBLAS) made by this process; each launches kernels of its own.
 static LIBRARY_CALLS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Whether the plan this thread dispatches uses programmatic dependent launch (set per node
+    /// by the backend from `CudaOptions::pdl_for`; a thread-local, so backends on other threads
+    /// cannot change it). Only when kernels start depends on it, never what they compute.
+    static PLAN_PDL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets whether this thread's next launches use programmatic dependent launch.
+pub fn set_plan_pdl(on: bool) {
+    PLAN_PDL.with(|c| c.set(on));
+}
 
 /// `(kernel launches, library calls)` so far in this process.
 pub fn counts() -> (u64, u64) {
@@ -59,7 +72,7 @@ pub unsafe fn launch<T: Copy>(
         return Ok(()); // nothing to do (an empty view)
     }
     let mut params = [args as *const T as *mut c_void];
-    if k.pdl {
+    if k.pdl && PLAN_PDL.with(|c| c.get()) {
         let mut attr = sys::CUlaunchAttribute {
             id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
             pad: [0; 4],

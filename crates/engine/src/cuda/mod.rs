@@ -34,7 +34,7 @@ use arena::{Arena, Slot};
 use kernels::Kernels;
 use mem::{DevBuf, cuda_err};
 use ops::{sample, snapshot};
-pub use options::CudaOptions;
+pub use options::{CudaOptions, PdlMode};
 pub use peaks::peaks;
 pub use weights::DevWeight;
 use weights::Weights;
@@ -140,7 +140,7 @@ impl CudaBackend {
             format!("sm_{}{}", cc.0, cc.1)
         };
         // Programmatic dependent launch needs sm_90 (griddepcontrol); older parts launch plainly.
-        let kernels = Kernels::load(&ctx, &arch, options.pdl && cc.0 >= 9)?;
+        let kernels = Kernels::load(&ctx, &arch, options.pdl != PdlMode::Off && cc.0 >= 9)?;
         ops::configure(&kernels)?;
         let weights = Weights::upload(&model, stream.cu_stream())?;
         Ok(CudaBackend {
@@ -311,6 +311,7 @@ impl Backend for CudaBackend {
     }
 
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
+        launch::set_plan_pdl(self.options.pdl_for(plan.n_tokens));
         let before = launch::counts();
         ops::dispatch(self, plan, index, target).map_err(|e| e.in_node(&plan.nodes[index].name))?;
         if let Some(c) = self.graphs.capturing.as_mut() {
@@ -325,6 +326,7 @@ impl Backend for CudaBackend {
     }
 
     fn dispatch_fused(&mut self, plan: &Plan, index: usize) -> Result<usize, EngineError> {
+        launch::set_plan_pdl(self.options.pdl_for(plan.n_tokens));
         let before = launch::counts();
         let n = ops::fused::dispatch(self, plan, index)
             .map_err(|e| e.in_node(&plan.nodes[index].name))?;

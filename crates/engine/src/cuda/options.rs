@@ -3,6 +3,18 @@
 
 use crate::EngineError;
 
+/// Plans of at most this many tokens use programmatic dependent launch by default.
+pub const PDL_MAX_TOKENS: usize = 16;
+
+/// Where programmatic dependent launch is used (`TALLY_PDL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PdlMode {
+    Off,
+    /// Plans of at most [`PDL_MAX_TOKENS`] tokens.
+    Small,
+    All,
+}
+
 /// Every switch of the CUDA backend. Built by [`CudaOptions::from_env`]; an unknown value is an
 /// error, not a silent default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,10 +39,13 @@ pub struct CudaOptions {
     /// Fused launches on the plain path (gate/up/SwiGlu, add + RMS norm; `ops/fused.rs`): on
     /// unless `TALLY_NO_FUSE` is set (to `1`; any other value is an error).
     pub fuse: bool,
-    /// Programmatic dependent launch (sm_90+): every kernel launched with programmatic stream
+    /// Programmatic dependent launch (sm_90+): kernels launched with programmatic stream
     /// serialization, so the next kernel's launch and block start overlap this one's tail (in
-    /// streams and in captured graphs). On unless `TALLY_NO_PDL` is set (to `1`).
-    pub pdl: bool,
+    /// streams and in captured graphs). `TALLY_PDL=small` (the default): for plans of at most
+    /// [`PDL_MAX_TOKENS`] tokens (decode steps, speculative verification), where the gaps
+    /// between short kernels are the cost (H200, 35B Q4_K_M: tg128 +8%); `all`: every plan
+    /// (pp512 read 4% lower with it in one run, not yet measured side by side); `off`.
+    pub pdl: PdlMode,
 }
 
 impl Default for CudaOptions {
@@ -42,7 +57,7 @@ impl Default for CudaOptions {
             decode_graph: true,
             gemv_rw: None,
             fuse: true,
-            pdl: true,
+            pdl: PdlMode::Small,
         }
     }
 }
@@ -96,12 +111,23 @@ impl CudaOptions {
             Some("1") => o.fuse = false,
             Some(v) => return Err(bad("TALLY_NO_FUSE", v, "1 (or 0 / unset: fused)")),
         }
-        match get("TALLY_NO_PDL").as_deref() {
-            None | Some("") | Some("0") => {}
-            Some("1") => o.pdl = false,
-            Some(v) => return Err(bad("TALLY_NO_PDL", v, "1 (or 0 / unset: PDL on)")),
+        match get("TALLY_PDL").as_deref() {
+            None | Some("") | Some("small") => {}
+            Some("all") => o.pdl = PdlMode::All,
+            Some("off") => o.pdl = PdlMode::Off,
+            Some(v) => return Err(bad("TALLY_PDL", v, "small, all or off")),
         }
         Ok(o)
+    }
+
+    /// Whether a plan of `n_tokens` tokens launches its kernels with programmatic dependent
+    /// launch (on a device that has it).
+    pub fn pdl_for(&self, n_tokens: usize) -> bool {
+        match self.pdl {
+            PdlMode::Off => false,
+            PdlMode::Small => n_tokens <= PDL_MAX_TOKENS,
+            PdlMode::All => true,
+        }
     }
 
     /// Whether a plan of `n_tokens` tokens is captured as a graph.
@@ -132,7 +158,14 @@ impl CudaOptions {
                 None => "gemv_rw=auto".into(),
             },
             format!("fuse={}", on(self.fuse)),
-            format!("pdl={}", on(self.pdl)),
+            format!(
+                "pdl={}",
+                match self.pdl {
+                    PdlMode::Off => "off",
+                    PdlMode::Small => "small",
+                    PdlMode::All => "all",
+                }
+            ),
         ]
     }
 }
@@ -162,7 +195,7 @@ mod tests {
                 "decode_graph=on",
                 "gemv_rw=auto",
                 "fuse=on",
-                "pdl=on"
+                "pdl=small"
             ]
         );
     }
@@ -176,11 +209,15 @@ mod tests {
             ("TALLY_NO_GRAPH", "decode"),
             ("TALLY_NO_FUSE", "1"),
             ("TALLY_GEMV_RW", "2"),
-            ("TALLY_NO_PDL", "1"),
+            ("TALLY_PDL", "off"),
         ])
         .expect("options");
         assert!(!o.fuse);
-        assert!(!o.pdl);
+        assert!(!o.pdl_for(1));
+        let d = opts(&[]).expect("defaults");
+        assert!(d.pdl_for(1) && d.pdl_for(PDL_MAX_TOKENS) && !d.pdl_for(PDL_MAX_TOKENS + 1));
+        let all = opts(&[("TALLY_PDL", "all")]).expect("options");
+        assert!(all.pdl_for(1) && all.pdl_for(8192));
         assert_eq!(o.gemv_rw, Some(2));
         assert_eq!(o.cublas_min_m, Some(64));
         assert_eq!(o.gemm_variant, Some(2));
@@ -203,7 +240,7 @@ mod tests {
             [("TALLY_GEMM_VARIANT", "m64")],
             [("TALLY_NO_FUSE", "yes")],
             [("TALLY_GEMV_RW", "8")],
-            [("TALLY_NO_PDL", "on")],
+            [("TALLY_PDL", "on")],
         ] {
             let e = opts(&vars).expect_err("rejected").to_string();
             assert!(e.contains(vars[0].0), "{e}");
