@@ -456,6 +456,9 @@ pub struct FakeFaults {
     /// The machine is still settling: prefill call i < n takes `1 + 0.5 (n - i) / n` times as
     /// long (a warm-up that fades linearly over the first n prefills).
     pub warming_prefills: usize,
+    /// A host that switches speed levels: with `(period, factor)`, prefill calls in every
+    /// other block of `period` calls (the second, the fourth, ...) take `factor` times as long.
+    pub level_switch: Option<(usize, f64)>,
 }
 
 impl Default for FakeFaults {
@@ -469,6 +472,7 @@ impl Default for FakeFaults {
             spike_prefills: Vec::new(),
             missing_dispatches: 0,
             warming_prefills: 0,
+            level_switch: None,
         }
     }
 }
@@ -631,6 +635,11 @@ impl Subject for FakeSubject {
         }
         if self.faults.spike_prefills.contains(&self.prefills) {
             wall_ms *= 10.0;
+        }
+        if let Some((period, factor)) = self.faults.level_switch
+            && (self.prefills / period.max(1)) % 2 == 1
+        {
+            wall_ms *= factor;
         }
         let n = self.faults.warming_prefills;
         if self.prefills < n {

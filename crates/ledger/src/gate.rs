@@ -91,6 +91,59 @@ pub struct WindowRecord {
     pub load: Option<crate::noise::WindowLoad>,
     /// Why it was discarded (empty when kept).
     pub reasons: Vec<DiscardReason>,
+    /// The machine's speed level in this window (1 = typical): the median, over the window's
+    /// series, of each run's time over its series' median across the kept windows
+    /// ([`window_levels`]). Every statistic divides a kept run's time by it. 1 for groups of
+    /// fewer than [`LEVEL_MIN_SERIES`] series and for windows that are not kept.
+    #[serde(default = "one")]
+    pub level: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Groups with at least this many series get per-window levels: the median over the window's
+/// series is then robust to one slow run (with fewer, a spike in one run would move the level
+/// and with it every other run of the window).
+pub const LEVEL_MIN_SERIES: usize = 4;
+
+/// Per-window machine levels of `windows` over the kept ones (1 elsewhere): hosts that share
+/// cores or change frequency run whole windows a fixed factor slower for seconds at a time
+/// (the 2-core VMs this runs on switch between two levels ~30% apart). A window runs all its
+/// series within a fraction of a second, so such a switch scales the whole window: dividing
+/// by the window's level removes it, and leaves a spike in one run (which the median ignores)
+/// to the outlier rule. On a steady machine every level is ~1 and nothing changes.
+pub fn window_levels(windows: &[WindowRecord]) -> Vec<f64> {
+    let kept: Vec<usize> = (0..windows.len())
+        .filter(|&i| windows[i].status == WindowStatus::Kept)
+        .collect();
+    let n_series = kept.first().map_or(0, |&w| windows[w].runs.len());
+    let mut levels = vec![1.0; windows.len()];
+    if n_series < LEVEL_MIN_SERIES || kept.len() < 3 {
+        return levels;
+    }
+    let medians: Vec<Option<f64>> = (0..n_series)
+        .map(|s| {
+            let xs: Vec<f64> = kept
+                .iter()
+                .filter_map(|&w| windows[w].runs.get(s).map(|r| r.wall_ms))
+                .collect();
+            crate::stats::median(&xs).filter(|m| *m > 0.0)
+        })
+        .collect();
+    for &w in &kept {
+        let ratios: Vec<f64> = windows[w]
+            .runs
+            .iter()
+            .zip(&medians)
+            .filter_map(|(r, m)| m.map(|m| r.wall_ms / m))
+            .collect();
+        if let Some(l) = crate::stats::median(&ratios).filter(|l| l.is_finite() && *l > 0.0) {
+            levels[w] = l;
+        }
+    }
+    levels
 }
 
 /// All windows of one group, kept and discarded.
@@ -114,10 +167,14 @@ impl GroupRecord {
             .filter(|w| w.status == WindowStatus::Kept)
     }
 
-    /// Kept runs of a series.
+    /// Kept runs of a series, their times divided by their window's level.
     pub fn runs(&self, series: usize) -> Vec<RunSample> {
         self.kept()
-            .filter_map(|w| w.runs.get(series).copied())
+            .filter_map(|w| {
+                let mut r = *w.runs.get(series)?;
+                r.wall_ms /= w.level;
+                Some(r)
+            })
             .collect()
     }
 
@@ -135,8 +192,13 @@ impl GroupRecord {
     /// cancels).
     pub fn paired_ms(&self, a: usize, b: usize) -> Vec<f64> {
         self.kept()
-            .filter_map(|w| Some(w.runs.get(b)?.wall_ms - w.runs.get(a)?.wall_ms))
+            .filter_map(|w| Some((w.runs.get(b)?.wall_ms - w.runs.get(a)?.wall_ms) / w.level))
             .collect()
+    }
+
+    /// The levels of the kept windows, in run order.
+    pub fn levels(&self) -> Vec<f64> {
+        self.kept().map(|w| w.level).collect()
     }
 
     /// Discarded windows.
@@ -337,6 +399,7 @@ impl Gate {
                 runs,
                 load: None,
                 reasons: Vec::new(),
+                level: 1.0,
             });
             seq += 1;
         }
@@ -383,12 +446,16 @@ impl Gate {
                 runs,
                 load,
                 reasons,
+                level: 1.0,
             });
             seq += 1;
             if discards > self.cfg.max_retries {
                 record.exhausted = true;
                 break;
             }
+        }
+        for (w, l) in window_levels(&record.windows).into_iter().enumerate() {
+            record.windows[w].level = l;
         }
         if record.kept().count() == 0 {
             return Err(LedgerError::NoCleanWindow {
@@ -459,11 +526,14 @@ impl Gate {
         if kept.len() < 3 {
             return Vec::new();
         }
+        // Outliers are judged on level-corrected times: a window the host ran uniformly slower
+        // is not an outlier (its level says so); one slow run in it still is.
+        let levels = window_levels(&record.windows);
         let mut flagged: Vec<(usize, Vec<DiscardReason>)> = Vec::new();
         for (s, spec) in record.series.iter().enumerate() {
             let xs: Vec<f64> = kept
                 .iter()
-                .map(|&w| record.windows[w].runs[s].wall_ms)
+                .map(|&w| record.windows[w].runs[s].wall_ms / levels[w])
                 .collect();
             let Some((idx, threshold_ms)) =
                 outliers(&xs, self.cfg.outlier_mads, self.cfg.outlier_floor_ratio)

@@ -399,6 +399,11 @@ pub struct SideSummary {
     pub gate_discards: usize,
     /// A retry budget ran out somewhere.
     pub gate_exhausted: bool,
+    /// The lowest and highest machine level of the replay's kept windows
+    /// (`gate::WindowRecord::level`: the host ran that window that much faster or slower;
+    /// every statistic is corrected by it), when any differs from 1 by more than 2%.
+    #[serde(default)]
+    pub gate_level_range: Option<(f64, f64)>,
 }
 
 /// The totals row.

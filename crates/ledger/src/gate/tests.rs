@@ -337,3 +337,100 @@ fn no_warm_up_means_none() {
         .unwrap();
     assert!(rec.windows.iter().all(|w| w.status != WindowStatus::Warmup));
 }
+
+fn replay(subject: usize, engine: &str, times: u32) -> GroupEntry {
+    GroupEntry {
+        subject,
+        spec: SeriesSpec {
+            subject: subject as u32,
+            engine: engine.into(),
+            label: format!("replay(dense_proj) x{times}"),
+            action: Action::Prefill {
+                mode: RunMode::Replay {
+                    categories: [Category::DenseProj].into_iter().collect(),
+                    times,
+                },
+            },
+        },
+    }
+}
+
+/// A host that runs every other window 1.4x slower (the 2-core VMs switch levels for seconds
+/// at a time): with four series a window, each window's level takes the switch out, so no
+/// window is an outlier and every paired difference is exact; one slow run inside a window is
+/// still an outlier. With two series a window there are no levels, and the same host makes
+/// the gate discard windows.
+#[test]
+fn window_levels_take_out_a_host_that_switches_speed() {
+    let switching = || {
+        let mut a = fake("a");
+        a.costs.observe_barrier_ms = 0.25;
+        a.costs.replay_barrier_ms = 0.1;
+        a.faults.level_switch = Some((4, 1.4));
+        a
+    };
+    let entries = [
+        plain(0, "a"),
+        observe(0, "a"),
+        replay(0, "a", 1),
+        replay(0, "a", 2),
+    ];
+    let cfg = NoiseConfig {
+        windows: 5,
+        max_retries: 4,
+        ..cfg()
+    };
+    let mut a = switching();
+    let mut gate = Gate::new(cfg.clone(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    assert_eq!(rec.discards(), 0, "{:?}", rec.discard_reasons());
+    assert!(!rec.exhausted);
+    // Windows 0, 2, 4 fast, 1 and 3 slow: the median level is the fast one.
+    let levels = rec.levels();
+    assert_eq!(levels.len(), 5);
+    for (i, l) in levels.iter().enumerate() {
+        let want = if i % 2 == 1 { 1.4 } else { 1.0 };
+        assert!((l - want).abs() < 1e-9, "window {i}: level {l}");
+    }
+    let exact = 0.25 * a.nodes_in(Category::DenseProj) as f64;
+    assert!(exact > 0.0);
+    assert!(rec.paired_ms(0, 1).iter().all(|d| (d - exact).abs() < 1e-9));
+    let plain_ms = a.plain_ms();
+    assert!(
+        rec.samples_ms(0)
+            .iter()
+            .all(|x| (x - plain_ms).abs() < 1e-9)
+    );
+    // The raw times are kept as measured.
+    assert!(
+        rec.windows
+            .iter()
+            .any(|w| (w.runs[0].wall_ms - 1.4 * plain_ms).abs() < 1e-9)
+    );
+
+    // One 10x run inside a window is not a level: it is still an outlier.
+    let mut a = switching();
+    a.faults.spike_prefills = vec![9];
+    let mut gate = Gate::new(cfg.clone(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    assert_eq!(rec.discards(), 1, "{:?}", rec.discard_reasons());
+
+    // Two series a window: no levels, so the switch makes outliers of the slow windows.
+    let mut a = switching();
+    a.faults.level_switch = Some((2, 1.4));
+    let mut gate = Gate::new(cfg, Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(
+            &mut [&mut a],
+            Prompt::fresh(&[1]),
+            &[plain(0, "a"), observe(0, "a")],
+            "t",
+        )
+        .unwrap();
+    assert!(rec.levels().iter().all(|l| *l == 1.0));
+    assert!(rec.discards() > 0);
+}

@@ -217,6 +217,16 @@ fn summary(m: &Measurement, category_sum_ms: f64) -> SideSummary {
                 .map_or(0, |d| d.series.group.discards())
             + ob.map_or(0, |o| o.discards)
             + rp.map_or(0, |r| r.discards),
+        gate_level_range: rp.and_then(|r| {
+            let levels: Vec<f64> = std::iter::once(&r.all_group)
+                .chain(std::iter::once(&r.linearity_group))
+                .chain(r.categories.iter().map(|c| &c.group))
+                .flat_map(|g| g.levels())
+                .collect();
+            let lo = levels.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = levels.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (lo.is_finite() && hi.is_finite() && (lo < 0.98 || hi > 1.02)).then_some((lo, hi))
+        }),
         gate_exhausted: m.e2e.prefill.group.exhausted
             || ob.is_some_and(|o| o.exhausted)
             || rp.is_some_and(|r| {

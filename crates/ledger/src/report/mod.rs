@@ -250,12 +250,19 @@ fn side_lines(name: &str, s: &SideSummary, run: &str) -> Vec<String> {
         }
     ));
     v.push(format!(
-        "{name} noise gate: {} windows discarded and re-measured{}",
+        "{name} noise gate: {} windows discarded and re-measured{}{}",
         s.gate_discards,
         if s.gate_exhausted {
             " (retry budget EXHAUSTED)"
         } else {
             ""
+        },
+        match s.gate_level_range {
+            Some((lo, hi)) => format!(
+                "; the host's speed moved between windows (levels {lo:.2}-{hi:.2} of typical): \
+                 replay figures corrected per window"
+            ),
+            None => String::new(),
         }
     ));
     v
