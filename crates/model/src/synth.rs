@@ -631,6 +631,11 @@ pub fn write_model<W: Write>(
         };
         let tensor_key = crate::rng::hash_str(&plan.spec.name) ^ spec.seed.rotate_left(17);
         let block_bytes = plan.spec.ty.block_bytes();
+        // Once per tensor, not per chunk.
+        let pool_row_bytes = match pool {
+            Some(_) => Some(plan.spec.ty.row_bytes(plan.spec.dims[0])? as usize),
+            None => None,
+        };
         let row_len = plan.spec.dims[0] as usize;
         let n_rows = (plan.spec.dims.iter().product::<u64>() / plan.spec.dims[0]) as usize;
         let cr = chunk_rows(row_len);
@@ -648,8 +653,7 @@ pub fn write_model<W: Write>(
                 .into_par_iter()
                 .map(|c| {
                     let rows = c * cr..((c + 1) * cr).min(n_rows);
-                    if let Some(pool) = pool {
-                        let row_bytes = plan.spec.ty.row_bytes(row_len as u64)? as usize;
+                    if let (Some(pool), Some(row_bytes)) = (pool, pool_row_bytes) {
                         return Ok((
                             pool_chunk(pool, block_bytes, tensor_key, row_bytes, rows),
                             Vec::new(),
