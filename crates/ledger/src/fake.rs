@@ -10,7 +10,9 @@ use crate::schema::{
     EngineInfo, ExpectedCount, GraphExport, GraphNode, ModelFacts, NodeInput, Routing, RowDep,
     SCHEMA_VERSION, TensorDesc,
 };
-use crate::subject::{OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload};
+use crate::subject::{
+    CategorySet, OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload,
+};
 
 /// Shape of the toy graph: a small attention + MoE transformer.
 #[derive(Debug, Clone, PartialEq)]
@@ -459,6 +461,11 @@ pub struct FakeFaults {
     /// A host that switches speed levels: with `(period, factor)`, prefill calls in every
     /// other block of `period` calls (the second, the fourth, ...) take `factor` times as long.
     pub level_switch: Option<(usize, f64)>,
+    /// A host that is slower for as long as one category's replay group runs: with
+    /// `(category, factor)`, from a run that observes or replays `category` alone until a run
+    /// that observes or replays anything else, every prefill (plain ones included) takes
+    /// `factor` times as long.
+    pub slow_group: Option<(Category, f64)>,
 }
 
 impl Default for FakeFaults {
@@ -473,7 +480,16 @@ impl Default for FakeFaults {
             missing_dispatches: 0,
             warming_prefills: 0,
             level_switch: None,
+            slow_group: None,
         }
+    }
+}
+
+fn observed_set(mode: &RunMode) -> Option<&CategorySet> {
+    match mode {
+        RunMode::Plain => None,
+        RunMode::Observe(s) => Some(s),
+        RunMode::Replay { categories, .. } => Some(categories),
     }
 }
 
@@ -506,6 +522,8 @@ pub struct FakeSubject {
     /// Contexts restored (one before each run of a batch at depth).
     pub restores: usize,
     prefills: usize,
+    /// Inside the `slow_group` fault's group.
+    in_slow_group: bool,
     busy_checks: usize,
 }
 
@@ -522,6 +540,7 @@ impl FakeSubject {
             calls: Vec::new(),
             restores: 0,
             prefills: 0,
+            in_slow_group: false,
             busy_checks: 0,
         }
     }
@@ -635,6 +654,14 @@ impl Subject for FakeSubject {
         }
         if self.faults.spike_prefills.contains(&self.prefills) {
             wall_ms *= 10.0;
+        }
+        if let (Some((c, _)), Some(s)) = (self.faults.slow_group, observed_set(mode)) {
+            self.in_slow_group = s.len() == 1 && s.contains(&c);
+        }
+        if let Some((_, factor)) = self.faults.slow_group
+            && self.in_slow_group
+        {
+            wall_ms *= factor;
         }
         if let Some((period, factor)) = self.faults.level_switch
             && (self.prefills / period.max(1)) % 2 == 1

@@ -478,13 +478,34 @@ impl Gate {
         for i in window_order(entries.len(), window, self.cfg.interleave) {
             let e = &entries[i];
             let subject = &mut *subjects[e.subject];
-            let out = match &e.spec.action {
-                Action::Prefill { mode } => {
-                    subject.prefill(prompt.context(), prompt.batch(), mode)?
-                }
-                Action::Decode { n_gen } => subject.decode(prompt.all, *n_gen as usize)?,
+            let mut best: Option<crate::subject::RunOutcome> = None;
+            for _ in 0..self.cfg.best_of.max(1) {
+                let out = match &e.spec.action {
+                    Action::Prefill { mode } => {
+                        subject.prefill(prompt.context(), prompt.batch(), mode)?
+                    }
+                    Action::Decode { n_gen } => subject.decode(prompt.all, *n_gen as usize)?,
+                };
+                check_sample(&e.spec.engine, &e.spec.label, out.wall_ms)?;
+                best = Some(match best {
+                    None => out,
+                    Some(b) => {
+                        // Outputs that differ between the runs of one sample must not hide
+                        // behind the fastest: the sample then carries a digest no run had.
+                        let digest = if b.output_digest == out.output_digest {
+                            b.output_digest
+                        } else {
+                            !(b.output_digest ^ out.output_digest)
+                        };
+                        let mut keep = if out.wall_ms < b.wall_ms { out } else { b };
+                        keep.output_digest = digest;
+                        keep
+                    }
+                });
+            }
+            let Some(out) = best else {
+                continue;
             };
-            check_sample(&e.spec.engine, &e.spec.label, out.wall_ms)?;
             runs[i] = Some(RunSample {
                 wall_ms: out.wall_ms,
                 output_digest: out.output_digest,

@@ -169,6 +169,9 @@ pub struct Measurement {
     pub replay: Option<ReplayReport>,
     /// Dispatches vs graph nodes.
     pub probe: ProbeCheck,
+    /// The noise gate's settings the timings were taken under (absent in older files).
+    #[serde(default)]
+    pub noise: Option<NoiseConfig>,
 }
 
 /// Measures one subject with every protocol.
@@ -288,6 +291,7 @@ pub fn measure_many(
             opbench,
             replay,
             probe,
+            noise: Some(cfg.noise.clone()),
         });
     }
     Ok(out)

@@ -81,6 +81,16 @@ pub struct NoiseConfig {
     pub probe: ProbeChoice,
     /// Fewer samples than this on either side of a comparison give "no verdict".
     pub min_samples: usize,
+    /// Runs per sample: each series runs this many times back to back in its window and the
+    /// sample is the fastest (1: every run is a sample). For hosts whose slowdowns come and go
+    /// within a run or two (shared cores): noise that only ever adds time leaves the minimum
+    /// closest to the work itself. The raw times of the other runs are not kept.
+    #[serde(default = "one_run")]
+    pub best_of: usize,
+}
+
+fn one_run() -> usize {
+    1
 }
 
 impl Default for NoiseConfig {
@@ -99,6 +109,7 @@ impl Default for NoiseConfig {
             interleave: Interleave::Mirror,
             probe: ProbeChoice::Proc,
             min_samples: 3,
+            best_of: 1,
         }
     }
 }
@@ -109,6 +120,9 @@ impl NoiseConfig {
         let bad = |what: &str| Err(LedgerError::Config(format!("noise gate: {what}")));
         if self.windows == 0 {
             return bad("windows must be at least 1");
+        }
+        if self.best_of == 0 {
+            return bad("best_of must be at least 1");
         }
         if self.outlier_mads.is_nan() || self.outlier_mads <= 0.0 {
             return bad("outlier_mads must be > 0");

@@ -290,6 +290,18 @@ fn bad_input_contract() {
             "-r 0: the noise gate needs at least 3",
         ),
         row(
+            "measure --max-retries 101",
+            s(&["measure", "--model", &gs, "--max-retries", "101"]),
+            2,
+            "--max-retries 101: at most 100",
+        ),
+        row(
+            "measure --best-of 0",
+            s(&["measure", "--model", &gs, "--best-of", "0"]),
+            2,
+            "--best-of 0: runs per sample must be within 1..=10",
+        ),
+        row(
             "bench -r 1",
             s(&["bench", "-m", &gs, "-r", "1"]),
             2,

@@ -434,3 +434,51 @@ fn window_levels_take_out_a_host_that_switches_speed() {
     assert!(rec.levels().iter().all(|l| *l == 1.0));
     assert!(rec.discards() > 0);
 }
+
+#[test]
+fn best_of_keeps_the_fastest_run_of_each_sample() {
+    let entries = [plain(0, "a"), observe(0, "a")];
+    let cfg = NoiseConfig {
+        windows: 4,
+        max_retries: 0,
+        best_of: 3,
+        ..cfg()
+    };
+    // Prefill calls 4 and 13 take 10x: each inside one sample of three runs.
+    let mut a = fake("a");
+    a.faults.spike_prefills = vec![4, 13];
+    let mut gate = Gate::new(cfg.clone(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    assert_eq!(rec.discards(), 0, "{:?}", rec.discard_reasons());
+    assert!(!rec.exhausted);
+    let prefills = a
+        .calls
+        .iter()
+        .filter(|c| matches!(c, crate::fake::FakeCall::Prefill(_)))
+        .count();
+    assert_eq!(prefills, 4 * 2 * 3);
+    let plain_ms = a.plain_ms();
+    assert!(
+        rec.samples_ms(0)
+            .iter()
+            .all(|x| (x - plain_ms).abs() < 1e-9)
+    );
+
+    // One run a sample: the same spikes are outliers, and with no retries the group is
+    // exhausted (the rule can fail).
+    let mut a = fake("a");
+    a.faults.spike_prefills = vec![2];
+    let mut gate = Gate::new(NoiseConfig { best_of: 1, ..cfg }, Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    assert!(rec.exhausted);
+
+    let bad = NoiseConfig {
+        best_of: 0,
+        ..NoiseConfig::default()
+    };
+    assert!(bad.validate().is_err());
+}

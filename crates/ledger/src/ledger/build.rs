@@ -218,10 +218,16 @@ fn summary(m: &Measurement, category_sum_ms: f64) -> SideSummary {
             + ob.map_or(0, |o| o.discards)
             + rp.map_or(0, |r| r.discards),
         gate_level_range: rp.and_then(|r| {
+            // A category group's window levels are relative to that group; its own level
+            // (against the all-categories group's plain reference) puts them on one scale.
             let levels: Vec<f64> = std::iter::once(&r.all_group)
                 .chain(std::iter::once(&r.linearity_group))
-                .chain(r.categories.iter().map(|c| &c.group))
                 .flat_map(|g| g.levels())
+                .chain(
+                    r.categories
+                        .iter()
+                        .flat_map(|c| c.group.levels().into_iter().map(move |l| l * c.level)),
+                )
                 .collect();
             let lo = levels.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = levels.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -429,6 +435,13 @@ pub fn build_ledger_with(a: &Measurement, b: &Measurement, cfg: &LedgerConfig) -
                 } else {
                     "; first-k figures shown beside them"
                 }
+            ));
+        }
+    }
+    for (name, m) in [("A", a), ("B", b)] {
+        if let Some(n) = m.noise.as_ref().map(|n| n.best_of).filter(|&n| n > 1) {
+            notes.push(format!(
+                "{name} timings: each sample is the fastest of {n} back-to-back runs (--best-of)"
             ));
         }
     }

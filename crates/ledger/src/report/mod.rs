@@ -260,7 +260,7 @@ fn side_lines(name: &str, s: &SideSummary, run: &str) -> Vec<String> {
         match s.gate_level_range {
             Some((lo, hi)) => format!(
                 "; the host's speed moved between windows (levels {lo:.2}-{hi:.2} of typical): \
-                 replay figures corrected per window"
+                 replay figures corrected per window and per group"
             ),
             None => String::new(),
         }

@@ -797,6 +797,8 @@ fn peer_common(a: &Args) -> Common {
         backend: a.backend.clone(),
         threads: a.threads,
         repeats: a.repeats,
+        max_retries: tally_ledger::noise::NoiseConfig::default().max_retries,
+        best_of: 1,
         op_reps: 10,
         routing: "realistic".into(),
         busy_limit: a.busy_limit,

@@ -57,6 +57,36 @@ pub fn repeats(r: usize) -> Result<usize> {
     Ok(r)
 }
 
+/// Largest `--max-retries`: past it a run on a host that never settles takes hours before it
+/// says "no verdict".
+pub const MAX_RETRIES: usize = 100;
+
+/// The noise gate's retry budget per group.
+pub fn max_retries(n: usize) -> Result<usize> {
+    if n > MAX_RETRIES {
+        return Err(InputError(format!(
+            "--max-retries {n}: at most {MAX_RETRIES} (each re-measures one window of every series \
+             in the group; a host that needs more will not give a verdict)"
+        ))
+        .into());
+    }
+    Ok(n)
+}
+
+/// Largest `--best-of`.
+pub const MAX_BEST_OF: usize = 10;
+
+/// Runs per timing sample.
+pub fn best_of(n: usize) -> Result<usize> {
+    if n == 0 || n > MAX_BEST_OF {
+        return Err(InputError(format!(
+            "--best-of {n}: runs per sample must be within 1..={MAX_BEST_OF}"
+        ))
+        .into());
+    }
+    Ok(n)
+}
+
 /// A prompt length (`-p`, `--tokens`): positive and within the model's context.
 pub fn prompt_len(flag: &str, n: usize, context: usize) -> Result<usize> {
     if n == 0 {

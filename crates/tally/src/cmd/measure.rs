@@ -37,6 +37,16 @@ pub struct Common {
     /// Clean windows per timing group (the noise gate's repeats).
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repeats: usize,
+    /// Windows the noise gate may discard and re-measure per timing group before it gives up
+    /// (the ledger then says "no verdict", exit 3). A host that switches speed levels often
+    /// (shared or frequency-scaled cores) needs more; each costs one window's time.
+    #[arg(long, default_value_t = 6, value_name = "N")]
+    pub max_retries: usize,
+    /// Runs per timing sample: each series runs N times back to back and the sample is the
+    /// fastest. For hosts whose slowdowns come and go within a run or two (shared cores: the
+    /// demo's 2-core VM uses 3); 1 keeps every run.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub best_of: usize,
     /// Timed calls per op in standalone timing.
     #[arg(long, default_value_t = 10)]
     pub op_reps: usize,
@@ -93,6 +103,8 @@ impl Common {
         super::checks::backend(&self.backend)?;
         super::checks::threads(self.threads)?;
         super::checks::repeats(self.repeats)?;
+        super::checks::max_retries(self.max_retries)?;
+        super::checks::best_of(self.best_of)?;
         match self.step_at {
             Some(d) => super::checks::step_depth(d, context)?,
             None => super::checks::prompt_len("-p", self.tokens, context)?,
@@ -107,6 +119,8 @@ impl Common {
         cfg.n_gen = self.decode;
         cfg.noise.windows = self.repeats.max(3);
         cfg.noise.max_other_busy_cores = self.busy_limit;
+        cfg.noise.max_retries = self.max_retries;
+        cfg.noise.best_of = self.best_of;
         if self.backend == "cuda" {
             // llama.cpp's CUDA backend captures a graph on the third identical call: two
             // untimed windows let both engines reach their steady state.
