@@ -3,10 +3,13 @@
 # within 30 s of this one returning). Builds llama.cpp's CUDA libraries from the carried sources
 # and writes the 35B-A3B Q4_K_M synth file, concurrently (~7 minutes on 16 cores; FILL=pool
 # writes the file from pooled blocks, `tally synth --fill pool`: seconds instead of minutes).
-# Carry: .carry/bin (scripts/gpu/pack.sh --llama) and .carry/llama.cpp (scripts/gpu/llama-pack.sh).
+# Carry: .carry/bin and .carry/llama.tar.xz (scripts/gpu/pack.sh --llama, then
+# `tar cJf .carry/llama.tar.xz -C .carry llama.cpp`).
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
+# The sources travel packed (.carry/llama.tar.xz: a carried folder of many files is slow).
+[ -f .carry/llama.cpp/CMakeLists.txt ] || tar xJf .carry/llama.tar.xz -C .carry
 BIG=${BIG:-/tmp/q4km.gguf}
 FILL=${FILL:-exact}
 t0=$(date +%s)
