@@ -69,8 +69,11 @@ pub(crate) fn restore_context(
     for (i, part) in context[..split].chunks(chunk).enumerate() {
         ctx.decode(part, (i * chunk) as u32, false)?;
     }
+    // With logits, as the timed step has them: a decode without outputs is another graph
+    // (no output rows, no head), so warm-up decodes without them left the timed step the first
+    // of its shape, i.e. a cold step that pays ggml-cuda's graph warm-up again.
     for (i, t) in context[split..].iter().enumerate() {
-        ctx.decode(std::slice::from_ref(t), (split + i) as u32, false)?;
+        ctx.decode(std::slice::from_ref(t), (split + i) as u32, true)?;
     }
     ctx.synchronize();
     Ok(())
@@ -80,7 +83,8 @@ pub(crate) fn restore_context(
 /// llama.cpp's CUDA backend runs a graph directly, without its CUDA graph, until two calls in a
 /// row have the same node properties (ggml-cuda's graph warm-up), so the first one-token step
 /// after a prefill batch is a cold one and costs a capture; llama-bench's tg decodes steadily.
-/// Decoding the context's last tokens one at a time makes the timed step a steady-state step,
+/// Decoding the context's last tokens one at a time, each with its logits as the timed step
+/// has, makes the timed step a steady-state step,
 /// as tally's (whose decode graph is captured once per plan) already is. On the CPU it only
 /// changes how the untimed context is built, not its contents.
 pub(crate) const STEP_WARMUP: usize = 3;
