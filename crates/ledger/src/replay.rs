@@ -127,8 +127,8 @@ pub struct CategoryReplay {
     pub level: f64,
     /// Replaying it left the outputs unchanged.
     pub digest_ok: bool,
-    /// Usable: digest unchanged and the increment not negative beyond its noise (upper quartile
-    /// of the paired increments below zero).
+    /// Usable: digest unchanged and the increment not negative beyond its noise (see
+    /// `faster_beyond_noise`: upper quartile and median test).
     pub trusted: bool,
     /// The raw windows.
     pub group: GroupRecord,
@@ -491,7 +491,7 @@ fn at_level(samples: &[f64], level: f64) -> Stats {
 /// the median of the group's plain reference series over the plain median of the all group
 /// (both already corrected for window levels inside their group). Window levels are relative
 /// to their own group's median, so a host that runs a whole group slower (the 2-core VMs this
-/// runs on hold a speed level for tens of seconds) is invisible to them; the shared plain run
+/// runs on can hold a speed level for seconds) is invisible to them; the shared plain run
 /// is the yardstick across groups. 1 when the group has no plain series (older records) or a
 /// median is missing.
 fn group_level(own: &GroupRecord, plain_ref_ms: f64) -> f64 {
