@@ -453,6 +453,8 @@ pub struct FakeFaults {
     pub busy_checks: usize,
     /// These prefill calls (0-based, counting every prefill) take 10x.
     pub spike_prefills: Vec<usize>,
+    /// These prefill calls (0-based, counting every prefill) return another output digest.
+    pub odd_digest_prefills: Vec<usize>,
     /// Plain/observe runs report this many fewer dispatches than work nodes.
     pub missing_dispatches: u64,
     /// The machine is still settling: prefill call i < n takes `1 + 0.5 (n - i) / n` times as
@@ -477,6 +479,7 @@ impl Default for FakeFaults {
             replay_speeds_up: None,
             busy_checks: 0,
             spike_prefills: Vec::new(),
+            odd_digest_prefills: Vec::new(),
             missing_dispatches: 0,
             warming_prefills: 0,
             level_switch: None,
@@ -625,12 +628,7 @@ impl Subject for FakeSubject {
         let mut wall_ms = self.plain_ms();
         let mut digest = FAKE_DIGEST;
         let mut dispatches = self.work_nodes() - self.faults.missing_dispatches;
-        let observed = match mode {
-            RunMode::Plain => None,
-            RunMode::Observe(s) => Some(s),
-            RunMode::Replay { categories, .. } => Some(categories),
-        };
-        for &c in observed.into_iter().flatten() {
+        for &c in observed_set(mode).into_iter().flatten() {
             wall_ms += self.costs.observe_barrier_ms * self.nodes_in(c) as f64;
             if self.faults.observe_changes_digest == Some(c) {
                 digest ^= 0x0B5;
@@ -651,6 +649,9 @@ impl Subject for FakeSubject {
                     digest ^= 0xBAD;
                 }
             }
+        }
+        if self.faults.odd_digest_prefills.contains(&self.prefills) {
+            digest ^= 0x0DD;
         }
         if self.faults.spike_prefills.contains(&self.prefills) {
             wall_ms *= 10.0;

@@ -123,7 +123,7 @@ pub struct CategoryReplay {
     /// `replay` and `increment` are divided by it, so every category's figure is at the speed
     /// of the observe-all baseline it is summed against in check (b). 1 for records made
     /// before the reference run existed.
-    #[serde(default = "one")]
+    #[serde(default = "crate::gate::one")]
     pub level: f64,
     /// Replaying it left the outputs unchanged.
     pub digest_ok: bool,
@@ -181,10 +181,6 @@ impl ReplayReport {
     pub fn category(&self, c: Category) -> Option<&CategoryReplay> {
         self.categories.iter().find(|x| x.category == c)
     }
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 fn set(cats: impl IntoIterator<Item = Category>) -> CategorySet {
@@ -481,6 +477,19 @@ fn paired_stats(g: &GroupRecord, base: usize, rep: usize) -> Stats {
     Stats::of(&g.paired_ms(base, rep)).unwrap_or_else(Stats::zero)
 }
 
+/// The plain reference series of one subject's view of a group (None in records made before
+/// category groups carried it).
+fn plain_series(own: &GroupRecord) -> Option<usize> {
+    own.series.iter().position(|x| {
+        matches!(
+            x.action,
+            Action::Prefill {
+                mode: RunMode::Plain
+            }
+        )
+    })
+}
+
 /// `samples` divided by `level`, summarised.
 fn at_level(samples: &[f64], level: f64) -> Stats {
     let v: Vec<f64> = samples.iter().map(|x| x / level).collect();
@@ -495,7 +504,7 @@ fn at_level(samples: &[f64], level: f64) -> Stats {
 /// is the yardstick across groups. 1 when the group has no plain series (older records) or a
 /// median is missing.
 fn group_level(own: &GroupRecord, plain_ref_ms: f64) -> f64 {
-    let Some(s) = own.series.iter().position(|x| x.label == "plain") else {
+    let Some(s) = plain_series(own) else {
         return 1.0;
     };
     match median(&own.samples_ms(s)) {
@@ -559,7 +568,7 @@ fn build_report(
     // The category groups' plain reference runs must agree with them too.
     for (_, g) in cat_groups {
         let own = g.select(&g.series_of(plan.subject));
-        if let Some(s) = own.series.iter().position(|x| x.label == "plain") {
+        if let Some(s) = plain_series(&own) {
             plain_digests.extend(
                 own.kept()
                     .filter_map(|w| w.runs.get(s).map(|r| r.output_digest)),

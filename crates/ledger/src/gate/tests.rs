@@ -470,11 +470,44 @@ fn best_of_keeps_the_fastest_run_of_each_sample() {
     // exhausted (the rule can fail).
     let mut a = fake("a");
     a.faults.spike_prefills = vec![2];
-    let mut gate = Gate::new(NoiseConfig { best_of: 1, ..cfg }, Box::new(NoProbe)).unwrap();
+    let mut gate = Gate::new(
+        NoiseConfig {
+            best_of: 1,
+            ..cfg.clone()
+        },
+        Box::new(NoProbe),
+    )
+    .unwrap();
     let rec = gate
         .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
         .unwrap();
     assert!(rec.exhausted);
+
+    // A run whose output differs from its sample's others (call 7: window 1, the observe
+    // series' second run, not its fastest) leaves that sample a digest no run had.
+    let mut a = fake("a");
+    a.faults.odd_digest_prefills = vec![7];
+    let mut gate = Gate::new(cfg.clone(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    let digests: Vec<u64> = rec
+        .windows
+        .iter()
+        .map(|w| w.runs[1].output_digest)
+        .collect();
+    assert_ne!(digests[1], digests[0]);
+    assert!(
+        digests
+            .iter()
+            .enumerate()
+            .all(|(i, d)| i == 1 || *d == digests[0])
+    );
+    assert!(
+        rec.windows
+            .iter()
+            .all(|w| w.runs[0].output_digest == digests[0])
+    );
 
     let bad = NoiseConfig {
         best_of: 0,
