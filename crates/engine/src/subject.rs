@@ -15,6 +15,7 @@ use tally_model::{Model, Op, Plan};
 use crate::EngineError;
 use crate::backend::{Backend, Target};
 use crate::exec::Instrument;
+use crate::sample::{SampleStep, SamplingParams};
 use crate::session::Session;
 
 /// A tally session under measurement.
@@ -180,19 +181,43 @@ impl<B: Backend> Subject for TallySubject<B> {
         self.session.prefill(prompt).map_err(|e| self.err(e))?;
         let mut rng = Rng::new(prompt.len() as u64 ^ 0x5eed);
         let mut last = Vec::new();
+        // Each step ends as a generation's does: the backend's greedy sampler picks a token
+        // from the logits (on the GPU: an argmax kernel, then the id is downloaded), and the
+        // next step waits for it. The token fed is a random one, not the sampled one, so the
+        // experts routed to stay realistic (a random model's greedy text repeats itself, and
+        // the same experts would stay in L2). The last step's logits are read for the digest.
+        let greedy = SamplingParams::default();
         let t0 = Instant::now();
-        let mut dispatches = 0;
-        for _ in 0..n_gen {
+        for i in 0..n_gen {
             let id = rng.below(vocab) as u32;
-            last = self.session.decode(id).map_err(|e| self.err(e))?;
-            dispatches += self
+            let plan = self.session.decode_run(id).map_err(|e| self.err(e))?;
+            if i + 1 == n_gen {
+                let b = &mut self.session.backend;
+                last = b
+                    .barrier()
+                    .and_then(|()| b.read(&plan, plan.logits))
+                    .map_err(|e| self.err(e))?;
+            } else {
+                let step = SampleStep {
+                    params: &greedy,
+                    window: &[],
+                    random: 0,
+                };
+                self.session
+                    .backend
+                    .sample(&plan, &step)
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let dispatches = n_gen as u64
+            * self
                 .session
                 .plan(1)
                 .map(|p| p.nodes.len() as u64)
                 .unwrap_or(0);
-        }
         Ok(RunOutcome {
-            wall_ms: t0.elapsed().as_secs_f64() * 1e3,
+            wall_ms,
             output_digest: digest(&last),
             dispatches,
         })

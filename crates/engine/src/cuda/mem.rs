@@ -85,6 +85,28 @@ impl DevBuf {
         Ok(())
     }
 
+    /// Copies host data to `offset` bytes into the allocation in stream order, without
+    /// waiting: the driver stages pageable host memory before the call returns (so `src` may
+    /// change afterwards), and the copy lands after the work queued before it on `stream`.
+    pub fn upload_ordered<T: Copy>(
+        &self,
+        offset: usize,
+        src: &[T],
+        stream: sys::CUstream,
+    ) -> Result<(), EngineError> {
+        let n = std::mem::size_of_val(src);
+        if offset + n > self.bytes {
+            return Err(EngineError::Internal(format!(
+                "upload of {n} bytes at {offset} into {} bytes",
+                self.bytes
+            )));
+        }
+        // SAFETY: the destination range lies inside this allocation (checked above); the source
+        // is pageable host memory, which cuMemcpyHtoDAsync copies to its staging buffer before
+        // it returns.
+        unsafe { result::memcpy_htod_async(self.at(offset), src, stream) }.map_err(cuda_err)
+    }
+
     /// Copies `dst.len()` elements from `offset` bytes into the allocation to the host.
     pub fn download_at<T: Copy>(
         &self,

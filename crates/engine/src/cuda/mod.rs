@@ -20,6 +20,7 @@ mod mem;
 mod ops;
 pub mod options;
 mod peaks;
+mod trace;
 mod weights;
 
 use std::collections::HashMap;
@@ -103,6 +104,8 @@ pub struct CudaBackend {
     sampling: sample::SampleBufs,
     /// Saved sequence states by slot (see `Backend::save_state`).
     snapshots: snapshot::Snapshots,
+    /// `TALLY_STEP_TRACE`: the decode steps' wall and device times.
+    trace: Option<trace::StepTrace>,
 }
 
 fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
@@ -143,6 +146,7 @@ impl CudaBackend {
         let kernels = Kernels::load(&ctx, &arch, options.pdl != PdlMode::Off && cc.0 >= 9)?;
         ops::configure(&kernels)?;
         let weights = Weights::upload(&model, stream.cu_stream())?;
+        let trace = trace::StepTrace::from_env(&ctx)?;
         Ok(CudaBackend {
             gpu: Gpu {
                 ctx,
@@ -158,6 +162,7 @@ impl CudaBackend {
             graphs: Graphs::default(),
             sampling: Default::default(),
             snapshots: Default::default(),
+            trace,
         })
     }
 
@@ -261,13 +266,19 @@ impl Backend for CudaBackend {
             self.blas_handle()?;
         }
         let stream = self.cu_stream();
-        self.weights.upload_missing(&self.model, plan, stream)?;
         if self.arena.select(plan) {
             let set = self.arena.current_id().ok_or_else(|| {
                 EngineError::Internal("the arena selected a plan without a set".into())
             })?;
+            // A set with a weight table was resolved with every weight of its plan on the
+            // device: decode prepares its plan every step, and a thousand name lookups are
+            // host time the GPU waits for.
+            if !self.weights.has_table(plan, set) {
+                self.weights.upload_missing(&self.model, plan, stream)?;
+            }
             return self.weights.resolve(plan, set);
         }
+        self.weights.upload_missing(&self.model, plan, stream)?;
         // New buffers. A captured graph points at the buffers of its own plan: the graphs of
         // plans whose buffers `rebuild` frees (before it allocates) go with them, and all of
         // them when a state buffer moved.
@@ -394,7 +405,15 @@ impl Backend for CudaBackend {
         };
         match self.graphs.by_set.get(&id).map(|(g, _)| g) {
             Some(g) => {
-                g.launch().map_err(cuda_err)?;
+                let trace = self.trace.as_mut().filter(|_| plan.n_tokens == 1);
+                match trace {
+                    Some(t) => {
+                        t.before(&self.gpu.stream)?;
+                        g.launch().map_err(cuda_err)?;
+                        t.after(&self.gpu.stream)?;
+                    }
+                    None => g.launch().map_err(cuda_err)?,
+                }
                 Ok(true)
             }
             None => Ok(false),
@@ -455,6 +474,14 @@ impl Backend for CudaBackend {
 
     fn drop_state(&mut self, slot: u64) {
         self.snapshots.remove(slot);
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(line) = self.trace.as_ref().and_then(|t| t.summary()) {
+            eprintln!("{line}");
+        }
     }
 }
 
@@ -564,15 +591,16 @@ impl CudaBackend {
                 view.elems()
             )));
         }
-        self.sync()?;
+        // Stream-ordered: the copy runs after the work already queued (which may still read
+        // the buffer) and before anything queued after it; no wait on either side.
         let b = plan.buf(view.buf);
         let base = self.slot_buf(plan, view.buf)?;
         let stream = self.cu_stream();
         if view.col0 == 0 && view.cols == b.cols {
-            return base.upload_at(view.row0 * b.cols * 4, data, stream);
+            return base.upload_ordered(view.row0 * b.cols * 4, data, stream);
         }
         for (i, row) in data.chunks_exact(view.cols).enumerate() {
-            base.upload_at(((view.row0 + i) * b.cols + view.col0) * 4, row, stream)?;
+            base.upload_ordered(((view.row0 + i) * b.cols + view.col0) * 4, row, stream)?;
         }
         Ok(())
     }

@@ -117,6 +117,15 @@ impl Weights {
         })
     }
 
+    /// Whether `plan`'s table for set `set` is built (every weight it names was on the device
+    /// when it was).
+    pub fn has_table(&self, plan: &Plan, set: u64) -> bool {
+        self.tables
+            .plans
+            .get(&set)
+            .is_some_and(|t| t.len() == plan.nodes.len())
+    }
+
     /// Drops the table of a buffer set the arena freed.
     pub fn forget(&mut self, set: u64) {
         self.tables.forget(set);

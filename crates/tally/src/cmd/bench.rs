@@ -24,6 +24,9 @@ mod spec;
 /// table can be read line by line against llama-bench's. Each test runs in gated windows
 /// (warm-up first, repeats, a busy machine's windows discarded and re-measured). With --peer
 /// llama.cpp both engines run interleaved, window by window, and tally's rows get a ratio column.
+/// A decode step ends as in a generation: tally's greedy sampler picks a token on the backend
+/// (on CUDA only the id is downloaded), llama.cpp's decode copies its logits to the host as it
+/// always does; the next step waits for it, and the token fed is a random one.
 /// Exit code 3 when the noise gate ran out of retries on any test (the rows say which).
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
