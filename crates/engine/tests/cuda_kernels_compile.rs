@@ -64,11 +64,11 @@ fn a_wrong_offset_fails_the_kernel_build() {
         "{e}"
     );
     // The same for a wrong size, and for a host geometry that differs from the kernel's.
-    let right = format!("sizeof(NormArgs) == {}", 64);
-    assert!(text.contains(&right), "NormArgs is 64 bytes");
+    let right = format!("sizeof(NormArgs) == {}", 128);
+    assert!(text.contains(&right), "NormArgs is 128 bytes");
     let e = compile_uncached(
         "norm",
-        &text.replace(&right, "sizeof(NormArgs) == 72"),
+        &text.replace(&right, "sizeof(NormArgs) == 136"),
         &opts,
     )
     .expect_err("a wrong size must not compile");

@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]  (paired: also gemv_multi)
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -183,6 +183,87 @@ static int test_paired(int type, bool moe, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
+// gemv_multi_<t> (four projections of one x in one launch) against each projection alone on
+// gemv_<t> (2 rows a warp) and gemv4_<t> (4): every output bit-equal. Segments of different N,
+// one in the q/gate split layout, grids of 256 and 64 threads; poisoned outputs.
+typedef void (*MultiFn)(MultiGemvArgs);
+static MultiFn multi_fn(int type) {
+    switch (type) {
+        case ref::Q4_K: return gemv_multi_q4_k;
+        case ref::Q5_K: return gemv_multi_q5_k;
+        case ref::Q6_K: return gemv_multi_q6_k;
+        case ref::Q8_0: return gemv_multi_q8_0;
+        case ref::IQ4_XS: return gemv_multi_iq4_xs;
+        case ref::MXFP4: return gemv_multi_mxfp4;
+        case ref::BF16: return gemv_multi_bf16;
+        default: return gemv_multi_q3_k;
+    }
+}
+static int test_multi(int type, int M, ref::Rng& rng) {
+    const int K = 2048, S = 4;
+    const int Ns[S] = {200, 64, 30, 36};  // segment 1: layout 1 with 2 heads of 16
+    const int64_t rb = ref::row_bytes(type, K);
+    std::vector<float> x(size_t(M) * K);
+    for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+    EmuBackend b;
+    const float* dx = b.upload(x);
+    MultiGemvArgs m{};
+    long long bad = 0;
+    size_t total = 0;
+    std::vector<float*> want(S), got(S);
+    for (int s = 0; s < S; s++) {
+        const std::vector<uint8_t> w = ref::random_weights(type, Ns[s], K, rng);
+        GemmArgs a{};
+        a.w = b.upload(w);
+        a.w_row_bytes = rb;
+        a.x = dx;
+        a.ldx = K;
+        a.M = M;
+        a.N = Ns[s];
+        a.K = K;
+        a.x_div = 1;
+        if (s == 1) {
+            a.layout = 1;
+            a.n_head = 2;
+            a.head_dim = 16;
+        }
+        const size_t ny = size_t(M) * Ns[s];
+        want[s] = b.alloc<float>(ny);
+        got[s] = b.alloc<float>(ny);
+        b.poison(want[s], ny);
+        b.poison(got[s], ny);
+        a.y = want[s];
+        a.ldy = Ns[s];
+        // The single launch: gemv for the first segment, gemv4 for the second (any rows per warp
+        // give the same sums), gemv for the others.
+        const int v = s == 1 ? V_GEMV4 : V_GEMV, threads = 128, cols = (threads / 32) * (s == 1 ? 4 : 2);
+        b.gemm(gemm_fn(type, v), unsigned((Ns[s] + cols - 1) / cols), unsigned(M), threads, 0, a);
+        a.y = got[s];
+        m.seg[s] = a;
+        total += ny;
+    }
+    for (int threads : {256, 64}) {
+        int end = 0;
+        for (int s = 0; s < S; s++) {
+            m.rw[s] = s == 0 ? 4 : 2;  // segment 0 on gemv4's body, the others on gemv's
+            const int cols = m.rw[s] * (threads / 32);
+            end += (Ns[s] + cols - 1) / cols;
+            m.block_end[s] = end;
+            b.poison(got[s], size_t(M) * Ns[s]);
+        }
+        m.n_seg = S;
+        MultiFn f = multi_fn(type);
+        emu::launch({unsigned(end), unsigned(M), 1}, {unsigned(threads), 1, 1}, [&] { f(m); });
+        for (int s = 0; s < S; s++)
+            for (size_t i = 0; i < size_t(M) * Ns[s]; i++)
+                bad += std::memcmp(&got[s][i], &want[s][i], 4) != 0 || want[s][i] != want[s][i];
+    }
+    std::printf("  %s gemv_multi %-5s M=%d K=%d 4 segments: %lld of %zu outputs differ\n", bad ? "FAIL" : "ok  ",
+                ref::type_name(type), M, K, bad, 2 * total);
+    b.release();
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
@@ -201,8 +282,10 @@ int main(int argc, char** argv) {
     EmuBackend b;
     int fails = 0;
     if (argc > 1 && std::string(argv[1]) == "paired") {
-        for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K})
+        for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K}) {
             for (bool moe : {false, true}) fails += test_paired(t, moe, rng);
+            for (int M : {1, 2}) fails += test_multi(t, M, rng);
+        }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }

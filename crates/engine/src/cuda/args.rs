@@ -7,6 +7,8 @@
 
 pub type DPtr = u64;
 
+use super::consts::GEMV_MULTI_SEGS;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct NormArgs {
@@ -21,6 +23,47 @@ pub struct NormArgs {
     pub eps: f32,
     pub scale: f32,
     pub l2: i32,
+    /// Fused MulSilu after the norm (null: none): y = norm * silu(gate).
+    pub gate: DPtr,
+    pub ldgate: i64,
+    /// A second norm in the same launch (null: none), in the blocks from `blocks1` on.
+    pub x2: DPtr,
+    pub ldx2: i64,
+    pub y2: DPtr,
+    pub ldy2: i64,
+    pub rows2: i32,
+    pub cols2: i32,
+    pub scale2: f32,
+    pub blocks1: i32,
+}
+
+impl NormArgs {
+    /// The fields of the fused forms, off (a plain norm sets the others).
+    pub fn unfused() -> NormArgs {
+        NormArgs {
+            x: 0,
+            ldx: 0,
+            w: 0,
+            y: 0,
+            ldy: 0,
+            rows: 0,
+            cols: 0,
+            group: 0,
+            eps: 0.0,
+            scale: 0.0,
+            l2: 0,
+            gate: 0,
+            ldgate: 0,
+            x2: 0,
+            ldx2: 0,
+            y2: 0,
+            ldy2: 0,
+            rows2: 0,
+            cols2: 0,
+            scale2: 0.0,
+            blocks1: 0,
+        }
+    }
 }
 
 /// `AddNormArgs` of norm.cu (`add_rms_norm`).
@@ -44,6 +87,12 @@ pub struct AddNormArgs {
     pub cols: i32,
     pub eps: f32,
     pub pad0: i32,
+    /// The shared-expert gate before the adds (null: none): gb = b * sigmoid(gx . gw).
+    pub gx: DPtr,
+    pub ldgx: i64,
+    pub gw: DPtr,
+    pub gb: DPtr,
+    pub ldgb: i64,
 }
 
 #[repr(C)]
@@ -251,6 +300,19 @@ pub struct GemmArgs {
     pub ldy3: i64,
 }
 
+/// `MultiGemvArgs` of gemm.cu (`gemv_multi_<t>`): segment `s` is a `gemv_<t>` argument set
+/// whose blocks are `block_end[s - 1]..block_end[s]` of the launch.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MultiGemvArgs {
+    pub seg: [GemmArgs; GEMV_MULTI_SEGS],
+    pub block_end: [i32; GEMV_MULTI_SEGS],
+    /// Rows per warp of each segment: 2 (`gemv_<t>`'s body) or 4 (`gemv4_<t>`'s).
+    pub rw: [i32; GEMV_MULTI_SEGS],
+    pub n_seg: i32,
+    pub pad0: i32,
+}
+
 /// `DequantF16Args` of gemm.cu (`dequant_f16`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -370,9 +432,13 @@ macro_rules! layout {
 pub fn layout_asserts(source: &str) -> String {
     match source {
         "norm" => [
-            layout!(NormArgs { x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2 }),
+            layout!(NormArgs {
+                x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2, gate, ldgate, x2, ldx2, y2, ldy2,
+                rows2, cols2, scale2, blocks1
+            }),
             layout!(AddNormArgs {
-                a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, pad0
+                a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, pad0, gx,
+                ldgx, gw, gb, ldgb
             }),
         ]
         .concat(),
@@ -410,6 +476,7 @@ pub fn layout_asserts(source: &str) -> String {
                 sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head,
                 n_expert, w2, y2, ldy2, y3, ldy3
             }),
+            layout!(MultiGemvArgs { seg, block_end, rw, n_seg, pad0 }),
             layout!(DequantF16Args { w, row_bytes, ty as type, k as K, n as N, out, layout, head_dim, n_head }),
             layout!(CastF16Args { x, ldx, m as M, k as K, out }),
             layout!(DequantRowsArgs {

@@ -19,6 +19,8 @@ pub const GEMV_ROWS: i64 = 16;
 pub const GEMV_THREADS: u32 = 256;
 /// Threads per `mmv_<t>` block.
 pub const MMV_THREADS: u32 = 256;
+/// Most projections one `gemv_multi_<t>` launch runs.
+pub const GEMV_MULTI_SEGS: usize = 4;
 /// Threads per block of the f32 SIMT GEMMs.
 pub const SIMT_THREADS: u32 = 256;
 /// Shared-memory stages of the f32 SIMT GEMMs.
@@ -70,6 +72,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("GEMV_ROWS", GEMV_ROWS),
     ("GEMV_THREADS", GEMV_THREADS as i64),
     ("MMV_THREADS", MMV_THREADS as i64),
+    ("GEMV_MULTI_SEGS", GEMV_MULTI_SEGS as i64),
     ("SIMT_THREADS", SIMT_THREADS as i64),
     ("SIMT_STAGES", SIMT_STAGES),
     ("SIMT_BM", SIMT_TILE),

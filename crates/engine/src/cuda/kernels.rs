@@ -40,6 +40,8 @@ pub struct GemmSet {
     pub gemv: Kernel,
     /// The GEMV with 4 rows per warp (the same sums as `gemv`).
     pub gemv4: Kernel,
+    /// Up to four GEMVs of one input in one launch (`MultiGemvArgs`; the same sums as `gemv`).
+    pub gemv_multi: Kernel,
     pub mmv: Kernel,
 }
 
@@ -165,6 +167,7 @@ impl Kernels {
                 ],
                 gemv: k(format!("gemv_{t}"))?,
                 gemv4: k(format!("gemv4_{t}"))?,
+                gemv_multi: k(format!("gemv_multi_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
             });
         }

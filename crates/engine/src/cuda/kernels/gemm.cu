@@ -90,6 +90,20 @@ struct GemmArgs {
     i64 ldy3;
 };
 
+// gemv_multi_<t>: up to GEMV_MULTI_SEGS dense projections of ONE input (same x, M and K, weights
+// of type <t>) in one launch, e.g. qkv, z, beta and alpha of a linear-attention layer at decode.
+// Segment s is an ordinary gemv_<t> argument set (plain or paired, either layout) with rw[s] rows
+// per warp (2: gemv_<t>'s body, 4: gemv4_<t>'s); its blocks are blockIdx.x in
+// [block_end[s-1], block_end[s]), each running that body on block index blockIdx.x -
+// block_end[s-1], so every output is the bits gemv_<t> (or gemv4_<t>) writes for that node alone.
+struct MultiGemvArgs {
+    GemmArgs seg[GEMV_MULTI_SEGS];
+    i32 block_end[GEMV_MULTI_SEGS];  // prefix sums of the segments' grid widths
+    i32 rw[GEMV_MULTI_SEGS];         // rows per warp: 2 or 4
+    i32 n_seg;
+    i32 pad0;
+};
+
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
 #define GEMM_SLOT_BYTES(t)                                                                         \
     ((t) == QT_Q4_K ? 32 : (t) == QT_Q5_K ? 48 : (t) == QT_Q6_K ? 80 : (t) == QT_Q8_0 ? 48 : (t) == QT_F32 ? 128 : (t) == QT_Q3_K ? 96 : 64)
@@ -349,7 +363,7 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
 // same at any RW (same pieces, lanes and order).
 // Per piece and segment s: sum_i x_i * (sc_s * v_i + off_s) = sc_s * (x . v) + off_s * sum(x).
 template <int T, int RW = 2>
-__device__ __forceinline__ void gemv_body(const GemmArgs& a) {
+__device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = static_cast<int>(blockIdx.x)) {
     static_assert(RW == 2 || RW == 4, "rows per warp");
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
     const bool paired = RW == 2 && a.w2 != nullptr;
@@ -357,7 +371,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
     // RW rows per warp: columns nb .. nb + RW - 1, or (paired, RW = 2) gate and up rows of
     // column nb.
-    const int nb = paired ? blockIdx.x * warps + warp : blockIdx.x * (warps * RW) + warp * RW;
+    const int nb = paired ? bx * warps + warp : bx * (warps * RW) + warp * RW;
     if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
     int start, rows;
@@ -621,7 +635,23 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
         gemm_body<T, 32>(a);                                                                         \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { pdl_enter(); gemv_body<T>(a); } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { pdl_enter(); gemv_body<T, 4>(a); }
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { pdl_enter(); gemv_body<T, 4>(a); } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_multi_##name(MultiGemvArgs m) { pdl_enter(); gemv_multi_body<T>(m); }
+
+// One inlined body per segment (constant indices: the arguments stay in the parameter bank).
+template <int T>
+__device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
+    const int b = static_cast<int>(blockIdx.x);
+#pragma unroll
+    for (int s = 0; s < GEMV_MULTI_SEGS; s++) {
+        const int lo = s == 0 ? 0 : m.block_end[s - 1];
+        if (s < m.n_seg && b >= lo && b < m.block_end[s]) {
+            if (m.rw[s] == 4) gemv_body<T, 4>(m.seg[s], b - lo);
+            else gemv_body<T, 2>(m.seg[s], b - lo);
+            return;
+        }
+    }
+}
 
 TALLY_GEMM_KERNELS(q4_k, QT_Q4_K)
 TALLY_GEMM_KERNELS(q5_k, QT_Q5_K)

@@ -10,6 +10,7 @@
 #define GEMV_ROWS 16
 #define GEMV_THREADS 256
 #define MMV_THREADS 256
+#define GEMV_MULTI_SEGS 4
 #define SIMT_THREADS 256
 #define SIMT_STAGES 3
 #define SIMT_BM 64

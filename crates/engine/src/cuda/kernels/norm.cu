@@ -4,6 +4,12 @@
 // RMS / L2 norm over groups of `group` columns. One block per (row, group).
 // rms: y = x * rsqrt(mean(x^2) + eps) * w[0..group]
 // l2:  y = x * rsqrt(sum(x^2) + eps) * scale
+// Fused forms (ops/fused.rs; both off when the fields are null): with `gate`, the MulSilu that
+// follows the norm, y = (norm as above) * silu(gate), the same f32 operations as binary_map's
+// (the norm's output is what it would have stored); with `x2`, a second norm of the same kind,
+// group, eps and weight over another view (rows2 x cols2, its own scale2), in the blocks from
+// blocks1 on. Each block runs the unfused launch's code on its own (row, group), so every output
+// is that launch's bit for bit (when the block size is the same, which the host checks).
 struct NormArgs {
     const float* x; i64 ldx;
     const float* w;            // null for the L2 norm
@@ -11,17 +17,40 @@ struct NormArgs {
     i32 rows, cols, group;
     float eps, scale;
     i32 l2;                    // 1: L2 norm, 0: RMS norm
+    const float* gate; i64 ldgate;
+    const float* x2; i64 ldx2;
+    float* y2; i64 ldy2;
+    i32 rows2, cols2;
+    float scale2;
+    i32 blocks1;
 };
 
 extern "C" __global__ void norm_rows(NormArgs a) {
     pdl_enter();
     __shared__ float red[32];
-    const int groups = a.cols / a.group;
-    const int row = blockIdx.x / groups;
-    const int g = blockIdx.x % groups;
-    if (row >= a.rows) return;
-    const float* x = a.x + (i64)row * a.ldx + (i64)g * a.group;
-    float* y = a.y + (i64)row * a.ldy + (i64)g * a.group;
+    int blk = static_cast<int>(blockIdx.x);
+    const float* X = a.x;
+    float* Y = a.y;
+    i64 ldx = a.ldx, ldy = a.ldy;
+    int rows = a.rows, cols = a.cols;
+    float scale = a.scale;
+    if (a.x2 && blk >= a.blocks1) {
+        blk -= a.blocks1;
+        X = a.x2;
+        Y = a.y2;
+        ldx = a.ldx2;
+        ldy = a.ldy2;
+        rows = a.rows2;
+        cols = a.cols2;
+        scale = a.scale2;
+    }
+    const int groups = cols / a.group;
+    const int row = blk / groups;
+    const int g = blk % groups;
+    if (row >= rows) return;
+    const float* x = X + (i64)row * ldx + (i64)g * a.group;
+    float* y = Y + (i64)row * ldy + (i64)g * a.group;
+    const float* z = a.gate ? a.gate + (i64)row * a.ldgate + (i64)g * a.group : nullptr;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < a.group; i += blockDim.x) {
         const float v = x[i];
@@ -29,10 +58,11 @@ extern "C" __global__ void norm_rows(NormArgs a) {
     }
     ss = block_sum(ss, red);
     const float denom = a.l2 ? ss : ss / (float)a.group;
-    const float s = rsqrtf(denom + a.eps) * (a.l2 ? a.scale : 1.0f);
+    const float s = rsqrtf(denom + a.eps) * (a.l2 ? scale : 1.0f);
     for (int i = threadIdx.x; i < a.group; i += blockDim.x) {
         const float v = x[i] * s;
-        y[i] = a.w ? v * a.w[i] : v;
+        const float n = a.w ? v * a.w[i] : v;
+        y[i] = z ? n * tally_silu(z[i]) : n;
     }
 }
 
@@ -43,6 +73,9 @@ extern "C" __global__ void norm_rows(NormArgs a) {
 // One block per row with the block size norm_rows gets for the same rows and width, each thread
 // the same elements in the same order, so every output equals the unfused launches' bit for
 // bit (ops/fused.rs relies on it).
+// With gx set, the shared-expert gate before the adds as well (Op::SharedGate: gb = b *
+// sigmoid(gx . gw), written to gb and used as the first add's b), with the shared_gate kernel's
+// loop and reduction at the same block size, so gb is its output bit for bit.
 struct AddNormArgs {
     const float* a; i64 lda;
     const float* b; i64 ldb;
@@ -54,6 +87,9 @@ struct AddNormArgs {
     i32 rows, cols;
     float eps;
     i32 pad0;
+    const float* gx; i64 ldgx;  // null: no gate
+    const float* gw;
+    float* gb; i64 ldgb;
 };
 
 extern "C" __global__ void add_rms_norm(AddNormArgs p) {
@@ -67,9 +103,24 @@ extern "C" __global__ void add_rms_norm(AddNormArgs p) {
     float* m = p.mid ? p.mid + (i64)row * p.ldm : nullptr;
     float* s = p.sum + (i64)row * p.lds;
     float* y = p.y + (i64)row * p.ldy;
+    float gate = 1.0f;
+    float* gb = nullptr;
+    if (p.gx) {
+        const float* gx = p.gx + (i64)row * p.ldgx;
+        float d = 0.0f;
+        for (int i = threadIdx.x; i < p.cols; i += blockDim.x) d += gx[i] * p.gw[i];
+        d = block_sum(d, red);
+        gate = tally_sigmoid(d);
+        gb = p.gb + (i64)row * p.ldgb;
+    }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
-        float v = a[i] + b[i];
+        float bv = b[i];
+        if (gb) {
+            bv = bv * gate;
+            gb[i] = bv;
+        }
+        float v = a[i] + bv;
         if (c) {
             m[i] = v;
             v = v + c[i];

@@ -12,19 +12,30 @@
 //! - two projections of the same input through weights of one type and shape, not followed by
 //!   their SwiGlu (beta and alpha of the linear-attention layers, k and v of the full-attention
 //!   ones where their types agree): the same paired launch without the third output.
+//! - up to four projections of one input through weights of one type (any shapes, plain or
+//!   q/gate layout): qkv, z, beta, alpha of a linear-attention layer, q, k (and v where its type
+//!   agrees) of a full-attention one, at decode: one `gemv_multi_<t>` launch whose blocks are
+//!   split among the projections, each running `gemv_<t>`'s body on its own arguments. Two or
+//!   three launches fewer per layer, and a wider grid for the short ones.
 //! - residual add, RMS norm of the sum over whole rows: `add_rms_norm` (kernels/norm.cu); also
-//!   with the add before it (the FFN's routed + shared output, then the residual).
+//!   with the add before it (the FFN's routed + shared output, then the residual), and then also
+//!   with the shared-expert gate before that (its dot product and sigmoid in the same block, at
+//!   the shared_gate kernel's block size).
+//! - a norm and the MulSilu that gates its output (the linear-attention output norm and its z
+//!   gate), and two L2 norms of one kind (q and k before the delta rule): one `norm_rows`
+//!   launch, its blocks each running the unfused code on its own (row, group).
 
 use tally_model::{Node, Op, OutLayout, Plan};
 
-use super::matmul::{gemv_grid, runs_gemv};
+use super::matmul::{gemv_grid, layout_code, runs_gemv};
 use super::moe::runs_direct_gemv;
 use super::norm::norm_threads;
 use super::{Io, io};
 use crate::EngineError;
 use crate::backend::Target;
 use crate::cuda::CudaBackend;
-use crate::cuda::args::{AddNormArgs, GemmArgs};
+use crate::cuda::args::{AddNormArgs, GemmArgs, MultiGemvArgs, NormArgs};
+use crate::cuda::consts::{GEMV_MULTI_SEGS, GEMV_THREADS};
 use crate::cuda::launch::launch;
 
 /// Runs nodes `index..` of `plan` as one fused launch if they match a pattern: the number of
@@ -38,15 +49,180 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
             return Ok(3);
         }
     }
+    let group = multi_nodes(plan, index);
+    if group >= 2 {
+        let n = multi(b, plan, index, group)?;
+        if n >= 2 {
+            return Ok(n);
+        }
+    }
     if let Some((g, u)) = pair_nodes(plan, index) {
         if paired(b, plan, index, (g, u, None))? {
             return Ok(2);
         }
     }
+    if let Some((gate, nodes)) = gated_add_norm_nodes(plan, index) {
+        let n = add_norm(b, plan, index + 1, nodes, Some(gate))?;
+        if n > 0 {
+            return Ok(n + 1);
+        }
+    }
     if let Some(nodes) = add_norm_nodes(plan, index) {
-        return add_norm(b, plan, index, nodes);
+        return add_norm(b, plan, index, nodes, None);
+    }
+    if let Some((norm, gate)) = norm_gate_nodes(plan, index) {
+        return norm_fused(b, plan, index, norm, NormWith::Gate(gate));
+    }
+    if let Some((first, second)) = norm_pair_nodes(plan, index) {
+        return norm_fused(b, plan, index, first, NormWith::Second(second));
     }
     Ok(0)
+}
+
+/// A norm (RMS or L2) at `index` whose output the next node, a MulSilu, gates in place: the
+/// norm and the MulSilu.
+fn norm_gate_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
+    let (n, g) = (plan.nodes.get(index)?, plan.nodes.get(index + 1)?);
+    let is_norm = matches!(n.op, Op::RmsNorm { .. } | Op::L2Norm { .. })
+        && n.inputs.len() == 1
+        && n.outputs.len() == 1;
+    let gates = g.op == Op::MulSilu
+        && g.inputs.len() == 2
+        && g.outputs.len() == 1
+        && g.inputs[0] == n.outputs[0]
+        && g.outputs[0] == n.outputs[0];
+    (is_norm && gates).then_some((n, g))
+}
+
+/// Two L2 norms at `index` with the same eps and group, the second reading nothing the first
+/// writes (q and k of a linear-attention layer).
+fn norm_pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
+    let (a, b) = (plan.nodes.get(index)?, plan.nodes.get(index + 1)?);
+    let (
+        Op::L2Norm {
+            eps: e1, group: g1, ..
+        },
+        Op::L2Norm {
+            eps: e2, group: g2, ..
+        },
+    ) = (&a.op, &b.op)
+    else {
+        return None;
+    };
+    let one = |n: &Node| n.inputs.len() == 1 && n.outputs.len() == 1;
+    let apart = !overlaps(&b.inputs[0], &a.outputs[0]) && !overlaps(&b.outputs[0], &a.outputs[0]);
+    (e1 == e2 && g1 == g2 && one(a) && one(b) && apart).then_some((a, b))
+}
+
+/// Whether two views share an element.
+fn overlaps(a: &tally_model::View, b: &tally_model::View) -> bool {
+    let apart = |a0: usize, an: usize, b0: usize, bn: usize| a0 + an <= b0 || b0 + bn <= a0;
+    a.buf == b.buf
+        && !apart(a.row0, a.rows, b.row0, b.rows)
+        && !apart(a.col0, a.cols, b.col0, b.cols)
+}
+
+/// What a fused norm launch does besides the norm at `index`.
+enum NormWith<'p> {
+    /// The MulSilu after it.
+    Gate(&'p Node),
+    /// A second L2 norm.
+    Second(&'p Node),
+}
+
+/// One `norm_rows` launch of the norm at `index` and its gate or its second norm: the nodes
+/// covered (0: nothing launched, when the two would not run with the same block size, or a
+/// weight is short).
+fn norm_fused(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    norm: &Node,
+    with: NormWith<'_>,
+) -> Result<usize, EngineError> {
+    let (eps, group, scale, l2) = match norm.op {
+        Op::RmsNorm { eps, group } => (eps, group, 1.0, 0),
+        Op::L2Norm { eps, group, scale } => (eps, group, scale, 1),
+        _ => return Ok(0),
+    };
+    let w = if l2 == 0 {
+        let w = b.weights.of(plan, index, 0)?;
+        if w.elems() < group {
+            return Ok(0); // the unfused norm reports it
+        }
+        w.buf.ptr
+    } else {
+        0
+    };
+    let x = norm.inputs[0];
+    if group == 0 || x.cols % group != 0 {
+        return Ok(0);
+    }
+    let sms = b.props.sm_count;
+    let blocks1 = (x.rows * (x.cols / group)) as u32;
+    let threads = norm_threads(blocks1, group, sms);
+    let ni = io(b, plan, norm, Target::Real)?;
+    let mut a = NormArgs {
+        x: ni.ins[0].0,
+        ldx: ni.ins[0].1,
+        w,
+        y: ni.outs[0].0,
+        ldy: ni.outs[0].1,
+        rows: x.rows as i32,
+        cols: x.cols as i32,
+        group: group as i32,
+        eps,
+        scale,
+        l2,
+        ..NormArgs::unfused()
+    };
+    let mut blocks = blocks1;
+    match with {
+        NormWith::Gate(g) => {
+            let z = b.view(plan, &g.inputs[1])?;
+            if g.inputs[1].rows != x.rows || g.inputs[1].cols != x.cols {
+                return Ok(0);
+            }
+            (a.gate, a.ldgate) = z;
+        }
+        NormWith::Second(n2) => {
+            let Op::L2Norm { scale: scale2, .. } = n2.op else {
+                return Ok(0);
+            };
+            let x2 = n2.inputs[0];
+            if x2.cols % group != 0 {
+                return Ok(0);
+            }
+            let blocks2 = (x2.rows * (x2.cols / group)) as u32;
+            if norm_threads(blocks2, group, sms) != threads {
+                return Ok(0);
+            }
+            let i2 = io(b, plan, n2, Target::Real)?;
+            (a.x2, a.ldx2) = i2.ins[0];
+            (a.y2, a.ldy2) = i2.outs[0];
+            a.rows2 = x2.rows as i32;
+            a.cols2 = x2.cols as i32;
+            a.scale2 = scale2;
+            a.blocks1 = blocks1 as i32;
+            blocks += blocks2;
+        }
+    }
+    // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). Blocks
+    // 0..blocks1 are the first norm's (row, group) pairs of its input view, the rest the second
+    // norm's (x2 set); the block size is the one each unfused launch takes (checked above). x,
+    // y (and x2, y2, gate: a view of the first's shape) are the nodes' views of buffers
+    // `prepare` sized; w is null (L2) or a weight of at least `group` values (checked above).
+    unsafe {
+        launch(
+            b.kernels.norm_rows,
+            (blocks, 1, 1),
+            (threads, 1, 1),
+            0,
+            b.cu_stream(),
+            &a,
+        )
+    }?;
+    Ok(2)
 }
 
 /// The three nodes gate, up, SwiGlu(gate, up) at `index`, if they are that.
@@ -193,6 +369,150 @@ fn paired(
     Ok(true)
 }
 
+/// How many consecutive dense projections from `index` (at most [`GEMV_MULTI_SEGS`]) read the
+/// same input view: the candidates of one `gemv_multi_<t>` launch.
+fn multi_nodes(plan: &Plan, index: usize) -> usize {
+    let Some(first) = plan.nodes.get(index) else {
+        return 0;
+    };
+    let dense =
+        |n: &Node| matches!(n.op, Op::MatMul { .. }) && n.inputs.len() == 1 && n.outputs.len() == 1;
+    if !dense(first) {
+        return 0;
+    }
+    plan.nodes[index..]
+        .iter()
+        .take(GEMV_MULTI_SEGS)
+        .take_while(|n| dense(n) && n.inputs[0] == first.inputs[0])
+        .count()
+}
+
+/// One `gemv_multi_<t>` launch of the first nodes of the `group` from `index` that each run on
+/// `gemv_<t>` with weights of the first one's type and K: the number of nodes it ran (0 or 1:
+/// nothing launched).
+fn multi(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    group: usize,
+) -> Result<usize, EngineError> {
+    let first = &plan.nodes[index];
+    let rows = first.inputs[0].rows;
+    let w0 = b.weights.of(plan, index, 0)?;
+    let (ty, k) = (w0.ty, w0.dims[0]);
+    let mut segs = Vec::with_capacity(group);
+    for j in index..index + group {
+        let w = b.weights.of(plan, j, 0)?;
+        if w.ty != ty || w.dims.len() != 2 || w.dims[0] != k || !runs_gemv(b, w, rows)? {
+            break;
+        }
+        let n = w.dims[1] as usize;
+        if w.buf.bytes < w.row_bytes * n {
+            break; // the unfused launch reports it
+        }
+        let Op::MatMul { layout } = plan.nodes[j].op else {
+            break;
+        };
+        segs.push((j, w.buf.ptr, w.row_bytes as i64, n, layout_code(layout)));
+    }
+    if segs.len() < 2 {
+        return Ok(0);
+    }
+    let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
+        EngineError::Unsupported(format!(
+            "no GEMM for {} weights ({})",
+            ty.name(),
+            first.name
+        ))
+    })?;
+    let x = b.view(plan, &first.inputs[0])?;
+    let mut args = Vec::with_capacity(segs.len());
+    for &(j, w, row_bytes, n, (layout, head_dim, n_head)) in &segs {
+        let y = b.view(plan, &plan.nodes[j].outputs[0])?;
+        // Rows per warp as the node's own launch takes them (matmul.rs's dense_gemm).
+        let rw = b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 });
+        args.push((
+            n,
+            rw,
+            GemmArgs {
+                w,
+                w_row_bytes: row_bytes,
+                w_expert_bytes: 0,
+                x: x.0,
+                ldx: x.1,
+                y: y.0,
+                ldy: y.1,
+                m: rows as i32,
+                n: n as i32,
+                k: k as i32,
+                sorted_rows: 0,
+                x_div: 1,
+                tile_expert: 0,
+                tile_start: 0,
+                tile_rows: 0,
+                layout,
+                head_dim,
+                n_head,
+                n_expert: 0,
+                w2: 0,
+                y2: 0,
+                ldy2: 0,
+                y3: 0,
+                ldy3: 0,
+            },
+        ));
+    }
+    let (a, grid, threads) = multi_args(&args, rows, b.props.sm_count);
+    // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
+    // s is the argument set `gemv_<t>` would get for node index + s (dense, plain or q/gate
+    // layout, 2 columns per warp): its weight holds N rows of row_bytes (checked above), x is the
+    // shared input view, y the node's output view, in buffers `prepare` sized. Its blocks are
+    // block_end[s-1]..block_end[s] of grid.x, each covering rw[s] * threads / 32 columns; grid.y
+    // is the M rows; threads <= GEMV_THREADS, the launch bound.
+    unsafe { launch(set.gemv_multi, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
+    Ok(segs.len())
+}
+
+/// One segment of a `gemv_multi_<t>` launch: output columns, rows per warp (2 or 4) and its
+/// `gemv_<t>` arguments.
+type Segment = (usize, usize, GemmArgs);
+
+/// The arguments, grid and block size of one `gemv_multi_<t>` launch of `segs` over `rows`
+/// input rows: blocks of GEMV_THREADS, down to 2 warps while the launch would leave
+/// multiprocessors without two blocks (as [`gemv_grid`]).
+fn multi_args(segs: &[Segment], rows: usize, sms: u32) -> (MultiGemvArgs, (u32, u32, u32), u32) {
+    let blocks = |threads: u32| -> Vec<u32> {
+        let warps = (threads / 32) as usize;
+        segs.iter()
+            .map(|&(n, rw, _)| n.div_ceil(rw * warps) as u32)
+            .collect()
+    };
+    let mut threads = GEMV_THREADS;
+    while threads > 64
+        && blocks(threads).iter().sum::<u32>() as usize * rows.max(1) < 2 * sms as usize
+    {
+        threads /= 2;
+    }
+    let mut a = MultiGemvArgs {
+        seg: [segs[0].2; GEMV_MULTI_SEGS],
+        block_end: [0; GEMV_MULTI_SEGS],
+        rw: [2; GEMV_MULTI_SEGS],
+        n_seg: segs.len() as i32,
+        pad0: 0,
+    };
+    let mut end = 0;
+    for (s, (nb, &(_, rw, g))) in blocks(threads).into_iter().zip(segs).enumerate() {
+        end += nb;
+        a.seg[s] = g;
+        a.rw[s] = rw as i32;
+        a.block_end[s] = end as i32;
+    }
+    for s in segs.len()..GEMV_MULTI_SEGS {
+        a.block_end[s] = end as i32;
+    }
+    (a, (end, rows as u32, 1), threads)
+}
+
 /// Add, RmsNorm(its sum) over whole rows at `index`, or Add, Add(one of its inputs the first's
 /// sum), RmsNorm: the nodes and how many there are.
 type AddNorm<'p> = (Option<&'p Node>, &'p Node, &'p Node);
@@ -216,11 +536,28 @@ fn add_norm_nodes(plan: &Plan, index: usize) -> Option<AddNorm<'_>> {
     (chained && ends(second, norm)).then_some((Some(first), second, norm))
 }
 
+/// The shared-expert gate at `index` (in place on its second input), then the two adds and
+/// the norm of [`add_norm_nodes`], the first add reading the gated output.
+fn gated_add_norm_nodes(plan: &Plan, index: usize) -> Option<(&Node, AddNorm<'_>)> {
+    let g = plan.nodes.get(index)?;
+    let in_place = g.op == Op::SharedGate
+        && g.inputs.len() == 2
+        && g.outputs.len() == 1
+        && g.inputs[1] == g.outputs[0];
+    if !in_place {
+        return None;
+    }
+    let nodes = add_norm_nodes(plan, index + 1)?;
+    let reads = nodes.0.is_some_and(|f| f.inputs.contains(&g.outputs[0]));
+    reads.then_some((g, nodes))
+}
+
 fn add_norm(
     b: &mut CudaBackend,
     plan: &Plan,
     index: usize,
     (first, add, norm): AddNorm<'_>,
+    gate: Option<&Node>,
 ) -> Result<usize, EngineError> {
     let Op::RmsNorm { eps, group } = norm.op else {
         return Ok(0);
@@ -232,20 +569,45 @@ fn add_norm(
     }
     let wptr = w.buf.ptr;
     let out = add.outputs[0];
+    let threads = norm_threads(out.rows as u32, group, b.props.sm_count);
     let (ai, ni) = (
         io(b, plan, add, Target::Real)?,
         io(b, plan, norm, Target::Real)?,
     );
     // One add: sum = a + b. Two: mid = a + b (the first add), sum = mid + c, c being the second
-    // add's other input.
+    // add's other input. With the gate, b is the gate's output (the adds commute bit for bit).
     let (x, y, c, mid) = match first {
         None => (ai.ins[0], ai.ins[1], (0, 0), (0, 0)),
         Some(f) => {
             let fi = io(b, plan, f, Target::Real)?;
             let other = usize::from(add.inputs[0] == f.outputs[0]);
-            (fi.ins[0], fi.ins[1], ai.ins[other], fi.outs[0])
+            let gated_first = gate.is_some_and(|g| f.inputs[0] == g.outputs[0]);
+            let (x, y) = if gated_first {
+                (fi.ins[1], fi.ins[0])
+            } else {
+                (fi.ins[0], fi.ins[1])
+            };
+            (x, y, ai.ins[other], fi.outs[0])
         }
     };
+    let (mut gx, mut gw, mut gb) = ((0, 0), 0, (0, 0));
+    if let Some(g) = gate {
+        // The shared_gate kernel's block size (elementwise.rs) must be the norm's, or the
+        // gate's sum would be another rounding.
+        let gate_threads = if g.inputs[0].rows < 64 { 1024 } else { 256 };
+        let gwt = b.weights.of(plan, index - 1, 0)?;
+        if gate_threads != threads
+            || gwt.elems() < out.cols
+            || g.inputs[0].rows != out.rows
+            || g.inputs[0].cols != out.cols
+        {
+            return Ok(0);
+        }
+        gw = gwt.buf.ptr;
+        let gi = io(b, plan, g, Target::Real)?;
+        gx = gi.ins[0];
+        gb = gi.outs[0];
+    }
     let a = AddNormArgs {
         a: x.0,
         lda: x.1,
@@ -264,12 +626,18 @@ fn add_norm(
         cols: out.cols as i32,
         eps,
         pad0: 0,
+        gx: gx.0,
+        ldgx: gx.1,
+        gw,
+        gb: gb.0,
+        ldgb: gb.1,
     };
-    let threads = norm_threads(out.rows as u32, group, b.props.sm_count);
     // SAFETY: AddNormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block
     // per row of the add's output view; a, b (and c, mid) are the adds' input and output views,
     // sum and y the last add's and the norm's outputs (rows x cols each), in buffers `prepare`
-    // sized; w is the norm weight of at least cols values (checked above).
+    // sized; w is the norm weight of at least cols values (checked above); with the gate, gx
+    // and gb are its input and (in place) output views of the same rows x cols, gw its weight
+    // of at least cols values (checked above).
     unsafe {
         launch(
             b.kernels.add_rms_norm,
@@ -294,7 +662,8 @@ mod tests {
     /// triple; the residual add after attention with the post-attention norm, and the FFN's two
     /// adds (routed + shared, then the residual) with the next layer's input norm (the output
     /// norm after the last layer); and the pairs of projections of one input (beta/alpha, k/v
-    /// where the weights allow): in a decode step and in a prefill, nothing overlapping.
+    /// where the weights allow); per linear-attention layer the gated output norm and the q/k
+    /// L2 norm pair: in a decode step and in a prefill, nothing overlapping.
     #[test]
     fn patterns_match_each_ffn_and_residual_norm() {
         for preset in [Preset::Tiny, Preset::TinyOdd, Preset::Mid] {
@@ -302,12 +671,20 @@ mod tests {
             for n in [1, 5] {
                 let plan = build_plan(&cfg, n, 64, &PlanOptions::default()).expect("plan");
                 let (mut triples, mut add2, mut add3, mut pairs, mut i) = (0, 0, 0, 0, 0);
+                let (mut gated, mut norm_pairs, mut gated_adds) = (0, 0, 0);
                 while i < plan.nodes.len() {
                     if let Some((g, u, _)) = gate_up_nodes(&plan, i) {
                         assert!(g.name.ends_with("gate_exps") || g.name.ends_with("gate_shexp"));
                         assert!(u.name.ends_with("up_exps") || u.name.ends_with("up_shexp"));
                         triples += 1;
                         i += 3;
+                    } else if let Some((g, (first, a, m))) = gated_add_norm_nodes(&plan, i) {
+                        assert!(g.name.ends_with("shexp_gate"), "{}", g.name);
+                        assert!(first.is_some_and(|f| f.name.ends_with("ffn_out")));
+                        assert!(a.name.ends_with("residual") && m.name.ends_with("norm"));
+                        gated_adds += 1;
+                        add3 += 1;
+                        i += 4;
                     } else if let Some((first, a, m)) = add_norm_nodes(&plan, i) {
                         assert!(a.name.ends_with("residual"), "{}", a.name);
                         assert!(m.name.ends_with("norm"), "{}", m.name);
@@ -322,6 +699,16 @@ mod tests {
                                 i += 2;
                             }
                         }
+                    } else if let Some((n, g)) = norm_gate_nodes(&plan, i) {
+                        assert!(n.name.ends_with("ssm_norm"), "{}", n.name);
+                        assert!(g.name.ends_with("ssm_gate_silu"), "{}", g.name);
+                        gated += 1;
+                        i += 2;
+                    } else if let Some((q, k)) = norm_pair_nodes(&plan, i) {
+                        assert!(q.name.ends_with("ssm_q_l2norm"), "{}", q.name);
+                        assert!(k.name.ends_with("ssm_k_l2norm"), "{}", k.name);
+                        norm_pairs += 1;
+                        i += 2;
                     } else {
                         if let Some((g, u)) = pair_nodes(&plan, i) {
                             let names = (g.name.rsplit('.').next(), u.name.rsplit('.').next());
@@ -334,7 +721,25 @@ mod tests {
                         i += 1;
                     }
                 }
+                // One input for qkv, z, beta, alpha (linear attention) and q, k, v (full).
+                if n == 1 {
+                    for (j, node) in plan.nodes.iter().enumerate() {
+                        let name = node.name.rsplit('.').next();
+                        let want = match name {
+                            Some("attn_qkv") => 4,
+                            Some("attn_q") => 3,
+                            _ => continue,
+                        };
+                        assert_eq!(multi_nodes(&plan, j), want, "{preset:?} {}", node.name);
+                    }
+                }
                 let layers = cfg.n_layers;
+                let linear = cfg.n_linear_layers();
+                assert_eq!((gated, norm_pairs), (linear, linear), "{preset:?} n={n}");
+                assert_eq!(
+                    gated_adds, layers,
+                    "{preset:?} n={n}: one shared gate per layer"
+                );
                 assert_eq!(triples, 2 * layers, "{preset:?} n={n}");
                 assert_eq!((add2, add3), (layers, layers), "{preset:?} n={n}");
                 assert_eq!(

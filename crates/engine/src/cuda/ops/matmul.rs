@@ -31,15 +31,13 @@ fn mmv_rows_per_step(ty: GgmlType, k: usize) -> usize {
 }
 
 /// Whether a one-row-at-a-time product goes to `mmv_<t>` instead of `gemv_<t>`. Measured on
-/// the H200 (lab/gemm/bench.cu --decode, docs/results/2026-12-01-h200-decode/): mmv wins where
-/// a block walks many row steps with its x in registers (the 248,320-row output head: -18%)
-/// and on the MoE down projection (K = 512: gemv_<t> leaves half of each warp's lanes idle,
-/// -44% at Q4_K); elsewhere the two are within a few percent and gemv_<t> stays.
-pub(crate) fn use_mmv(ty: GgmlType, n: usize, k: usize) -> bool {
-    GEMM_TYPES.contains(&ty)
-        && k % 32 == 0
-        && k / 32 <= MMV_THREADS as usize
-        && (k <= 1024 || n >= 65536)
+/// the H200 (lab/gemm/bench.cu --decode, launches back to back,
+/// docs/results/2026-12-02-h200-decode-host/): mmv wins on the MoE down projection (K = 512:
+/// gemv_<t> leaves half of each warp's lanes idle; 7.8 against 13.8 us at Q4_K); the 248,320-row
+/// output head, which went to mmv before gemv4_<t> existed, is faster on gemv4_<t> (242 against
+/// 270 us at Q6_K, 1.73 TB/s); elsewhere the two are within a few percent and gemv_<t> stays.
+pub(crate) fn use_mmv(ty: GgmlType, _n: usize, k: usize) -> bool {
+    GEMM_TYPES.contains(&ty) && k % 32 == 0 && k / 32 <= MMV_THREADS as usize && k <= 1024
 }
 
 /// Grid width and threads of a GEMV launch over `n` output columns and `m` rows (or MoE tiles),

@@ -74,6 +74,7 @@ fn norm(
         eps,
         scale,
         l2,
+        ..NormArgs::unfused()
     };
     let groups = (x.rows * (x.cols / group)) as u32;
     let threads = norm_threads(groups, group, b.props.sm_count);
