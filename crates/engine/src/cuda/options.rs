@@ -6,6 +6,9 @@ use crate::EngineError;
 /// Plans of at most this many tokens use programmatic dependent launch by default.
 pub const PDL_MAX_TOKENS: usize = 16;
 
+/// Flash decoding's key splits per multiprocessor by default (`TALLY_DEC_SPLIT`).
+pub const DECODE_SPLITS_PER_SM: u32 = 1;
+
 /// Where programmatic dependent launch is used (`TALLY_PDL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlMode {
@@ -46,6 +49,10 @@ pub struct CudaOptions {
     /// between short kernels are the cost (H200, 35B Q4_K_M: tg128 +8%); `all`: every plan
     /// (pp512 read 4% lower with it in one run, not yet measured side by side); `off`.
     pub pdl: PdlMode,
+    /// `TALLY_DEC_SPLIT=1..8`: flash decoding's key splits per multiprocessor (over the KV
+    /// heads). More splits put more loads of the cache in flight at depth; the combine merges
+    /// more partials.
+    pub decode_splits_per_sm: u32,
 }
 
 impl Default for CudaOptions {
@@ -58,6 +65,7 @@ impl Default for CudaOptions {
             gemv_rw: None,
             fuse: true,
             pdl: PdlMode::Small,
+            decode_splits_per_sm: DECODE_SPLITS_PER_SM,
         }
     }
 }
@@ -117,6 +125,13 @@ impl CudaOptions {
             Some("off") => o.pdl = PdlMode::Off,
             Some(v) => return Err(bad("TALLY_PDL", v, "small, all or off")),
         }
+        if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
+            o.decode_splits_per_sm = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=8).contains(n))
+                .ok_or_else(|| bad("TALLY_DEC_SPLIT", &v, "1 to 8"))?;
+        }
         Ok(o)
     }
 
@@ -158,6 +173,7 @@ impl CudaOptions {
                 None => "gemv_rw=auto".into(),
             },
             format!("fuse={}", on(self.fuse)),
+            format!("decode_splits_per_sm={}", self.decode_splits_per_sm),
             format!(
                 "pdl={}",
                 match self.pdl {
@@ -195,6 +211,7 @@ mod tests {
                 "decode_graph=on",
                 "gemv_rw=auto",
                 "fuse=on",
+                "decode_splits_per_sm=1",
                 "pdl=small"
             ]
         );
@@ -241,6 +258,9 @@ mod tests {
             [("TALLY_NO_FUSE", "yes")],
             [("TALLY_GEMV_RW", "8")],
             [("TALLY_PDL", "on")],
+            [("TALLY_DEC_SPLIT", "0")],
+            [("TALLY_DEC_SPLIT", "9")],
+            [("TALLY_DEC_SPLIT", "two")],
         ] {
             let e = opts(&vars).expect_err("rejected").to_string();
             assert!(e.contains(vars[0].0), "{e}");
@@ -248,5 +268,7 @@ mod tests {
         let e = opts(&[("TALLY_GEMM", "cublas"), ("TALLY_GEMM_CUBLAS_MIN_M", "x")])
             .expect_err("rejected");
         assert!(e.to_string().contains("TALLY_GEMM_CUBLAS_MIN_M"));
+        let four = opts(&[("TALLY_DEC_SPLIT", "4")]).expect("options");
+        assert_eq!(four.decode_splits_per_sm, 4);
     }
 }

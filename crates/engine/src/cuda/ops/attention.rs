@@ -44,8 +44,9 @@ pub fn geometry_asserts() -> String {
         .collect()
 }
 
-/// Key splits of flash decoding over a cache of `cap` positions: one block per SM over the KV
-/// heads, at most one split per ATTN_DEC_STEP keys of the cache.
+/// Key splits of flash decoding over a cache of `cap` positions: `sms` blocks (the SM count
+/// times `TALLY_DEC_SPLIT`) over the KV heads, at most one split per ATTN_DEC_STEP keys of the
+/// cache.
 pub fn decode_splits(sms: u32, hkv: usize, cap: usize) -> usize {
     let target = (sms.max(1) as usize / hkv.max(1)).max(1);
     target.min(cap.div_ceil(ATTN_DEC_STEP as usize)).max(1)
@@ -122,7 +123,11 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         // Flash decoding: split the keys so every SM has a block, then combine. The grid is
         // fixed by the cache's capacity (the position is device data); the kernels split the
         // keys the cache holds evenly (kv_chunk 0), splits past them exit at once.
-        let n_split = decode_splits(b.props.sm_count, hkv, p);
+        let n_split = decode_splits(
+            b.props.sm_count * b.options.decode_splits_per_sm,
+            hkv,
+            p,
+        );
         a.n_split = n_split as i32;
         if n_split > 1 {
             a.ws = b.workspace(4 * partial_floats(n_split, r, h, d))?;

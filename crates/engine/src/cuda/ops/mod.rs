@@ -172,7 +172,7 @@ pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, E
             head_dim,
             ..
         } => attention::work_bytes(
-            b.props.sm_count,
+            b.props.sm_count * b.options.decode_splits_per_sm,
             node.inputs[0].rows,
             node.inputs[1].rows,
             (*n_head, *n_head_kv, *head_dim),
