@@ -38,20 +38,27 @@ pub struct NormArgs {
 }
 
 impl NormArgs {
-    /// The fields of the fused forms, off (a plain norm sets the others).
-    pub fn unfused() -> NormArgs {
+    /// One norm (the fused forms off) of the `rows x cols` view `x` into `y` over groups of
+    /// `group`: RMS with weight `w`, or (`w` null, `l2` 1) L2 with `scale`.
+    pub fn plain(
+        x: (DPtr, i64),
+        y: (DPtr, i64),
+        (rows, cols, group): (usize, usize, usize),
+        (w, l2, scale): (DPtr, i32, f32),
+        eps: f32,
+    ) -> NormArgs {
         NormArgs {
-            x: 0,
-            ldx: 0,
-            w: 0,
-            y: 0,
-            ldy: 0,
-            rows: 0,
-            cols: 0,
-            group: 0,
-            eps: 0.0,
-            scale: 0.0,
-            l2: 0,
+            x: x.0,
+            ldx: x.1,
+            w,
+            y: y.0,
+            ldy: y.1,
+            rows: rows as i32,
+            cols: cols as i32,
+            group: group as i32,
+            eps,
+            scale,
+            l2,
             gate: 0,
             ldgate: 0,
             x2: 0,
@@ -311,6 +318,46 @@ pub struct MultiGemvArgs {
     pub rw: [i32; GEMV_MULTI_SEGS],
     pub n_seg: i32,
     pub pad0: i32,
+}
+
+impl GemmArgs {
+    /// A dense product y = x W^T of `m` rows (no MoE tables, not paired): weight `w` with rows of
+    /// `w_row_bytes`, input and output views `(address, leading dimension)`, the output layout
+    /// `(layout, head_dim, n_head)` (matmul.rs's `layout_code`).
+    pub fn dense(
+        (w, w_row_bytes): (DPtr, i64),
+        x: (DPtr, i64),
+        y: (DPtr, i64),
+        (m, n, k): (usize, usize, usize),
+        (layout, head_dim, n_head): (i32, i32, i32),
+    ) -> GemmArgs {
+        GemmArgs {
+            w,
+            w_row_bytes,
+            w_expert_bytes: 0,
+            x: x.0,
+            ldx: x.1,
+            y: y.0,
+            ldy: y.1,
+            m: m as i32,
+            n: n as i32,
+            k: k as i32,
+            sorted_rows: 0,
+            x_div: 1,
+            tile_expert: 0,
+            tile_start: 0,
+            tile_rows: 0,
+            layout,
+            head_dim,
+            n_head,
+            n_expert: 0,
+            w2: 0,
+            y2: 0,
+            ldy2: 0,
+            y3: 0,
+            ldy3: 0,
+        }
+    }
 }
 
 /// `DequantF16Args` of gemm.cu (`dequant_f16`).

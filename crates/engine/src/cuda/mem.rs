@@ -69,20 +69,9 @@ impl DevBuf {
         src: &[T],
         stream: sys::CUstream,
     ) -> Result<(), EngineError> {
-        let n = std::mem::size_of_val(src);
-        if offset + n > self.bytes {
-            return Err(EngineError::Internal(format!(
-                "upload of {n} bytes at {offset} into {} bytes",
-                self.bytes
-            )));
-        }
-        // SAFETY: the destination range lies inside this allocation (checked above); `src` stays
-        // borrowed until the stream is synchronised below.
-        unsafe {
-            result::memcpy_htod_async(self.at(offset), src, stream).map_err(cuda_err)?;
-            result::stream::synchronize(stream).map_err(cuda_err)?;
-        }
-        Ok(())
+        self.upload_ordered(offset, src, stream)?;
+        // SAFETY: the stream is live for the caller's backend.
+        unsafe { result::stream::synchronize(stream) }.map_err(cuda_err)
     }
 
     /// Copies host data to `offset` bytes into the allocation in stream order, without

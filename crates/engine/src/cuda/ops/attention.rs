@@ -123,11 +123,7 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         // Flash decoding: split the keys so every SM has a block, then combine. The grid is
         // fixed by the cache's capacity (the position is device data); the kernels split the
         // keys the cache holds evenly (kv_chunk 0), splits past them exit at once.
-        let n_split = decode_splits(
-            b.props.sm_count * b.options.decode_splits_per_sm,
-            hkv,
-            p,
-        );
+        let n_split = decode_splits(b.props.sm_count * b.options.decode_splits_per_sm, hkv, p);
         a.n_split = n_split as i32;
         if n_split > 1 {
             a.ws = b.workspace(4 * partial_floats(n_split, r, h, d))?;

@@ -162,20 +162,13 @@ fn norm_fused(
     let blocks1 = (x.rows * (x.cols / group)) as u32;
     let threads = norm_threads(blocks1, group, sms);
     let ni = io(b, plan, norm, Target::Real)?;
-    let mut a = NormArgs {
-        x: ni.ins[0].0,
-        ldx: ni.ins[0].1,
-        w,
-        y: ni.outs[0].0,
-        ldy: ni.outs[0].1,
-        rows: x.rows as i32,
-        cols: x.cols as i32,
-        group: group as i32,
+    let mut a = NormArgs::plain(
+        ni.ins[0],
+        ni.outs[0],
+        (x.rows, x.cols, group),
+        (w, l2, scale),
         eps,
-        scale,
-        l2,
-        ..NormArgs::unfused()
-    };
+    );
     let mut blocks = blocks1;
     match with {
         NormWith::Gate(g) => {
@@ -434,32 +427,13 @@ fn multi(
         args.push((
             n,
             rw,
-            GemmArgs {
-                w,
-                w_row_bytes: row_bytes,
-                w_expert_bytes: 0,
-                x: x.0,
-                ldx: x.1,
-                y: y.0,
-                ldy: y.1,
-                m: rows as i32,
-                n: n as i32,
-                k: k as i32,
-                sorted_rows: 0,
-                x_div: 1,
-                tile_expert: 0,
-                tile_start: 0,
-                tile_rows: 0,
-                layout,
-                head_dim,
-                n_head,
-                n_expert: 0,
-                w2: 0,
-                y2: 0,
-                ldy2: 0,
-                y3: 0,
-                ldy3: 0,
-            },
+            GemmArgs::dense(
+                (w, row_bytes),
+                x,
+                y,
+                (rows, n, k as usize),
+                (layout, head_dim, n_head),
+            ),
         ));
     }
     let (a, grid, threads) = multi_args(&args, rows, b.props.sm_count);

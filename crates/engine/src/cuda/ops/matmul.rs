@@ -36,7 +36,7 @@ fn mmv_rows_per_step(ty: GgmlType, k: usize) -> usize {
 /// gemv_<t> leaves half of each warp's lanes idle; 7.8 against 13.8 us at Q4_K); the 248,320-row
 /// output head, which went to mmv before gemv4_<t> existed, is faster on gemv4_<t> (242 against
 /// 270 us at Q6_K, 1.73 TB/s); elsewhere the two are within a few percent and gemv_<t> stays.
-pub(crate) fn use_mmv(ty: GgmlType, _n: usize, k: usize) -> bool {
+pub(crate) fn use_mmv(ty: GgmlType, k: usize) -> bool {
     GEMM_TYPES.contains(&ty) && k % 32 == 0 && k / 32 <= MMV_THREADS as usize && k <= 1024
 }
 
@@ -401,7 +401,7 @@ pub(crate) fn runs_gemv(b: &CudaBackend, w: &DevWeight, m: usize) -> Result<bool
         return Ok(false);
     }
     let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
-    if (w.ty == GgmlType::F32 && m > 8) || use_mmv(w.ty, n, k) {
+    if (w.ty == GgmlType::F32 && m > 8) || use_mmv(w.ty, k) {
         return Ok(false);
     }
     Ok(dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)? == 3)
@@ -425,32 +425,13 @@ fn dense_gemm(
     let set = b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} weights ({name})", ty.name()))
     })?;
-    let a = GemmArgs {
-        w: w.ptr,
-        w_row_bytes: w.row_bytes as i64,
-        w_expert_bytes: 0,
-        x: x.0,
-        ldx: x.1,
-        y: y.0,
-        ldy: y.1,
-        m: m as i32,
-        n: n as i32,
-        k: k as i32,
-        sorted_rows: 0,
-        x_div: 1,
-        tile_expert: 0,
-        tile_start: 0,
-        tile_rows: 0,
-        layout,
-        head_dim,
-        n_head,
-        n_expert: 0,
-        w2: 0,
-        y2: 0,
-        ldy2: 0,
-        y3: 0,
-        ldy3: 0,
-    };
+    let a = GemmArgs::dense(
+        (w.ptr, w.row_bytes as i64),
+        x,
+        y,
+        (m, n, k),
+        (layout, head_dim, n_head),
+    );
     if ty == GgmlType::F32 && m > 8 {
         let simt = simt_variant(m, n, b.props.sm_count);
         let tile = simt.tile() as u32;
@@ -471,7 +452,7 @@ fn dense_gemm(
         };
     }
     let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
-    if v == 3 && use_mmv(ty, n, k) {
+    if v == 3 && use_mmv(ty, k) {
         let gx = mmv_grid_x(ty, n, k, 4 * b.props.sm_count);
         // SAFETY: as for the SIMT GEMM, with grid (row steps, M): the kernel's grid-stride loop
         // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.

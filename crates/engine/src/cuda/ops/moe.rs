@@ -99,11 +99,7 @@ fn tables(w: &DevWeight, tokens: usize, k: usize) -> MoeTables {
 /// with one-row tiles read straight from the ids (what the paired gate/up launch of `fused.rs`
 /// replaces, bit for bit).
 pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
-    let (kk, n) = (
-        w.dims[0] as usize,
-        w.dims.get(1).copied().unwrap_or(0) as usize,
-    );
-    w.dims.len() == 3 && tables(w, tokens, k).direct() && !use_mmv(w.ty, n, kk)
+    w.dims.len() == 3 && tables(w, tokens, k).direct() && !use_mmv(w.ty, w.dims[0] as usize)
 }
 
 /// Workspace bytes of node `index` (`Op::MoeMatMul` with `k` experts per token): its tables.
@@ -219,7 +215,7 @@ pub fn moe_matmul(
         y3: 0,
         ldy3: 0,
     };
-    if bm == 1 && use_mmv(ty, n, kk) {
+    if bm == 1 && use_mmv(ty, kk) {
         // About four waves of blocks over the used tiles (one per pair at decode).
         let per_tile = (4 * b.props.sm_count).div_ceil(pairs.max(1) as u32);
         let gx = mmv_grid_x(ty, n, kk, per_tile);

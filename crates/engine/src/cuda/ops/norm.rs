@@ -62,20 +62,13 @@ fn norm(
     group: usize,
 ) -> Result<(), EngineError> {
     let x = node.inputs[0];
-    let a = NormArgs {
-        x: io.ins[0].0,
-        ldx: io.ins[0].1,
-        w,
-        y: io.outs[0].0,
-        ldy: io.outs[0].1,
-        rows: x.rows as i32,
-        cols: x.cols as i32,
-        group: group as i32,
+    let a = NormArgs::plain(
+        io.ins[0],
+        io.outs[0],
+        (x.rows, x.cols, group),
+        (w, l2, scale),
         eps,
-        scale,
-        l2,
-        ..NormArgs::unfused()
-    };
+    );
     let groups = (x.rows * (x.cols / group)) as u32;
     let threads = norm_threads(groups, group, b.props.sm_count);
     // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block per
