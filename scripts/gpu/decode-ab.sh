@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # GPU call: decode, the binary before (.carry/bin/tally-base) against the one after
 # (.carry/bin/tally-nopeer) in one call, on the 35B-A3B Q4_K_M synth file (pool fill) and the small
-# synth files. The changes: GEMV pieces in flight (GEMV_PF), gemv_multi_<t> (the projections of one
-# input in one launch), no host waits around the step's input writes, no weight-name lookups per
-# step, and tally bench's decode sampling on the device instead of downloading the logits.
+# synth files (docs/results/2026-12-02-h200-decode-host/, calls 1 and 2). What it compared there:
+# the host-side changes of a852186 and the launch changes of f6c9b8f against 7b27262's binary.
 #   1. (LAB=1) lab/gemm --decode built with GEMV_PF=1 and GEMV_PF=2: the GEMV correctness matrix
 #      on the GPU (PF=2) and the decode shapes timed back to back, both (GEMV_PF was a lab
 #      switch of the 2026-12-02 session, since removed: both builds are the same kernel now);
