@@ -110,7 +110,10 @@ fn norm_pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
         return None;
     };
     let one = |n: &Node| n.inputs.len() == 1 && n.outputs.len() == 1;
-    let apart = !overlaps(&b.inputs[0], &a.outputs[0]) && !overlaps(&b.outputs[0], &a.outputs[0]);
+    // Run at once, neither may write what the other reads or writes.
+    let apart = !overlaps(&b.inputs[0], &a.outputs[0])
+        && !overlaps(&b.outputs[0], &a.inputs[0])
+        && !overlaps(&b.outputs[0], &a.outputs[0]);
     (e1 == e2 && g1 == g2 && one(a) && one(b) && apart).then_some((a, b))
 }
 
@@ -381,8 +384,8 @@ fn multi_nodes(plan: &Plan, index: usize) -> usize {
 }
 
 /// One `gemv_multi_<t>` launch of the first nodes of the `group` from `index` that each run on
-/// `gemv_<t>` with weights of the first one's type and K: the number of nodes it ran (0 or 1:
-/// nothing launched).
+/// `gemv_<t>` with weights of the first one's type and K: the number of nodes it ran (0:
+/// nothing launched, when fewer than two qualify).
 fn multi(
     b: &mut CudaBackend,
     plan: &Plan,
@@ -631,6 +634,56 @@ mod tests {
     use tally_model::{PlanOptions, build_plan};
 
     use super::*;
+
+    /// The grids `gemv_multi_<t>` launched with on the H200 (132 SMs), as ncu recorded them in
+    /// docs/results/2026-12-02-h200-decode-host/ab2/step-d0-none.txt: qkv (rw 4), z, beta,
+    /// alpha: (516, 256 threads); z, beta, alpha alone (a layer whose qkv is another type): 520
+    /// at 128 threads; q (rw 4) and k of a full-attention layer: 288.
+    #[test]
+    fn multi_grids_are_the_measured_ones() {
+        let seg = |n: usize, rw: usize| {
+            (
+                n,
+                rw,
+                GemmArgs::dense((0, 0), (0, 0), (0, 0), (1, n, 2048), (0, 0, 0)),
+            )
+        };
+        let (a, grid, threads) = multi_args(
+            &[seg(8192, 4), seg(4096, 2), seg(32, 2), seg(32, 2)],
+            1,
+            132,
+        );
+        assert_eq!((grid, threads), ((516, 1, 1), 256));
+        assert_eq!(
+            (a.block_end, a.rw, a.n_seg),
+            ([256, 512, 514, 516], [4, 2, 2, 2], 4)
+        );
+        let (a, grid, threads) = multi_args(&[seg(4096, 2), seg(32, 2), seg(32, 2)], 1, 132);
+        assert_eq!((grid, threads), ((520, 1, 1), 128));
+        assert_eq!(a.block_end, [512, 516, 520, 520]);
+        let (_, grid, _) = multi_args(&[seg(8192, 4), seg(512, 2)], 1, 132);
+        assert_eq!(grid, (288, 1, 1));
+    }
+
+    #[test]
+    fn views_overlap_only_when_they_share_an_element() {
+        let v = |row0, rows, col0, cols| tally_model::View {
+            buf: tally_model::BufId(3),
+            row0,
+            rows,
+            col0,
+            cols,
+        };
+        let (q, k) = (v(0, 1, 0, 2048), v(0, 1, 2048, 2048));
+        assert!(!overlaps(&q, &k) && !overlaps(&k, &q));
+        assert!(overlaps(&q, &v(0, 1, 2047, 2)));
+        assert!(!overlaps(&v(0, 2, 0, 8), &v(2, 1, 0, 8)));
+        let other = tally_model::View {
+            buf: tally_model::BufId(4),
+            ..q
+        };
+        assert!(!overlaps(&q, &other));
+    }
 
     /// The patterns find what the model has: per layer one routed and one shared gate/up/SwiGlu
     /// triple; the residual add after attention with the post-attention norm, and the FFN's two
