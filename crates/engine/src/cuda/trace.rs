@@ -3,7 +3,9 @@
 //! (host clock) is the step's wall time, the events' interval its time on the device. Their
 //! difference is the time the device waited for the host: the sampler's download, the writes
 //! of the next token and position, the host's own work. Printed to stderr when the backend
-//! closes (a diagnostic: nothing reads it back).
+//! closes (a diagnostic: nothing reads it back). Before each relaunch it waits for the previous
+//! step's end event, which a decode loop has already waited for (it read the sampled token);
+//! a caller that queues steps ahead without reading them would be slowed by the trace.
 
 use std::sync::Arc;
 use std::time::Instant;
