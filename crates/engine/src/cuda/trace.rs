@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
+use tally_ledger::stats::median;
 
 use super::mem::cuda_err;
 use crate::EngineError;
@@ -69,11 +70,6 @@ impl StepTrace {
 
     /// Medians of the steps seen (none: `None`).
     pub(crate) fn summary(&self) -> Option<String> {
-        let median = |v: &[f64]| {
-            let mut s = v.to_vec();
-            s.sort_by(f64::total_cmp);
-            s.get(s.len() / 2).copied()
-        };
         let wall = median(&self.wall_ms)?;
         let dev = median(&self.device_ms)?;
         Some(format!(

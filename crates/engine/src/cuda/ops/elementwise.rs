@@ -47,6 +47,12 @@ pub fn binary(b: &CudaBackend, node: &Node, io: &Io, op: Binary) -> Result<(), E
     }
 }
 
+/// Threads of a `shared_gate` block over `rows` rows (one block per row); the fused
+/// `add_rms_norm` with the gate must take the same count for the same sums.
+pub(crate) fn shared_gate_threads(rows: usize) -> u32 {
+    if rows < 64 { 1024 } else { 256 }
+}
+
 pub fn shared_gate(b: &CudaBackend, plan: &Plan, index: usize, io: &Io) -> Result<(), EngineError> {
     let node = &plan.nodes[index];
     let x = node.inputs[0];
@@ -77,7 +83,7 @@ pub fn shared_gate(b: &CudaBackend, plan: &Plan, index: usize, io: &Io) -> Resul
         launch(
             b.kernels.shared_gate,
             (x.rows as u32, 1, 1),
-            (if x.rows < 64 { 1024 } else { 256 }, 1, 1),
+            (shared_gate_threads(x.rows), 1, 1),
             0,
             b.cu_stream(),
             &a,

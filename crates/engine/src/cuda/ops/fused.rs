@@ -27,9 +27,10 @@
 
 use tally_model::{Node, Op, OutLayout, Plan};
 
-use super::matmul::{gemv_grid, layout_code, runs_gemv};
+use super::elementwise::shared_gate_threads;
+use super::matmul::{gemv_grid, gemv_rows_per_warp, layout_code, runs_gemv};
 use super::moe::runs_direct_gemv;
-use super::norm::norm_threads;
+use super::norm::{launch_norm_rows, norm_threads};
 use super::{Io, io};
 use crate::EngineError;
 use crate::backend::Target;
@@ -203,21 +204,12 @@ fn norm_fused(
             blocks += blocks2;
         }
     }
-    // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). Blocks
-    // 0..blocks1 are the first norm's (row, group) pairs of its input view, the rest the second
-    // norm's (x2 set); the block size is the one each unfused launch takes (checked above). x,
-    // y (and x2, y2, gate: a view of the first's shape) are the nodes' views of buffers
-    // `prepare` sized; w is null (L2) or a weight of at least `group` values (checked above).
-    unsafe {
-        launch(
-            b.kernels.norm_rows,
-            (blocks, 1, 1),
-            (threads, 1, 1),
-            0,
-            b.cu_stream(),
-            &a,
-        )
-    }?;
+    // SAFETY: blocks 0..blocks1 are the first norm's (row, group) pairs of its input view, the
+    // rest the second norm's (x2 set); the block size is the one each unfused launch takes
+    // (checked above). x, y (and x2, y2, gate: a view of the first's shape) are the nodes'
+    // views of buffers `prepare` sized; w is null (L2) or a weight of at least `group` values
+    // (checked above).
+    unsafe { launch_norm_rows(b, &a, blocks, threads) }?;
     Ok(2)
 }
 
@@ -425,8 +417,7 @@ fn multi(
     let mut args = Vec::with_capacity(segs.len());
     for &(j, w, row_bytes, n, (layout, head_dim, n_head)) in &segs {
         let y = b.view(plan, &plan.nodes[j].outputs[0])?;
-        // Rows per warp as the node's own launch takes them (matmul.rs's dense_gemm).
-        let rw = b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 });
+        let rw = gemv_rows_per_warp(b, n);
         args.push((
             n,
             rw,
@@ -569,9 +560,9 @@ fn add_norm(
     };
     let (mut gx, mut gw, mut gb) = ((0, 0), 0, (0, 0));
     if let Some(g) = gate {
-        // The shared_gate kernel's block size (elementwise.rs) must be the norm's, or the
-        // gate's sum would be another rounding.
-        let gate_threads = if g.inputs[0].rows < 64 { 1024 } else { 256 };
+        // The shared_gate kernel's block size must be the norm's, or the gate's sum would be
+        // another rounding.
+        let gate_threads = shared_gate_threads(g.inputs[0].rows);
         let gwt = b.weights.of(plan, index - 1, 0)?;
         if gate_threads != threads
             || gwt.elems() < out.cols

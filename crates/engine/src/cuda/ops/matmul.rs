@@ -54,6 +54,14 @@ pub(crate) fn gemv_grid(n: usize, cols_per_warp: usize, m: usize, sms: u32) -> (
     (blocks(n as i64, cols(threads) as u32), threads)
 }
 
+/// Rows per warp of a dense GEMV of `n` output columns: `TALLY_GEMV_RW`, else 4 where
+/// N >= 8192 and 2 below (measured on the H200, docs/results/2026-12-02-h200-decode/, round 6:
+/// 4 rows a warp took the 8192-row qkv from 11.5 to 8.9 us but made the 4096-row z and the
+/// 2048-row out projection slower, half the blocks). The sums are the same at either.
+pub(crate) fn gemv_rows_per_warp(b: &CudaBackend, n: usize) -> usize {
+    b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 })
+}
+
 /// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
 /// (each walks the steps blockIdx.x, + gridDim.x, ...).
 pub(crate) fn mmv_grid_x(ty: GgmlType, n: usize, k: usize, max_blocks: u32) -> u32 {
@@ -459,10 +467,7 @@ fn dense_gemm(
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 {
-        // Measured on the H200 (docs/results/2026-12-02-h200-decode/, round 6): 4 rows a warp
-        // took the 8192-row qkv GEMV from 11.5 to 8.9 us, but made the 4096-row z (6.7 -> 6.9)
-        // and the 2048-row out projection (7.7 -> 8.6) slower: half the blocks.
-        let rw = b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 });
+        let rw = gemv_rows_per_warp(b, n);
         if rw == 4 {
             let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count);
             let grid = (gx, m as u32, 1);

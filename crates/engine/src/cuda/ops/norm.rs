@@ -71,18 +71,34 @@ fn norm(
     );
     let groups = (x.rows * (x.cols / group)) as u32;
     let threads = norm_threads(groups, group, b.props.sm_count);
-    // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block per
-    // (row, group) of the input view; x and y are the node's views of buffers `prepare` sized
-    // for this plan (rows x cols within their leading dimensions), w is null (L2) or a device
-    // weight of at least `group` values (checked in rms_norm).
+    // SAFETY: one block per (row, group) of the input view; x and y are the node's views of
+    // buffers `prepare` sized for this plan (rows x cols within their leading dimensions), w is
+    // null (L2) or a device weight of at least `group` values (checked in rms_norm).
+    unsafe { launch_norm_rows(b, &a, groups, threads) }
+}
+
+/// Launches `norm_rows` with `a` over `blocks` blocks of `threads`.
+///
+/// # Safety
+/// `a`'s views and weight must be live device memory of the sizes it states, and `blocks` at
+/// most the (row, group) pairs of its views (the kernel returns for the rest, but reads `a`'s
+/// pointers for every block it runs).
+pub(crate) unsafe fn launch_norm_rows(
+    b: &CudaBackend,
+    a: &NormArgs,
+    blocks: u32,
+    threads: u32,
+) -> Result<(), EngineError> {
+    // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build); the caller
+    // vouches for the memory it points at.
     unsafe {
         launch(
             b.kernels.norm_rows,
-            (groups, 1, 1),
+            (blocks, 1, 1),
             (threads, 1, 1),
             0,
             b.cu_stream(),
-            &a,
+            a,
         )
     }
 }
