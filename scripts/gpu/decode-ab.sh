@@ -19,9 +19,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-REAL_OUT=$OUT
-export OUT=/tmp/oab
-mkdir -p $OUT
+work_dir /tmp/oab
 NEW=$PWD/.carry/bin/tally-nopeer
 BASE=$PWD/.carry/bin/tally-base
 V=crates/text/tests/data/tiny.gguf

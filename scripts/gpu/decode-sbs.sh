@@ -16,9 +16,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 [ -f .carry/llama.cpp/CMakeLists.txt ] || tar xJf .carry/llama.tar.xz -C .carry
-REAL_OUT=$OUT
-export OUT=/tmp/osbs
-mkdir -p $OUT
+work_dir /tmp/osbs
 BIG=${BIG:-/tmp/q4km.gguf}
 NEW=$TALLY_NOPEER
 BASE=$PWD/.carry/bin/tally-base

@@ -6,9 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-REAL_OUT=$OUT
-export OUT=/tmp/osplit
-mkdir -p $OUT
+work_dir /tmp/osplit
 T=$TALLY_NOPEER
 F=/tmp/m35.gguf
 MID=/tmp/mid-q4_k_m.gguf

@@ -12,3 +12,10 @@ export TALLY
 TALLY_NOPEER="$PWD/.carry/bin/tally-nopeer"
 [ -x "$TALLY_NOPEER" ] || TALLY_NOPEER="$TALLY"
 export TALLY_NOPEER
+# work_dir DIR: the script's files go to DIR (OUT from here on); REAL_OUT is the folder that
+# comes back (the device's $OUT), where the script puts its tarball of DIR at the end.
+work_dir() {
+    REAL_OUT=$OUT
+    export OUT=$1
+    mkdir -p "$OUT"
+}

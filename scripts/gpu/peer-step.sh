@@ -8,8 +8,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 [ -f .carry/llama.cpp/CMakeLists.txt ] || tar xJf .carry/llama.tar.xz -C .carry
-REAL_OUT=$OUT
-export OUT=/tmp/ps; mkdir -p $OUT
+work_dir /tmp/ps
 F=/tmp/l4.gguf
 t0=$(date +%s)
 ( "$TALLY_NOPEER" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --fill pool \
