@@ -320,11 +320,17 @@ int main(int argc, char** argv) {
     // --decode: the GEMV kernels only (gemv_<t>, mmv_<t>): their correctness cases, then the
     // decode shapes of the 35B model, one x row (and 2, 4, 8 for speculative verification).
     bool decode_only = false;
+    // --moe: timings of the routed-expert shapes only, every type of the downloaded mixes
+    // (issue 10's per-byte comparison at the kernel level), no correctness matrix.
+    bool moe_only = false;
+    std::string moe_type;  // --only TYPE: that type at T = 512 only (one kernel to profile)
     for (int i = 1; i < argc; i++) {
         const std::string s = argv[i];
+        if (s == "--only" && i + 1 < argc) moe_type = argv[++i];
         if (s == "--no-time") do_time = false;
         if (s == "--only-time") do_check = false;
         if (s == "--decode") decode_only = true;
+        if (s == "--moe") moe_only = true;
     }
     const auto t_start = std::chrono::steady_clock::now();
     cudaDeviceProp prop;
@@ -344,6 +350,14 @@ int main(int argc, char** argv) {
                                                                  variant_smem(t, v)));
                 std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
             }
+            for (int v : {V_S16, V_S32}) {
+                cudaFuncAttributes fa;
+                CK(cudaFuncGetAttributes(&fa, gemm_fn(t, v)));
+                int blocks = 0;
+                CK(cudaFuncSetAttribute(gemm_fn(t, v), cudaFuncAttributeMaxDynamicSharedMemorySize, int(variant_smem(t, v))));
+                CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fn(t, v), GEMM_THREADS, variant_smem(t, v)));
+                std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
+            }
             std::printf("\n");
         }
         std::printf("  regs simt :");
@@ -360,6 +374,36 @@ int main(int argc, char** argv) {
     CudaBackend b;
     ref::Rng rng(7);
     int fails = 0;
+    if (moe_only) {
+        const std::vector<int> tc = {V_M128, V_M64, V_M32, V_S16, V_S32};
+        for (int T : {512, 8192}) {
+            for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4}) {
+                if (T == 8192 && t != ref::Q4_K && t != ref::Q8_0) continue;
+                if (!moe_type.empty() && (moe_type != ref::type_name(t) || T != 512)) continue;
+                GemmCase c;
+                c.E = 256;
+                c.topk = 8;
+                c.M = T;
+                c.type = t;
+                c.N = 512;
+                c.K = 2048;
+                time_shape(b, "moe gate/up", c, tc, rng);
+                c.pair_input = true;
+                c.N = 2048;
+                c.K = 512;
+                time_shape(b, "moe down", c, tc, rng);
+            }
+            g_wcache.clear();
+        }
+        std::printf("\n== SUMMARY (moe; us/MB = best ms per MB the op needs, x1000)\n");
+        for (size_t i = 0; i < g_failures.size() && i < 30; i++) std::printf("  FAIL %s\n", g_failures[i].c_str());
+        std::printf("%-14s %-6s %6s %5s %5s | %-4s %8s %6s %6s %7s | all variants (ms)\n", "shape", "type", "pairs", "N", "K", "best",
+                    "ms", "GB/s", "us/MB", "MB");
+        for (const TimeRow& r : g_rows)
+            std::printf("%-14s %-6s %6lld %5lld %5lld | %-4s %8.4f %6.0f %6.3f %7.1f | %s\n", r.shape.c_str(), r.type.c_str(), r.M, r.N,
+                        r.K, r.best.c_str(), r.ms, r.gbps, 1e3 * r.ms / (r.bytes / 1e6), r.bytes / 1e6, r.others.c_str());
+        return g_failures.empty() ? 0 : 1;
+    }
     if (decode_only) {
         mmv_max_blocks = 3;
         int n = 0, nf = 0;

@@ -17,18 +17,23 @@ typedef void (*GemmFn)(GemmArgs);
 
 // Kernel variants: the three tensor-core tile heights and the GEMV (every type: the correctness
 // matrix runs these N_VARIANTS), then the f32 SIMT GEMMs (F32 weights, dense only: simt_cases).
-enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7 };
+// V_S16 / V_S32: the swapped tiles (gemm_<t>_s16 / _s32: weights on the MMA's A side).
+enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
+       V_S16 = 8, V_S32 = 9 };
 inline const char* variant_name(int v) {
-    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4"};
+    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32"};
     return n[v];
 }
+inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
 inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32; }
 // Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
 // SIMT kernels, the dense block tile's rows (= its columns).
 inline int variant_bm(int v) {
-    return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 ? 32 : v == V_SIMT ? SIMT_BM : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
+    return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 || v == V_S32 ? 32 : v == V_S16 ? 16 : v == V_SIMT ? SIMT_BM
+           : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
+    if (variant_swap(v)) return size_t(SWP_SMEM_BYTES(type, variant_bm(v)));
     return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
 #define LAB_KERNELS(name)                                                                      \
@@ -38,6 +43,8 @@ inline size_t variant_smem(int type, int v) {
         case V_M32: return gemm_##name##_m32;                                                  \
         case V_MMV: return mmv_##name;                                                         \
         case V_GEMV4: return gemv4_##name;                                                     \
+        case V_S16: return gemm_##name##_s16;                                                  \
+        case V_S32: return gemm_##name##_s32;                                                  \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -313,7 +320,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
     for (int t : ref::ALL_TYPES) {
-        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4}) {
+        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32}) {
             GemmCase c;
             c.type = t;
             c.variant = v;

@@ -276,6 +276,8 @@ int main(int argc, char** argv) {
         return t == ref::Q4_0 || t == ref::Q4_1 || t == ref::Q5_0 || t == ref::Q5_1 || t == ref::IQ4_NL ||
                t == ref::IQ4_XS || t == ref::MXFP4 || t == ref::Q2_K || t == ref::Q3_K;
     };
+    // "swap": only the swapped tiles (gemm_<t>_s16 / _s32) of the correctness matrix, every type.
+    const bool only_swap = argc > 1 && std::string(argv[1]) == "swap";
     // "gemv": only the GEMV kernels (gemv_<t>, mmv_<t>) of the correctness matrix, every type.
     const bool only_gemv = argc > 1 && std::string(argv[1]) == "gemv";
     ref::Rng rng(20260101);
@@ -285,6 +287,15 @@ int main(int argc, char** argv) {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K}) {
             for (bool moe : {false, true}) fails += test_paired(t, moe, rng);
             for (int M : {1, 2}) fails += test_multi(t, M, rng);
+        }
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
+    if (only_swap) {
+        for (const GemmCase& c : correctness_cases(true)) {
+            if (!variant_swap(c.variant)) continue;
+            fails += !run_case(b, c, rng, false).pass;
+            std::fflush(stdout);
         }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;

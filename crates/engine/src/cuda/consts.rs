@@ -13,6 +13,14 @@ pub const GEMM_THREADS: u32 = 256;
 pub const GEMM_LDS: i64 = 72;
 /// Stages of raw weight bytes in flight per GEMM thread.
 pub const GEMM_WSTAGES: i64 = 3;
+/// Weight rows (output columns) per block of the swapped tile `gemm_<t>_s32` (16 per warp).
+pub const SWP_BN: i64 = 128;
+/// K step of the swapped tile (it needs K % SWP_BK == 0).
+pub const SWP_BK: i64 = 128;
+/// f16 row stride of the swapped tile's x stages (128 + 8 halves).
+pub const SWP_LDS: i64 = 136;
+/// Stages of raw weight bytes per thread in the swapped tile's ring.
+pub const SWP_STAGES: i64 = 3;
 /// Output columns per `gemv_<t>` block.
 pub const GEMV_ROWS: i64 = 16;
 /// Threads per `gemv_<t>` block.
@@ -69,6 +77,10 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("GEMM_THREADS", GEMM_THREADS as i64),
     ("GEMM_LDS", GEMM_LDS),
     ("GEMM_WSTAGES", GEMM_WSTAGES),
+    ("SWP_BN", SWP_BN),
+    ("SWP_BK", SWP_BK),
+    ("SWP_LDS", SWP_LDS),
+    ("SWP_STAGES", SWP_STAGES),
     ("GEMV_ROWS", GEMV_ROWS),
     ("GEMV_THREADS", GEMV_THREADS as i64),
     ("MMV_THREADS", MMV_THREADS as i64),

@@ -43,6 +43,8 @@ pub struct GemmSet {
     /// Up to four GEMVs of one input in one launch (`MultiGemvArgs`; the same sums as `gemv`).
     pub gemv_multi: Kernel,
     pub mmv: Kernel,
+    /// The swapped tile `gemm_<t>_s32` (weights on the MMA's A side, tiles of 32 x rows).
+    pub swap: Kernel,
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -169,6 +171,7 @@ impl Kernels {
                 gemv4: k(format!("gemv4_{t}"))?,
                 gemv_multi: k(format!("gemv_multi_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
+                swap: k(format!("gemm_{t}_s32"))?,
             });
         }
         let gemm_sets: [GemmSet; 16] = sets

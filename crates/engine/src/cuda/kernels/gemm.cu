@@ -18,7 +18,9 @@
 //                      shapes whose 64 x 64 grid leaves SMs idle (N = 256 on 132 SMs: M < 2112)
 //   (both: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
 // Dynamic smem in bytes, GEMM_SMEM_BYTES(t, BM) = 2*(BM+128)*72*2 + 8*BM + 3*256*slot(t), slot =
-// 32 (q4_k), 48 (q5_k, q8_0), 80 (q6_k), 64 (f16, bf16), 128 (f32):
+// 32 (q4_k and the 32-element, codebook and IQ4_XS formats), 48 (q5_k, q8_0, q2_k), 80 (q6_k),
+// 96 (q3_k), 64 (f16, bf16), 128 (f32). At BM = 32 a block of 72 KB or less leaves room for 3
+// blocks per multiprocessor (228 KB), one of 83 KB for 2:
 //            q4_k    q5_k    q6_k    q8_0    f16/bf16  f32
 //   BM=128   99328   111616  136192  111616  123904    173056
 //   BM=64    80384   92672   117248  92672   104960    154112
@@ -105,8 +107,9 @@ struct MultiGemvArgs {
 };
 
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
-#define GEMM_SLOT_BYTES(t)                                                                         \
-    ((t) == QT_Q4_K ? 32 : (t) == QT_Q5_K ? 48 : (t) == QT_Q6_K ? 80 : (t) == QT_Q8_0 ? 48 : (t) == QT_F32 ? 128 : (t) == QT_Q3_K ? 96 : 64)
+#define GEMM_SLOT_BYTES(t)                                                                          \
+    ((t) == QT_Q6_K ? 80 : (t) == QT_Q5_K || (t) == QT_Q8_0 || (t) == QT_Q2_K ? 48 : (t) == QT_F32 ? 128 \
+     : (t) == QT_Q3_K ? 96 : (t) == QT_F16 || (t) == QT_BF16 ? 64 : 32)
 // Dynamic shared memory: two stages of A [BM][72] and B [128][72] f16, two i32 row tables of BM,
 // then GEMM_WSTAGES stages of raw weight bytes (GEMM_THREADS slots each).
 #define GEMM_SMEM_BYTES(t, bm) \
@@ -237,7 +240,12 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     const int wr = tid >> 1, wj = tid & 1;
     const u8* wrow = w + static_cast<i64>(min(n0 + wr, a.N - 1)) * a.w_row_bytes;
 
-    float4 xr[XV];
+    // x rides two register sets at BM = 32 (XDB): stage kt+2's loads go out while stage kt+1's,
+    // loaded an iteration earlier, are converted, so an L2 round trip is never waited on in the
+    // step that issued it. At BM = 64 / 128 the second set would cost 16 / 32 registers (m64
+    // would spill at its 2-blocks-per-SM bound), and their steps are long enough to cover it.
+    constexpr bool XDB = BM == 32;
+    float4 xa[XV], xb[XV];
     float acc[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -252,11 +260,11 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
         Piece<T> pc;
         pc.issue_async(slot(slot_of), wrow, kt * (BK / 32) + wj);
     };
-    auto issue_x = [&](int kt) {
+    auto issue_x = [&](int kt, float4 (&xr)[XV]) {
 #pragma unroll
         for (int i = 0; i < XV; i++) xr[i] = ld_x4(xp[i] + kt * BK, xvec);
     };
-    auto stash = [&](int kt, int buf) {
+    auto stash = [&](int kt, int buf, const float4 (&xr)[XV]) {
         u16* A = As + buf * BM * LDS;
 #pragma unroll
         for (int i = 0; i < XV; i++) {
@@ -307,25 +315,41 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     // iteration re-stashes it into the idle f16 buffer. That keeps the loop body branch-free
     // from the MMAs to the barrier, so ptxas can schedule the conversion work between the MMAs.
     // Each thread reads back only the slot bytes it copied itself: its own wait suffices.
+    //
+    // With XDB, step kt starts with x stage kt+1 in `cur` (loaded during step kt-1) and `nxt`
+    // free; it loads stage kt+2 into `nxt` and stashes `cur`, and the next step swaps the roles.
+    // The loop is unrolled by two so that both sets stay in registers.
     const int KT = a.K / BK;
 #pragma unroll
     for (int i = 0; i < S - 1; i++) {
         issue_w(min(i, KT - 1), i);
         cp_async_commit();
     }
-    issue_x(0);
+    issue_x(0, xa);
+    if (XDB) issue_x(min(1, KT - 1), xb);
     cp_async_wait<S - 2>();
-    stash(0, 0);
+    stash(0, 0, xa);
     __syncthreads();
-    for (int kt = 0; kt < KT; kt++) {
+    auto step = [&](int kt, float4 (&cur)[XV], float4 (&nxt)[XV]) {
         const int buf = kt & 1, kn = min(kt + 1, KT - 1);
         issue_w(min(kt + S - 1, KT - 1), kt + S - 1);
         cp_async_commit();
-        issue_x(kn);
+        if (XDB) issue_x(min(kt + 2, KT - 1), nxt);
+        else issue_x(kn, cur);
         compute(buf);
         cp_async_wait<S - 2>();
-        stash(kn, buf ^ 1);
+        stash(kn, buf ^ 1, cur);
         __syncthreads();
+    };
+    if (XDB) {
+        int kt = 0;
+        for (; kt + 1 < KT; kt += 2) {
+            step(kt, xb, xa);
+            step(kt + 1, xa, xb);
+        }
+        if (kt < KT) step(kt, xb, xa);
+    } else {
+        for (int kt = 0; kt < KT; kt++) step(kt, xa, xa);
     }
     cp_async_wait<0>();
 
@@ -351,6 +375,189 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
                     if (n + 1 < a.N) yrow[gemm_out_col(n + 1, split, a.head_dim, a.n_head)] = v1;
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// gemm_<t>_s16 / gemm_<t>_s32: the swapped tile, for few rows per tile (the routed experts at
+// pp512 hold ~16 (token, expert) pairs each). The weights are the MMA's A operand (16 weight rows
+// per warp, SWP_BN = 128 per block) and the x rows its n8 side (BT = 16 or 32 per block), so
+// the weights never pass through shared memory as f16: each lane decodes its own two 32-element
+// pieces (Piece<T>::to_f16, the front end every kernel shares) straight into A fragments.
+//
+// That works because the order of K inside a step is free as long as both operands use the same
+// one. A K step is SWP_BK = 128 elements = pieces 4kt .. 4kt+3 of every row; lane (g, t) of a
+// warp takes piece 4kt + t of weight rows g and g + 8 (of the warp's 16), i.e. 16 f16x2 pairs h[]
+// each, and MMA k16 block kk uses pairs h[2kk] (k' = 16kk + 2t) and h[2kk+1] (k' = 16kk + 8 + 2t),
+// exactly where m16n8k16 wants lane t's A values. The x tile is stored permuted to match:
+// element 4i + e (e < 4) of piece 4kt + t lands at k' = 16i + 8(e/2) + 2t + e%2, so a float4 of x
+// (4 consecutive k of one piece segment) becomes two f16x2 stores, and the B fragments come from
+// shared memory by ldmatrix as usual ([token][k'] rows of SWP_LDS = 136 halves: conflict-free).
+//
+// Raw weight bytes go by cp.async into the thread's private slots of a SWP_STAGES-deep ring
+// (two pieces per thread per stage); x (f32) into registers one stage ahead, converted and
+// stashed into the idle f16 buffer after the MMAs; one __syncthreads per step (for x only).
+// Grid: (ceil(N / 128), tiles) as for the other tiles (MoE: moe_route with bm = BT); 256
+// threads; dynamic smem SWP_SMEM_BYTES(t, BT). Preconditions: those of gemm_<t>, with K % 128 == 0.
+// Precision: as gemm_<t> (f16 operands, f32 accumulation; a different summation order).
+// (SWP_BN, SWP_BK, SWP_LDS, SWP_STAGES: consts.rs.) SWP_MIN_BLOCKS: the s16 tile's blocks per
+// SM bound (a lab build may set 3: <= 80 registers).
+#ifndef SWP_MIN_BLOCKS
+#define SWP_MIN_BLOCKS 2
+#endif
+#define SWP_SMEM_BYTES(t, bt) (2 * (bt) * SWP_LDS * 2 + 8 * (bt) + SWP_STAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+
+template <int T, int NT8>
+__device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
+    constexpr int BT = 8 * NT8, BN = SWP_BN, BK = SWP_BK, LDS = SWP_LDS, S = SWP_STAGES;
+    constexpr int SW = Piece<T>::SLOT_WORDS;
+    constexpr int XV = BT / 8;  // float4 of x per thread per stage
+    static_assert(NT8 == 2 || NT8 == 4, "tokens per tile: 16 or 32");
+    static_assert(BN == 16 * (GEMM_THREADS / 32), "16 weight rows per warp");
+    static_assert(SW * 4 == GEMM_SLOT_BYTES(T), "GEMM_SLOT_BYTES");
+
+    TALLY_DYNAMIC_SMEM(smem);
+    u16* Xs = reinterpret_cast<u16*>(smem);                   // [2][BT][LDS]
+    i32* s_xrow = reinterpret_cast<i32*>(Xs + 2 * BT * LDS);  // [BT] input row (valid)
+    i32* s_yrow = s_xrow + BT;                                 // [BT] output row or -1
+    u32* ring = reinterpret_cast<u32*>(s_yrow + BT);           // [S][2][SW/4][threads] x 16 bytes
+
+    if (!gemm_args_ok(a, qt_block_elems(T) > BK ? qt_block_elems(T) : BK)) return;
+    const int n0 = blockIdx.x * BN;
+    if (n0 >= a.N) return;
+    const u8* w;
+    int start, rows;
+    if (!gemm_block_rows(a, BT, w, start, rows)) return;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    if (tid < BT) {
+        int xr = 0, yr = -1;
+        if (tid >= rows || !gemm_row(a, start, tid, xr, yr)) {
+            xr = 0;
+            yr = -1;
+        }
+        s_xrow[tid] = xr;
+        s_yrow[tid] = yr;
+    }
+    __syncthreads();
+
+    // Weight rows of this lane (clamped; rows past N are computed and not stored).
+    const int r0 = n0 + 16 * warp + g;
+    const u8* wrow0 = w + static_cast<i64>(min(r0, a.N - 1)) * a.w_row_bytes;
+    const u8* wrow1 = w + static_cast<i64>(min(r0 + 8, a.N - 1)) * a.w_row_bytes;
+    // x loader: token rows (tid >> 5) + 8i; float4 i4 (elements 4 i4 .. 4 i4 + 3) of piece tq.
+    const int tq = (tid & 31) >> 3, i4 = tid & 7;
+    const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+    const float* xp[XV];
+#pragma unroll
+    for (int i = 0; i < XV; i++) xp[i] = a.x + static_cast<i64>(s_xrow[(tid >> 5) + 8 * i]) * a.ldx;
+
+    float4 xr[XV];
+    u32 h0[16], h1[16];
+    float acc[NT8][4];
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[j][q] = 0.0f;
+
+    auto slot = [&](int kt, int j) {
+        return Slot{ring + (kt % S) * (2 * SW * GEMM_THREADS) + j * (SW * GEMM_THREADS) + 4 * tid, 4 * GEMM_THREADS};
+    };
+    auto issue_w = [&](int kt, int slot_of) {
+        Piece<T> pc;
+        pc.issue_async(slot(slot_of, 0), wrow0, 4 * kt + t);
+        pc.issue_async(slot(slot_of, 1), wrow1, 4 * kt + t);
+    };
+    auto issue_x = [&](int kt) {
+        const int p = 4 * kt + tq;
+        const int k = (i4 < 4 ? piece_seg0<T>(p) : piece_seg1<T>(p)) + 4 * (i4 & 3);
+#pragma unroll
+        for (int i = 0; i < XV; i++) xr[i] = ld_x4(xp[i] + k, xvec);
+    };
+    auto stash_x = [&](int buf) {
+        u16* X = Xs + buf * BT * LDS;
+#pragma unroll
+        for (int i = 0; i < XV; i++) {
+            u16* row = X + ((tid >> 5) + 8 * i) * LDS;
+            *reinterpret_cast<u32*>(row + 16 * i4 + 2 * tq) = pack_f16x2(xr[i].x, xr[i].y);
+            *reinterpret_cast<u32*>(row + 16 * i4 + 8 + 2 * tq) = pack_f16x2(xr[i].z, xr[i].w);
+        }
+    };
+    auto decode_w = [&](int kt) {
+        const int p = 4 * kt + t;
+        Piece<T> pc;
+        uint4 o[4];
+        pc.from_slot(slot(kt, 0), wrow0, p);
+        pc.to_f16(p, o);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h0[4 * i] = o[i].x;
+            h0[4 * i + 1] = o[i].y;
+            h0[4 * i + 2] = o[i].z;
+            h0[4 * i + 3] = o[i].w;
+        }
+        pc.from_slot(slot(kt, 1), wrow1, p);
+        pc.to_f16(p, o);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h1[4 * i] = o[i].x;
+            h1[4 * i + 1] = o[i].y;
+            h1[4 * i + 2] = o[i].z;
+            h1[4 * i + 3] = o[i].w;
+        }
+    };
+    auto compute = [&](int buf) {
+        const u16* X = Xs + buf * BT * LDS + (((lane >> 4) << 3) + (lane & 7)) * LDS + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            const u32 af[4] = {h0[2 * kk], h1[2 * kk], h0[2 * kk + 1], h1[2 * kk + 1]};
+#pragma unroll
+            for (int np = 0; np < NT8 / 2; np++) {
+                u32 r[4];
+                ldsm_x4(X + np * 16 * LDS + kk * 16, r);
+                mma_16816(acc[2 * np], af, r[0], r[1]);
+                mma_16816(acc[2 * np + 1], af, r[2], r[3]);
+            }
+        }
+    };
+
+    // Pipeline as in gemm_body (stage indices clamped past the end; one cp.async group per
+    // stage; each thread reads back only its own slots, so only the x buffers need the barrier).
+    const int KT = a.K / BK;
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) {
+        issue_w(min(i, KT - 1), i);
+        cp_async_commit();
+    }
+    issue_x(0);
+    cp_async_wait<S - 2>();
+    decode_w(0);
+    stash_x(0);
+    __syncthreads();
+    for (int kt = 0; kt < KT; kt++) {
+        const int buf = kt & 1, kn = min(kt + 1, KT - 1);
+        issue_w(min(kt + S - 1, KT - 1), kt + S - 1);
+        cp_async_commit();
+        issue_x(kn);
+        compute(buf);
+        cp_async_wait<S - 2>();
+        decode_w(kn);
+        stash_x(buf ^ 1);
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: acc[j][e] is weight row r0 + 8 (e >> 1) (output column), token 8j + 2t + (e & 1).
+    const bool split = a.layout == 1;
+#pragma unroll
+    for (int j = 0; j < NT8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int yr = s_yrow[8 * j + 2 * t + (e & 1)];
+            const int n = r0 + 8 * (e >> 1);
+            if (yr < 0 || n >= a.N) continue;
+            a.y[static_cast<i64>(yr) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[j][e];
         }
     }
 }
@@ -633,6 +840,12 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_M32_MIN_BLOCKS(T)) gemm_##name##_m32(GemmArgs a) { pdl_enter(); \
         gemm_body<T, 32>(a);                                                                         \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, SWP_MIN_BLOCKS) gemm_##name##_s16(GemmArgs a) { pdl_enter(); \
+        gemm_swap_body<T, 2>(a);                                                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_s32(GemmArgs a) { pdl_enter(); \
+        gemm_swap_body<T, 4>(a);                                                                     \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { pdl_enter(); gemv_body<T>(a); } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { pdl_enter(); gemv_body<T, 4>(a); } \

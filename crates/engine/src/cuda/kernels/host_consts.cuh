@@ -7,6 +7,10 @@
 #define GEMM_THREADS 256
 #define GEMM_LDS 72
 #define GEMM_WSTAGES 3
+#define SWP_BN 128
+#define SWP_BK 128
+#define SWP_LDS 136
+#define SWP_STAGES 3
 #define GEMV_ROWS 16
 #define GEMV_THREADS 256
 #define MMV_THREADS 256

@@ -51,6 +51,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
+// 8 bytes: both addresses 8-byte aligned.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+}
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, u32 src_bytes) {
     const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");

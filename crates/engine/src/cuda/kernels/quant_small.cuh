@@ -214,7 +214,8 @@ struct PieceSmall {
     static constexpr bool CODEBOOK = T == QT_IQ4_NL || T == QT_MXFP4;
     static constexpr int QS = T == QT_Q4_0 || T == QT_IQ4_NL ? 2 : T == QT_MXFP4 ? 1 : T == QT_Q4_1 ? 4 : T == QT_Q5_0 ? 6 : 8;
     RawBytes<BB> r;
-    static constexpr int SLOT_WORDS = 16;
+    // RawBytes<BB>::W words (5..7), rounded up to whole 16-byte slot vectors.
+    static constexpr int SLOT_WORDS = 8;
     static_assert(RawBytes<BB>::SLOT_WORDS <= SLOT_WORDS, "slot");
     __device__ __forceinline__ void issue(const u8* row, int p) { r.issue(row + static_cast<i64>(p) * BB); }
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
@@ -324,13 +325,13 @@ struct Piece<QT_IQ4_XS> {
 #pragma unroll
         for (int i = 0; i < 4; i++) q[i] = ldg_u32(b + 8 + 16 * (p & 7) + 4 * i);
     }
-    static constexpr int SLOT_WORDS = 16;
+    // Six words used (the 16 quant bytes, the 8 header bytes), in two 16-byte slot vectors.
+    static constexpr int SLOT_WORDS = 8;
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
-        const u8* b = row + static_cast<i64>(p >> 3) * 136;
-#pragma unroll
-        for (int i = 0; i < 4; i++) cp_async4(s.w(i), b + 8 + 16 * (p & 7) + 4 * i, 4u);
-        cp_async4(s.w(4), b, 4u);
-        cp_async4(s.w(5), b + 4, 4u);
+        const u8* b = row + static_cast<i64>(p >> 3) * 136;  // 8-byte aligned
+        cp_async8(s.w(0), b + 8 + 16 * (p & 7));
+        cp_async8(s.w(2), b + 16 + 16 * (p & 7));
+        cp_async8(s.w(4), b);
     }
     __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
 #pragma unroll
@@ -386,7 +387,7 @@ struct Piece<QT_Q2_K> {
         sc = ldg_u32(b + ((8 * n + 2 * j) & ~3));
         dd = ldg_u32(b + 80);
     }
-    static constexpr int SLOT_WORDS = 16;
+    static constexpr int SLOT_WORDS = 12;  // ten words used
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
         const u8* b = row + static_cast<i64>(p >> 3) * 84;
         const int n = (p >> 2) & 1, j = p & 3;

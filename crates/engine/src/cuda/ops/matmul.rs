@@ -10,7 +10,7 @@ use crate::EngineError;
 use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
 use crate::cuda::consts::{
     GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_THREADS, MMV_THREADS,
-    SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE,
+    SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE, SWP_BK, SWP_LDS, SWP_STAGES,
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
@@ -154,15 +154,42 @@ impl Simt {
 /// f16 stages of A and B tiles, two row tables, GEMM_WSTAGES stages of raw weight bytes per
 /// thread (`GEMM_SLOT_BYTES(t)`, Piece<T>::SLOT_WORDS * 4).
 pub(crate) fn gemm_smem_bytes(ty: GgmlType, bm: i64) -> u32 {
-    let slot = match ty {
-        GgmlType::Q4_K => 32,
-        GgmlType::Q5_K | GgmlType::Q8_0 => 48,
+    let slot = gemm_slot_bytes(ty);
+    (2 * (bm + GEMM_BN) * GEMM_LDS * 2 + 8 * bm + GEMM_WSTAGES * GEMM_THREADS as i64 * slot) as u32
+}
+
+/// Raw weight bytes one GEMM thread stages per piece (`GEMM_SLOT_BYTES(t)`,
+/// Piece<T>::SLOT_WORDS * 4).
+fn gemm_slot_bytes(ty: GgmlType) -> i64 {
+    match ty {
+        GgmlType::Q5_K | GgmlType::Q8_0 | GgmlType::Q2_K => 48,
         GgmlType::Q6_K => 80,
         GgmlType::Q3_K => 96,
+        GgmlType::F16 | GgmlType::BF16 => 64,
         GgmlType::F32 => 128,
-        _ => 64,
-    };
-    (2 * (bm + GEMM_BN) * GEMM_LDS * 2 + 8 * bm + GEMM_WSTAGES * GEMM_THREADS as i64 * slot) as u32
+        // Q4_K, the 32-element formats (Q4_0 .. Q5_1, IQ4_NL, MXFP4) and IQ4_XS: at most 8 words.
+        _ => 32,
+    }
+}
+
+/// x rows per tile of the swapped tile the engine runs (`gemm_<t>_s32`).
+pub(crate) const SWAP_BT: i64 = 32;
+
+/// Dynamic shared memory of the swapped tile (`SWP_SMEM_BYTES(t, bt)` in gemm.cu): two f16 x
+/// stages of bt rows, two row tables, SWP_STAGES stages of two weight pieces per thread.
+pub(crate) fn swap_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
+    let slot = gemm_slot_bytes(ty);
+    (2 * bt * SWP_LDS * 2 + 8 * bt + SWP_STAGES * GEMM_THREADS as i64 * 2 * slot) as u32
+}
+
+/// Whether a MoE projection whose tiles hold up to 32 rows runs on the swapped tile rather than
+/// `gemm_<t>_m32`. Measured in lab/gemm (`gemm_bench --moe`, H200, pp512 routing, 4,096 pairs
+/// over 256 experts; docs/results/2026-12-02-h200-moe-swap): faster for gate/up (K = 2048) on
+/// every type tried (Q4_K 0.181 -> 0.164 ms, Q8_0 0.537 -> 0.379, IQ4_XS 0.263 -> 0.183, MXFP4
+/// 0.256 -> 0.186) and for down (K = 512) on all but Q4_K (0.200 -> 0.215: kept on m32) and
+/// Q5_K (equal).
+pub(crate) fn use_swap(ty: GgmlType, k: usize) -> bool {
+    k as i64 % SWP_BK == 0 && !(matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) && k < 2048)
 }
 
 /// Rows per tensor-core tile of the three tile kernels.
@@ -180,6 +207,12 @@ pub fn geometry_asserts() -> String {
                 ty.name()
             );
         }
+        s += &format!(
+            "static_assert(SWP_SMEM_BYTES({}, {SWAP_BT}) == {}, \"swapped-tile smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            swap_smem_bytes(ty, SWAP_BT),
+            ty.name()
+        );
         for k in [32usize, 512, 2048, 4096, 8192] {
             s += &format!(
                 "static_assert(mmv_rows_per_step({}, {k}) == {}, \"mmv rows per step of {} K {k} differs from matmul.rs\");\n",

@@ -215,6 +215,7 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
         for (&f, bm) in set.tiles.iter().zip(matmul::TILE_BM) {
             max_dynamic_smem(f, matmul::gemm_smem_bytes(*ty, bm))?;
         }
+        max_dynamic_smem(set.swap, matmul::swap_smem_bytes(*ty, matmul::SWAP_BT))?;
     }
     // dk = 128 covers every supported key dimension.
     max_dynamic_smem(k.delta_rule_chunk_prep, delta::prep_smem_bytes(128))?;

@@ -5,11 +5,13 @@
 use tally_model::{Node, Plan};
 
 use super::Io;
-use super::matmul::{TILE_BM, gemm_smem_bytes, gemv_grid, mmv_grid_x, use_mmv};
+use super::matmul::{
+    SWAP_BT, TILE_BM, gemm_smem_bytes, gemv_grid, mmv_grid_x, swap_smem_bytes, use_mmv, use_swap,
+};
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
 use crate::cuda::consts::{
-    GEMM_BK, GEMM_BN, GEMM_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E, MOE_ROUTE_THREADS,
+    GEMM_BK, GEMM_BN, GEMM_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E, MOE_ROUTE_THREADS, SWP_BN,
 };
 use crate::cuda::launch::{blocks, launch};
 use crate::cuda::{CudaBackend, DevWeight};
@@ -231,6 +233,23 @@ pub fn moe_matmul(
                 (gx, max_tiles as u32, 1),
                 (MMV_THREADS, 1, 1),
                 0,
+                s,
+                &a,
+            )
+        };
+    }
+    if bm == SWAP_BT && use_swap(ty, kk) {
+        let grid = (blocks(n as i64, SWP_BN as u32), max_tiles as u32, 1);
+        // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
+        // views), with SWP_BN columns per block, tiles of bm = SWAP_BT rows (the swapped tile's
+        // x rows), K % SWP_BK == 0 (use_swap), and the dynamic shared memory gemm.cu's own size
+        // for (type, SWAP_BT) (asserted at kernel build), which `configure` raised the limit to.
+        return unsafe {
+            launch(
+                set.swap,
+                grid,
+                (GEMM_THREADS, 1, 1),
+                swap_smem_bytes(ty, SWAP_BT),
                 s,
                 &a,
             )
