@@ -179,6 +179,10 @@ __device__ __forceinline__ bool gemm_block_rows(const GemmArgs& a, int max_rows,
     return true;
 }
 
+// The block's row tables in shared memory: input row (0 for unused rows) and output row (-1
+// for unused rows) of each of its max_rows rows; ends with the barrier that publishes them.
+__device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, int rows, int max_rows, i32* s_xrow,
+                                                i32* s_yrow);
 // Input and output row of row i of the block's rows; false for an invalid MoE entry.
 __device__ __forceinline__ bool gemm_row(const GemmArgs& a, int start, int i, int& xr, int& yr) {
     if (!a.tile_expert) {
@@ -190,6 +194,21 @@ __device__ __forceinline__ bool gemm_row(const GemmArgs& a, int start, int i, in
     yr = s;
     xr = s / max(a.x_div, 1);
     return true;
+}
+
+__device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, int rows, int max_rows, i32* s_xrow,
+                                                i32* s_yrow) {
+    const int tid = threadIdx.x;
+    if (tid < max_rows) {
+        int xr = 0, yr = -1;
+        if (tid >= rows || !gemm_row(a, start, tid, xr, yr)) {
+            xr = 0;
+            yr = -1;
+        }
+        s_xrow[tid] = xr;
+        s_yrow[tid] = yr;
+    }
+    __syncthreads();
 }
 
 template <int T, int BM>
@@ -219,16 +238,7 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     if (!gemm_block_rows(a, BM, w, start, rows)) return;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
-    if (tid < BM) {
-        int xr = 0, yr = -1;
-        if (tid >= rows || !gemm_row(a, start, tid, xr, yr)) {
-            xr = 0;
-            yr = -1;
-        }
-        s_xrow[tid] = xr;
-        s_yrow[tid] = yr;
-    }
-    __syncthreads();
+    gemm_row_tables(a, start, rows, BM, s_xrow, s_yrow);
 
     // Loader assignments. x: float4 column c4 of rows (tid/16) + 16 i. W: row tid/2 of the
     // tile, piece (tid%2) of the stage's two.
@@ -431,16 +441,7 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     if (!gemm_block_rows(a, BT, w, start, rows)) return;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    if (tid < BT) {
-        int xr = 0, yr = -1;
-        if (tid >= rows || !gemm_row(a, start, tid, xr, yr)) {
-            xr = 0;
-            yr = -1;
-        }
-        s_xrow[tid] = xr;
-        s_yrow[tid] = yr;
-    }
-    __syncthreads();
+    gemm_row_tables(a, start, rows, BT, s_xrow, s_yrow);
 
     // Weight rows of this lane (clamped; rows past N are computed and not stored).
     const int r0 = n0 + 16 * warp + g;
