@@ -320,6 +320,7 @@ inline void cp_async_push(void* dst, const void* src, unsigned n, unsigned src_n
     f.pending.push_back({dst, src, n, src_n, f.committed});
 }
 inline void cp_async16(void* dst, const void* src) { cp_async_push(dst, src, 16, 16); }
+inline void cp_async16z(void* dst, const void* src, unsigned src_bytes) { cp_async_push(dst, src, 16, src_bytes); }
 inline void cp_async8(void* dst, const void* src) { cp_async_push(dst, src, 8, 8); }
 inline void cp_async4(void* dst, const void* src, unsigned src_bytes) { cp_async_push(dst, src, 4, src_bytes); }
 inline void cp_async_commit() { emu::st().fibers[emu::tid()].committed++; }

@@ -18,13 +18,13 @@
 //                      shapes whose 64 x 64 grid leaves SMs idle (N = 256 on 132 SMs: M < 2112)
 //   (both: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
 // Dynamic smem in bytes, GEMM_SMEM_BYTES(t, BM) = 2*(BM+128)*72*2 + 8*BM + 3*256*slot(t), slot =
-// 32 (q4_k and the 32-element, codebook and IQ4_XS formats), 48 (q5_k, q8_0, q2_k), 80 (q6_k),
+// 32 (q4_k, the 32-element and codebook formats but q5_0, IQ4_XS), 48 (q5_k, q8_0, q2_k, q5_0), 112 (q6_k),
 // 96 (q3_k), 64 (f16, bf16), 128 (f32). At BM = 32 a block of 72 KB or less leaves room for 3
 // blocks per multiprocessor (228 KB), one of 83 KB for 2:
 //            q4_k    q5_k    q6_k    q8_0    f16/bf16  f32
-//   BM=128   99328   111616  136192  111616  123904    173056
-//   BM=64    80384   92672   117248  92672   104960    154112
-//   BM=32    70912   83200   107776  83200   95488     144640
+//   BM=128   99328   111616  160768  111616  123904    173056
+//   BM=64    80384   92672   141824  92672   104960    154112
+//   BM=32    70912   83200   132352  83200   95488     144640
 // Grids (x, y, 1):
 //   tensor-core dense: (ceil(N / GEMM_BN), ceil(M / BM));  MoE: (ceil(N / GEMM_BN), max_tiles)
 //   gemv dense:        (ceil(N / rows), M);                MoE: (ceil(N / rows), max_tiles)
@@ -108,7 +108,7 @@ struct MultiGemvArgs {
 
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
 #define GEMM_SLOT_BYTES(t)                                                                          \
-    ((t) == QT_Q6_K ? 80 : (t) == QT_Q5_K || (t) == QT_Q8_0 || (t) == QT_Q2_K ? 48 : (t) == QT_F32 ? 128 \
+    ((t) == QT_Q6_K ? 112 : (t) == QT_Q5_K || (t) == QT_Q8_0 || (t) == QT_Q2_K || (t) == QT_Q5_0 ? 48 : (t) == QT_F32 ? 128 \
      : (t) == QT_Q3_K ? 96 : (t) == QT_F16 || (t) == QT_BF16 ? 64 : 32)
 // Dynamic shared memory: two stages of A [BM][72] and B [128][72] f16, two i32 row tables of BM,
 // then GEMM_WSTAGES stages of raw weight bytes (GEMM_THREADS slots each).
@@ -211,6 +211,21 @@ __device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, in
     __syncthreads();
 }
 
+// The preamble of both tensor-core bodies: the argument checks (K a multiple of the K step and
+// of the block), the block's first column n0, its rows (gemm_block_rows) and the row tables.
+// False: the block writes nothing (block-uniform).
+template <int T, int BK>
+__device__ __forceinline__ bool gemm_tile_begin(const GemmArgs& a, int bn, int max_rows, int& n0, const u8*& w,
+                                                i32* s_xrow, i32* s_yrow) {
+    if (!gemm_args_ok(a, qt_block_elems(T) > BK ? qt_block_elems(T) : BK)) return false;
+    n0 = blockIdx.x * bn;
+    if (n0 >= a.N) return false;
+    int start, rows;
+    if (!gemm_block_rows(a, max_rows, w, start, rows)) return false;
+    gemm_row_tables(a, start, rows, max_rows, s_xrow, s_yrow);
+    return true;
+}
+
 template <int T, int BM>
 __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     constexpr int BN = GEMM_BN, BK = GEMM_BK, LDS = GEMM_LDS;
@@ -230,15 +245,10 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     i32* s_yrow = s_xrow + BM;                                 // [BM] output row or -1
     u32* ring = reinterpret_cast<u32*>(s_yrow + BM);           // [S][SW/4][threads] x 16 bytes
 
-    if (!gemm_args_ok(a, qt_block_elems(T) > BK ? qt_block_elems(T) : BK)) return;
-    const int n0 = blockIdx.x * BN;
-    if (n0 >= a.N) return;
+    int n0;
     const u8* w;
-    int start, rows;
-    if (!gemm_block_rows(a, BM, w, start, rows)) return;
-
+    if (!gemm_tile_begin<T, BK>(a, BN, BM, n0, w, s_xrow, s_yrow)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
-    gemm_row_tables(a, start, rows, BM, s_xrow, s_yrow);
 
     // Loader assignments. x: float4 column c4 of rows (tid/16) + 16 i. W: row tid/2 of the
     // tile, piece (tid%2) of the stage's two.
@@ -250,12 +260,7 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     const int wr = tid >> 1, wj = tid & 1;
     const u8* wrow = w + static_cast<i64>(min(n0 + wr, a.N - 1)) * a.w_row_bytes;
 
-    // x rides two register sets at BM = 32 (XDB): stage kt+2's loads go out while stage kt+1's,
-    // loaded an iteration earlier, are converted, so an L2 round trip is never waited on in the
-    // step that issued it. At BM = 64 / 128 the second set would cost 16 / 32 registers (m64
-    // would spill at its 2-blocks-per-SM bound), and their steps are long enough to cover it.
-    constexpr bool XDB = BM == 32;
-    float4 xa[XV], xb[XV];
+    float4 xr[XV];
     float acc[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -325,41 +330,25 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
     // iteration re-stashes it into the idle f16 buffer. That keeps the loop body branch-free
     // from the MMAs to the barrier, so ptxas can schedule the conversion work between the MMAs.
     // Each thread reads back only the slot bytes it copied itself: its own wait suffices.
-    //
-    // With XDB, step kt starts with x stage kt+1 in `cur` (loaded during step kt-1) and `nxt`
-    // free; it loads stage kt+2 into `nxt` and stashes `cur`, and the next step swaps the roles.
-    // The loop is unrolled by two so that both sets stay in registers.
     const int KT = a.K / BK;
 #pragma unroll
     for (int i = 0; i < S - 1; i++) {
         issue_w(min(i, KT - 1), i);
         cp_async_commit();
     }
-    issue_x(0, xa);
-    if (XDB) issue_x(min(1, KT - 1), xb);
+    issue_x(0, xr);
     cp_async_wait<S - 2>();
-    stash(0, 0, xa);
+    stash(0, 0, xr);
     __syncthreads();
-    auto step = [&](int kt, float4 (&cur)[XV], float4 (&nxt)[XV]) {
+    for (int kt = 0; kt < KT; kt++) {
         const int buf = kt & 1, kn = min(kt + 1, KT - 1);
         issue_w(min(kt + S - 1, KT - 1), kt + S - 1);
         cp_async_commit();
-        if (XDB) issue_x(min(kt + 2, KT - 1), nxt);
-        else issue_x(kn, cur);
+        issue_x(kn, xr);
         compute(buf);
         cp_async_wait<S - 2>();
-        stash(kn, buf ^ 1, cur);
+        stash(kn, buf ^ 1, xr);
         __syncthreads();
-    };
-    if (XDB) {
-        int kt = 0;
-        for (; kt + 1 < KT; kt += 2) {
-            step(kt, xb, xa);
-            step(kt + 1, xa, xb);
-        }
-        if (kt < KT) step(kt, xb, xa);
-    } else {
-        for (int kt = 0; kt < KT; kt++) step(kt, xa, xa);
     }
     cp_async_wait<0>();
 
@@ -433,15 +422,10 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     i32* s_yrow = s_xrow + BT;                                 // [BT] output row or -1
     u32* ring = reinterpret_cast<u32*>(s_yrow + BT);           // [S][2][SW/4][threads] x 16 bytes
 
-    if (!gemm_args_ok(a, qt_block_elems(T) > BK ? qt_block_elems(T) : BK)) return;
-    const int n0 = blockIdx.x * BN;
-    if (n0 >= a.N) return;
+    int n0;
     const u8* w;
-    int start, rows;
-    if (!gemm_block_rows(a, BT, w, start, rows)) return;
-
+    if (!gemm_tile_begin<T, BK>(a, BN, BT, n0, w, s_xrow, s_yrow)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    gemm_row_tables(a, start, rows, BT, s_xrow, s_yrow);
 
     // Weight rows of this lane (clamped; rows past N are computed and not stored).
     const int r0 = n0 + 16 * warp + g;

@@ -375,27 +375,39 @@ struct Piece<QT_Q6_K> {
         sc1 = ldg_u8(b + 192 + 8 * h + 4 * sp + 2 + ph);
         d = ldg_u16(b + 208);
     }
-    // Words 0..14: the three 16-byte ranges; 15, 16: the words holding the two scales; 17: d.
-    static constexpr int SLOT_WORDS = 20;
+    // Words 0..15: the window of ql0 and ql1 (48 bytes from ql0, Win16), 16..23: qh's; 24, 25:
+    // the words holding the two scales; 26: d.
+    using WinL = Win16<48, 2>;
+    using WinH = Win16<16, 2>;
+    static constexpr int SLOT_WORDS = 28;
+    static_assert(WinL::SLOT_WORDS == 16 && WinH::SLOT_WORDS == 8, "slot");
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
         const u8* b = row + (p >> 3) * 210;
         const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
-        ld16a2_async(s, 0, b + 64 * h + 16 * ph);
-        ld16a2_async(s, 5, b + 64 * h + 32 + 16 * ph);
-        ld16a2_async(s, 10, b + 128 + 32 * h + 16 * ph);
-        byte_word_async(s, 15, b + 192 + 8 * h + 4 * sp + ph);
-        byte_word_async(s, 16, b + 192 + 8 * h + 4 * sp + 2 + ph);
-        half_word_async(s, 17, b + 208);
+        WinL::issue_async(s, 0, b + 64 * h + 16 * ph);
+        WinH::issue_async(s, 16, b + 128 + 32 * h + 16 * ph);
+        byte_word_async(s, 24, b + 192 + 8 * h + 4 * sp + ph);
+        byte_word_async(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
+        half_word_async(s, 26, b + 208);
     }
     __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
         const u8* b = row + (p >> 3) * 210;
         const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
-        ld16a2_from_slot(ql0, s, 0, b + 64 * h + 16 * ph);
-        ld16a2_from_slot(ql1, s, 5, b + 64 * h + 32 + 16 * ph);
-        ld16a2_from_slot(qh, s, 10, b + 128 + 32 * h + 16 * ph);
-        sc0 = byte_from_slot(s, 15, b + 192 + 8 * h + 4 * sp + ph);
-        sc1 = byte_from_slot(s, 16, b + 192 + 8 * h + 4 * sp + 2 + ph);
-        d = half_from_slot(s, 17, b + 208);
+        WinL wl;
+        wl.from_slot(s, 0, b + 64 * h + 16 * ph);
+        u32 u[13];
+        wl.template words<13, 3>(wl.r >> 2, u);
+        const u32 sh = (wl.r & 2u) << 3;  // ql0, ql1 and qh share the alignment mod 4
+        ql0 = Ld16A2{u[0], u[1], u[2], u[3], u[4], sh};
+        ql1 = Ld16A2{u[8], u[9], u[10], u[11], u[12], sh};
+        WinH wh;
+        wh.from_slot(s, 16, b + 128 + 32 * h + 16 * ph);
+        u32 v[5];
+        wh.template words<5, 3>(wh.r >> 2, v);
+        qh = Ld16A2{v[0], v[1], v[2], v[3], v[4], sh};
+        sc0 = byte_from_slot(s, 24, b + 192 + 8 * h + 4 * sp + ph);
+        sc1 = byte_from_slot(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
+        d = half_from_slot(s, 26, b + 208);
     }
     // 6-bit unsigned values (0..63) of seg0 (a) and seg1 (b).
     __device__ __forceinline__ void values(int p, uint4& a, uint4& b) const {
@@ -463,28 +475,23 @@ struct Piece<QT_Q8_0> {
             w[8] = ldg_u16(b + 32);
         }
     }
-    // Words 0..8 as in `w`, word 9: dsep (the word holding d when the block starts at 2 mod 4).
-    static constexpr int SLOT_WORDS = 12;
+    // The 16-byte window of the block (three vectors, Win16).
+    using Win = Win16<34, 2>;
+    static constexpr int SLOT_WORDS = Win::SLOT_WORDS;
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
-        const u8* b = row + static_cast<i64>(p) * 34;
-        if (reinterpret_cast<u64>(b) & 2u) {
-            half_word_async(s, 9, b);
-#pragma unroll
-            for (int i = 0; i < 8; i++) cp_async4(s.w(i), b + 2 + 4 * i, 4u);
-            cp_async4(s.w(8), b + 2, 0u);  // zero-fill; the (unread) address must be aligned
-        } else {
-            cp_async4(s.w(9), b, 0u);
-#pragma unroll
-            for (int i = 0; i < 8; i++) cp_async4(s.w(i), b + 4 * i, 4u);
-            cp_async4(s.w(8), b + 32, 2u);
-        }
+        Win::issue_async(s, 0, row + static_cast<i64>(p) * 34);
     }
     __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
-        const u8* b = row + static_cast<i64>(p) * 34;
-        odd = static_cast<u32>(reinterpret_cast<u64>(b) & 2u) >> 1;
-#pragma unroll
-        for (int i = 0; i < 9; i++) w[i] = *s.w(i);
-        dsep = odd ? half_from_slot(s, 9, b) : 0u;
+        Win win;
+        win.from_slot(s, 0, row + static_cast<i64>(p) * 34);
+        odd = (win.r >> 1) & 1u;
+        // Aligned words from the one holding byte 2 of the block: d | q0 q1 ... when the block
+        // is 4-byte aligned, q0..q3 ... when it starts at 2 mod 4 (then d is the high half of
+        // the word before).
+        win.template words<9, 4>((win.r + 2) >> 2, w);
+        u32 dw[1];
+        win.template words<1, 3>(win.r >> 2, dw);
+        dsep = odd ? dw[0] >> 16 : 0u;
     }
     // The 32 quants as 8 words (byte i = q[i] as stored, two's complement) and d's f16 bits.
     __device__ __forceinline__ void raw(uint4& q0, uint4& q1, u32& dbits) const {

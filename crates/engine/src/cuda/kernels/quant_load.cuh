@@ -51,6 +51,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
+// 16 bytes of which only the first src_bytes (0..16) are read, the rest zero-filled; both
+// addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async16z(void* dst, const void* src, u32 src_bytes) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
 // 8 bytes: both addresses 8-byte aligned.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
     const u32 d = static_cast<u32>(__cvta_generic_to_shared(dst));
@@ -135,6 +141,72 @@ struct Slot {
     int vstride;
     __device__ __forceinline__ u32* w(int j) const { return p + (j >> 2) * vstride + (j & 3); }
     __device__ __forceinline__ uint4 v(int i) const { return *reinterpret_cast<const uint4*>(p + i * vstride); }
+};
+
+// NB bytes at an address p with p % A == 0, staged through a Slot as the 16-byte-aligned vectors
+// that cover them: one cp.async per vector, where 4-byte copies would cost one per word (a third
+// of the L1 requests for the 2-byte-aligned Q8_0 / Q6_K blocks, whose copies bound the MoE
+// tiles). The window starts at p & ~15: the bytes before p are of the same tensor (every device
+// tensor starts 16-byte aligned, and earlier rows precede later ones); the last vector is read
+// only up to p + NB and zero-filled past it, so no byte past the range is read. `from_slot`
+// reads the window back (V vectors, conflict-free), `words` gives its words from a dynamic word
+// index (three rounds of selects: no local memory), `to_raw` the RawBytes form of the range.
+template <int NB>
+struct RawBytes;
+template <int NB, int A>
+struct Win16 {
+    static constexpr int V = (16 - A + NB + 15) / 16;  // vectors covering [p & ~15, p + NB)
+    static constexpr int SLOT_WORDS = 4 * V;
+    u32 w[4 * V];
+    u32 r;  // p & 15
+    __device__ __forceinline__ static void issue_async(const Slot& s, int j0, const u8* p) {
+        const u32 o = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);
+        const u8* a = p - o;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            const int lim = static_cast<int>(o) + NB - 16 * i;
+            cp_async16z(s.w(j0 + 4 * i), lim > 0 ? a + 16 * i : a, static_cast<u32>(lim >= 16 ? 16 : lim > 0 ? lim : 0));
+        }
+    }
+    // j0: a multiple of 4 (whole slot vectors).
+    __device__ __forceinline__ void from_slot(const Slot& s, int j0, const u8* p) {
+        r = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            const uint4 v = s.v(j0 / 4 + i);
+            w[4 * i] = v.x;
+            w[4 * i + 1] = v.y;
+            w[4 * i + 2] = v.z;
+            w[4 * i + 3] = v.w;
+        }
+    }
+    // out[i] = window word k + i (zero past the window), for 0 <= k <= KMAX < 8.
+    template <int N, int KMAX>
+    __device__ __forceinline__ void words(u32 k, u32* out) const {
+        constexpr int L = 4 * V + 8;
+        u32 t[L];
+#pragma unroll
+        for (int i = 0; i < L; i++) t[i] = i < 4 * V ? w[i] : 0u;
+        if (KMAX >= 4) {
+#pragma unroll
+            for (int i = 0; i + 4 < L; i++) t[i] = (k & 4u) ? t[i + 4] : t[i];
+        }
+        if (KMAX >= 2) {
+#pragma unroll
+            for (int i = 0; i + 2 < L; i++) t[i] = (k & 2u) ? t[i + 2] : t[i];
+        }
+#pragma unroll
+        for (int i = 0; i + 1 < L; i++) t[i] = (k & 1u) ? t[i + 1] : t[i];
+#pragma unroll
+        for (int i = 0; i < N; i++) out[i] = t[i];
+    }
+    // The range as RawBytes<NB>::issue leaves it (words from p & ~3, off = p & 3).
+    __device__ __forceinline__ void to_raw(RawBytes<NB>& rb) const {
+        static_assert(RawBytes<NB>::W <= 4 * V, "window");
+        words<RawBytes<NB>::W, 3>(r >> 2, rb.w);
+        rb.w[RawBytes<NB>::W] = rb.w[RawBytes<NB>::W + 1] = 0u;
+        rb.off = r & 3u;
+    }
 };
 
 // Async form of Ld16A2: five words into slot words j0..j0+4 (the fifth zero-filled, nothing read,

@@ -214,15 +214,19 @@ struct PieceSmall {
     static constexpr bool CODEBOOK = T == QT_IQ4_NL || T == QT_MXFP4;
     static constexpr int QS = T == QT_Q4_0 || T == QT_IQ4_NL ? 2 : T == QT_MXFP4 ? 1 : T == QT_Q4_1 ? 4 : T == QT_Q5_0 ? 6 : 8;
     RawBytes<BB> r;
-    // RawBytes<BB>::W words (5..7), rounded up to whole 16-byte slot vectors.
-    static constexpr int SLOT_WORDS = 8;
-    static_assert(RawBytes<BB>::SLOT_WORDS <= SLOT_WORDS, "slot");
+    // Blocks start at multiples of the largest power of two dividing BB (rows hold whole
+    // blocks; tensors start 16-byte aligned); staged as their 16-byte window (Win16): two
+    // vectors, three for Q5_0.
+    using Win = Win16<BB, (BB & -BB) < 16 ? (BB & -BB) : 16>;
+    static constexpr int SLOT_WORDS = Win::SLOT_WORDS;
     __device__ __forceinline__ void issue(const u8* row, int p) { r.issue(row + static_cast<i64>(p) * BB); }
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
-        RawBytes<BB>::issue_async(s, 0, row + static_cast<i64>(p) * BB);
+        Win::issue_async(s, 0, row + static_cast<i64>(p) * BB);
     }
     __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
-        r.from_slot(s, 0, row + static_cast<i64>(p) * BB);
+        Win win;
+        win.from_slot(s, 0, row + static_cast<i64>(p) * BB);
+        win.to_raw(r);
     }
     // lo: elements 0..15, hi: 16..31, one byte each (see the struct comment).
     __device__ __forceinline__ void values(uint4& lo, uint4& hi) const {

@@ -162,12 +162,13 @@ pub(crate) fn gemm_smem_bytes(ty: GgmlType, bm: i64) -> u32 {
 /// Piece<T>::SLOT_WORDS * 4).
 fn gemm_slot_bytes(ty: GgmlType) -> i64 {
     match ty {
-        GgmlType::Q5_K | GgmlType::Q8_0 | GgmlType::Q2_K => 48,
-        GgmlType::Q6_K => 80,
+        GgmlType::Q5_K | GgmlType::Q8_0 | GgmlType::Q2_K | GgmlType::Q5_0 => 48,
+        GgmlType::Q6_K => 112,
         GgmlType::Q3_K => 96,
         GgmlType::F16 | GgmlType::BF16 => 64,
         GgmlType::F32 => 128,
-        // Q4_K, the 32-element formats (Q4_0 .. Q5_1, IQ4_NL, MXFP4) and IQ4_XS: at most 8 words.
+        // Q4_K, the other 32-element formats (Q4_0, Q4_1, Q5_1, IQ4_NL, MXFP4) and IQ4_XS: at
+        // most 8 words.
         _ => 32,
     }
 }
