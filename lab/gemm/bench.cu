@@ -31,8 +31,10 @@ struct CudaBackend {
     template <class T>
     T* alloc(size_t n) {
         void* p = nullptr;
-        CK(cudaMalloc(&p, std::max<size_t>(n * sizeof(T), 16)));
-        CK(cudaMemset(p, 0xA5, std::max<size_t>(n * sizeof(T), 16)));  // garbage, not zeros
+        // Whole 16-byte vectors, as the engine allocates weights (Win16::issue reads them).
+        const size_t bytes = std::max<size_t>((n * sizeof(T) + 15) / 16 * 16, 16);
+        CK(cudaMalloc(&p, bytes));
+        CK(cudaMemset(p, 0xA5, bytes));  // garbage, not zeros
         owned.push_back(p);
         return static_cast<T*>(p);
     }
@@ -436,7 +438,9 @@ int main(int argc, char** argv) {
                             {"decode k/v", 512, 2048, ref::Q4_K},      {"decode beta/alpha", 32, 2048, ref::Q4_K},
                             {"decode shexp g/u", 512, 2048, ref::Q4_K}, {"decode shexp down", 2048, 512, ref::Q6_K},
                             {"decode q", 8192, 2048, ref::Q8_0},       {"decode q", 8192, 2048, ref::Q5_K},
-                            {"decode q", 8192, 2048, ref::BF16},       {"output head", 248320, 2048, ref::Q6_K}};
+                            {"decode q", 8192, 2048, ref::BF16},       {"decode q", 8192, 2048, ref::IQ4_XS},
+                            {"decode q", 8192, 2048, ref::MXFP4},
+                            {"output head", 248320, 2048, ref::Q6_K}};
             for (int M : {1, 4}) {
                 for (const D& d : ds) {
                     GemmCase c;
@@ -454,19 +458,22 @@ int main(int argc, char** argv) {
             c.type = ref::Q4_K;
             c.N = 512;
             c.K = 2048;
+            // Per byte read, every expert format of the mixes against Q4_K (issue 10 item 5).
             for (bool tight : {false, true}) {
                 c.tile_rows1 = tight;
-                c.pair_input = false;
-                c.type = ref::Q4_K;
-                c.N = 512;
-                c.K = 2048;
-                time_shape(b, tight ? "dec moe g/u 1-row" : "decode moe gate/up", c, {V_GEMV, V_MMV}, rng);
-                c.pair_input = true;
-                c.N = 2048;
-                c.K = 512;
-                time_shape(b, tight ? "dec moe down 1-row" : "decode moe down", c, {V_GEMV, V_MMV}, rng);
-                c.type = ref::Q6_K;
-                time_shape(b, tight ? "dec moe down 1-row" : "decode moe down", c, {V_GEMV, V_MMV}, rng);
+                for (int t : {ref::Q4_K, ref::IQ4_XS, ref::MXFP4, ref::Q8_0, ref::Q6_K}) {
+                    c.type = t;
+                    if (t != ref::Q6_K) {
+                        c.pair_input = false;
+                        c.N = 512;
+                        c.K = 2048;
+                        time_shape(b, tight ? "dec moe g/u 1-row" : "decode moe gate/up", c, {V_GEMV, V_MMV}, rng);
+                    }
+                    c.pair_input = true;
+                    c.N = 2048;
+                    c.K = 512;
+                    time_shape(b, tight ? "dec moe down 1-row" : "decode moe down", c, {V_GEMV, V_MMV}, rng);
+                }
             }
         }
         std::printf("\n== SUMMARY (decode)\n");

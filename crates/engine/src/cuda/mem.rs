@@ -28,10 +28,13 @@ fn is_oom(e: &DriverError) -> bool {
 }
 
 impl DevBuf {
-    /// Allocates `bytes` (at least 1) of device memory for `what`.
+    /// Allocates `bytes` (at least 1) of device memory for `what`, rounded up to whole 16-byte
+    /// vectors: the GEMV front end (`Win16::issue` in quant_load.cuh) reads a weight block's
+    /// last 16-byte vector whole, up to 15 bytes past the block.
     pub fn alloc(bytes: usize, what: &str) -> Result<DevBuf, EngineError> {
+        let padded = bytes.max(1).next_multiple_of(16);
         // SAFETY: a plain allocation; the context is current on this thread (the backend binds it).
-        match unsafe { result::malloc_sync(bytes.max(1)) } {
+        match unsafe { result::malloc_sync(padded) } {
             Ok(ptr) => {
                 let live = LIVE.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
                 PEAK.fetch_max(live, Ordering::Relaxed);

@@ -168,6 +168,22 @@ struct Win16 {
             cp_async16z(s.w(j0 + 4 * i), lim > 0 ? a + 16 * i : a, static_cast<u32>(lim >= 16 ? 16 : lim > 0 ? lim : 0));
         }
     }
+    // The same window by direct 16-byte loads (the GEMV front end: two instead of five to eight
+    // narrow loads for a 17- or 18-byte block). The last vector is read whole, up to 15 bytes
+    // past p + NB: weight tensors are allocated in whole 16-byte vectors (crates/engine/src/
+    // cuda/weights.rs; lab: CudaBackend::alloc), so those bytes are inside the allocation.
+    __device__ __forceinline__ void issue(const u8* p) {
+        r = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);
+        const u8* a = p - r;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            const uint4 v = ldg_u128(a + 16 * i);
+            w[4 * i] = v.x;
+            w[4 * i + 1] = v.y;
+            w[4 * i + 2] = v.z;
+            w[4 * i + 3] = v.w;
+        }
+    }
     // j0: a multiple of 4 (whole slot vectors).
     __device__ __forceinline__ void from_slot(const Slot& s, int j0, const u8* p) {
         r = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);

@@ -75,25 +75,37 @@ struct RawBytes {
     }
 };
 
-// The IQ4_NL and MXFP4 codebooks (signed bytes, four per word) and a lookup of four 4-bit
-// indices (one per byte of q) to their four signed codebook bytes: two byte permutes pick from
-// entries 0..7 and 8..15, bit 3 of each index chooses.
-__device__ __forceinline__ u32 table16(u32 q, u32 t0, u32 t1, u32 t2, u32 t3) {
-    const u32 sel = (q & 7u) | ((q >> 4) & 0x70u) | ((q >> 8) & 0x700u) | ((q >> 12) & 0x7000u);
-    const u32 lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
-    const u32 m = ((q >> 3) & 0x01010101u) * 0xffu;
-    return (lo & ~m) | (hi & m);
-}
+// The IQ4_NL and MXFP4 codebooks: 16 signed bytes each, four per word, in entry order;
+// BIASED gives them + 128 (q ^ 0x80, for the f16 decode's 1152-bias trick).
 // IQ4: -127 -104 -83 -65 | -49 -35 -22 -10 | 1 13 25 38 | 53 69 89 113
-__device__ __forceinline__ u32 iq4_lookup(u32 q) {
-    return table16(q, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
-}
 // MXFP4 (twice E2M1): 0 1 2 3 | 4 6 8 12 | 0 -1 -2 -3 | -4 -6 -8 -12
-__device__ __forceinline__ u32 mxfp4_lookup(u32 q) {
-    return table16(q, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
-}
-__device__ __forceinline__ int iq4_value(u32 q) { return static_cast<int>(static_cast<i8>(iq4_lookup(q) & 0xffu)); }
-__device__ __forceinline__ int mxfp4_value(u32 q) { return static_cast<int>(static_cast<i8>(mxfp4_lookup(q) & 0xffu)); }
+template <int T, bool BIASED>
+struct Codebook {
+    static_assert(T == QT_IQ4_NL || T == QT_MXFP4, "codebook formats only");
+    static constexpr u32 F = BIASED ? 0x80808080u : 0u;
+    static constexpr u32 t0 = (T == QT_MXFP4 ? 0x03020100u : 0xBFAD9881u) ^ F;
+    static constexpr u32 t1 = (T == QT_MXFP4 ? 0x0C080604u : 0xF6EADDCFu) ^ F;
+    static constexpr u32 t2 = (T == QT_MXFP4 ? 0xFDFEFF00u : 0x26190D01u) ^ F;
+    static constexpr u32 t3 = (T == QT_MXFP4 ? 0xF4F8FAFCu : 0x71594535u) ^ F;
+    // The four 4-bit indices in bits 0..15 of s (nibble i -> byte i): one byte permute per
+    // half of the table looks all four up (bit 3 of each selector nibble is masked off: prmt
+    // reads it as its sign-replicate mode), a third picks each byte's half by that bit 3.
+    __device__ __forceinline__ static u32 nibbles4(u32 s) {
+        const u32 i = s & 0x7777u;
+        return __byte_perm(__byte_perm(t0, t1, i), __byte_perm(t2, t3, i), 0x3210u | ((s >> 1) & 0x4444u));
+    }
+    // A quant word of the 32-element layout (byte j: element j in the low nibble, j + 16 in
+    // the high): lo = the values of elements 0..3 of its bytes, hi = those of 16..19.
+    __device__ __forceinline__ static void word(u32 w, u32& lo, u32& hi) {
+        const u32 a = nibbles4(w);        // elements 0, 16, 1, 17
+        const u32 b = nibbles4(w >> 16);  // 2, 18, 3, 19
+        lo = __byte_perm(a, b, 0x6420u);
+        hi = __byte_perm(a, b, 0x7531u);
+    }
+    __device__ __forceinline__ static int value(u32 q) { return static_cast<int>(static_cast<i8>(nibbles4(q) & 0xffu)); }
+};
+__device__ __forceinline__ int iq4_value(u32 q) { return Codebook<QT_IQ4_NL, false>::value(q); }
+__device__ __forceinline__ int mxfp4_value(u32 q) { return Codebook<QT_MXFP4, false>::value(q); }
 // ggml's GGML_E8M0_TO_FP32_HALF: 2^(e - 128), subnormal for e < 2.
 __device__ __forceinline__ float e8m0_half(u32 e) {
     return __uint_as_float(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
@@ -102,11 +114,13 @@ __device__ __forceinline__ float e8m0_half(u32 e) {
 __device__ __forceinline__ u32 spread4(u32 x) {
     return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21);
 }
-// Signed bytes -> floats (exact).
-__device__ __forceinline__ void sbytes_to_f32(u32 w, float* v) {
-    bytes_to_f32(w ^ 0x80808080u, v);
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = __fsub_rn(v[i], 128.0f);
+// Biased bytes (codebook value + 128) -> the signed values as floats, exact: 2^23 + u as the
+// float's mantissa, minus 2^23 + 128.
+__device__ __forceinline__ void biased_bytes_to_f32(u32 w, float* v) {
+    v[0] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u)), 8388736.0f);
+    v[1] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7651u)), 8388736.0f);
+    v[2] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7652u)), 8388736.0f);
+    v[3] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7653u)), 8388736.0f);
 }
 
 // ---- dequant8 -------------------------------------------------------------------------------
@@ -219,7 +233,11 @@ struct PieceSmall {
     // vectors, three for Q5_0.
     using Win = Win16<BB, (BB & -BB) < 16 ? (BB & -BB) : 16>;
     static constexpr int SLOT_WORDS = Win::SLOT_WORDS;
-    __device__ __forceinline__ void issue(const u8* row, int p) { r.issue(row + static_cast<i64>(p) * BB); }
+    __device__ __forceinline__ void issue(const u8* row, int p) {
+        Win win;
+        win.issue(row + static_cast<i64>(p) * BB);
+        win.to_raw(r);
+    }
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
         Win::issue_async(s, 0, row + static_cast<i64>(p) * BB);
     }
@@ -228,7 +246,9 @@ struct PieceSmall {
         win.from_slot(s, 0, row + static_cast<i64>(p) * BB);
         win.to_raw(r);
     }
-    // lo: elements 0..15, hi: 16..31, one byte each (see the struct comment).
+    // lo: elements 0..15, hi: 16..31, one byte each (see the struct comment); BIASED: the
+    // codebook values + 128.
+    template <bool BIASED = false>
     __device__ __forceinline__ void values(uint4& lo, uint4& hi) const {
         const u32 q[4] = {r.template word<QS>(), r.template word<QS + 4>(), r.template word<QS + 8>(),
                           r.template word<QS + 12>()};
@@ -237,19 +257,15 @@ struct PieceSmall {
         u32 l[4], u[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            l[i] = q[i] & 0x0F0F0F0Fu;
-            u[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
-            if (FIVE) {
-                l[i] |= spread4((qh >> (4 * i)) & 15u) << 4;
-                u[i] |= spread4((qh >> (16 + 4 * i)) & 15u) << 4;
-            }
-            if (T == QT_IQ4_NL) {
-                l[i] = iq4_lookup(l[i]);
-                u[i] = iq4_lookup(u[i]);
-            }
-            if (T == QT_MXFP4) {
-                l[i] = mxfp4_lookup(l[i]);
-                u[i] = mxfp4_lookup(u[i]);
+            if constexpr (CODEBOOK) {
+                Codebook<T, BIASED>::word(q[i], l[i], u[i]);
+            } else {
+                l[i] = q[i] & 0x0F0F0F0Fu;
+                u[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+                if (FIVE) {
+                    l[i] |= spread4((qh >> (4 * i)) & 15u) << 4;
+                    u[i] |= spread4((qh >> (16 + 4 * i)) & 15u) << 4;
+                }
             }
         }
         lo = make_uint4(l[0], l[1], l[2], l[3]);
@@ -260,14 +276,11 @@ struct PieceSmall {
     }
     __device__ __forceinline__ void to_f16(int, uint4 o[4]) const {
         uint4 lo, hi;
-        values(lo, hi);
+        values<CODEBOOK>(lo, hi);
         const u32 w0 = r.template word<0>();
         const u32 ds = f16_bcast(T == QT_MXFP4 ? f32_to_f16(scale()) : w0);
         if (CODEBOOK) {
-            // Signed bytes: q ^ 0x80 = q + 128; (1024 + u) - 1152 = q exactly, times d.
-            const u32 f = 0x80808080u;
-            lo = make_uint4(lo.x ^ f, lo.y ^ f, lo.z ^ f, lo.w ^ f);
-            hi = make_uint4(hi.x ^ f, hi.y ^ f, hi.z ^ f, hi.w ^ f);
+            // Biased values u = q + 128: (1024 + u) - 1152 = q exactly, times d.
             bytes16_to_f16(lo, 0x64806480u, ds, 0x80008000u, o[0], o[1]);
             bytes16_to_f16(hi, 0x64806480u, ds, 0x80008000u, o[2], o[3]);
         } else if (HAS_MIN) {
@@ -283,14 +296,14 @@ struct PieceSmall {
     }
     __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
         uint4 lo, hi;
-        values(lo, hi);
+        values<CODEBOOK>(lo, hi);
         const float d = scale();
         const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             if (CODEBOOK) {
-                sbytes_to_f32(l[i], v + 4 * i);
-                sbytes_to_f32(u[i], v + 16 + 4 * i);
+                biased_bytes_to_f32(l[i], v + 4 * i);
+                biased_bytes_to_f32(u[i], v + 16 + 4 * i);
             } else {
                 bytes_to_f32(l[i], v + 4 * i);
                 bytes_to_f32(u[i], v + 16 + 4 * i);
@@ -322,6 +335,8 @@ struct Piece<QT_MXFP4> : PieceSmall<QT_MXFP4> {};
 template <>
 struct Piece<QT_IQ4_XS> {
     u32 h0, h1, q[4];
+    // Six 4-byte loads (three 8-byte loads measured slower in gemv4_iq4_xs at 8192 x 2048:
+    // 774 -> 726 GB/s, docs/results/2026-12-03-h200-codebook).
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p >> 3) * 136;
         h0 = ldg_u32(b);
@@ -348,29 +363,29 @@ struct Piece<QT_IQ4_XS> {
         const u32 ls = ((byte_of(h1, ib >> 1) >> (4 * (ib & 1))) & 15u) | (((h0 >> (16 + 2 * ib)) & 3u) << 4);
         return __fmul_rn(f16_to_f32(h0), static_cast<float>(static_cast<int>(ls) - 32));
     }
+    template <bool BIASED = false>
     __device__ __forceinline__ void values(uint4& lo, uint4& hi) const {
-        lo = make_uint4(iq4_lookup(q[0] & 0x0F0F0F0Fu), iq4_lookup(q[1] & 0x0F0F0F0Fu), iq4_lookup(q[2] & 0x0F0F0F0Fu),
-                        iq4_lookup(q[3] & 0x0F0F0F0Fu));
-        hi = make_uint4(iq4_lookup((q[0] >> 4) & 0x0F0F0F0Fu), iq4_lookup((q[1] >> 4) & 0x0F0F0F0Fu),
-                        iq4_lookup((q[2] >> 4) & 0x0F0F0F0Fu), iq4_lookup((q[3] >> 4) & 0x0F0F0F0Fu));
+        u32 l[4], u[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) Codebook<QT_IQ4_NL, BIASED>::word(q[i], l[i], u[i]);
+        lo = make_uint4(l[0], l[1], l[2], l[3]);
+        hi = make_uint4(u[0], u[1], u[2], u[3]);
     }
     __device__ __forceinline__ void to_f16(int p, uint4 o[4]) const {
         uint4 lo, hi;
-        values(lo, hi);
-        const u32 f = 0x80808080u, ds = f16_bcast(f32_to_f16(scale(p)));
-        lo = make_uint4(lo.x ^ f, lo.y ^ f, lo.z ^ f, lo.w ^ f);
-        hi = make_uint4(hi.x ^ f, hi.y ^ f, hi.z ^ f, hi.w ^ f);
+        values<true>(lo, hi);
+        const u32 ds = f16_bcast(f32_to_f16(scale(p)));
         bytes16_to_f16(lo, 0x64806480u, ds, 0x80008000u, o[0], o[1]);
         bytes16_to_f16(hi, 0x64806480u, ds, 0x80008000u, o[2], o[3]);
     }
     __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
         uint4 lo, hi;
-        values(lo, hi);
+        values<true>(lo, hi);
         const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            sbytes_to_f32(l[i], v + 4 * i);
-            sbytes_to_f32(u[i], v + 16 + 4 * i);
+            biased_bytes_to_f32(l[i], v + 4 * i);
+            biased_bytes_to_f32(u[i], v + 16 + 4 * i);
         }
         sc[0] = sc[1] = scale(p);
         off[0] = off[1] = 0.0f;
