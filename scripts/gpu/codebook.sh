@@ -29,13 +29,7 @@ timeout 60 ncu --kernel-name "gemm_iq4_xs_s32" --launch-count 1 --section SpeedO
   --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy \
   .carry/lab/gemm_bench --moe --only iq4_xs > "$OUT/ncu-iq4_xs-s32.txt" 2>&1; echo "ncu rc=$?"
 echo "lab done ($(( $(date +%s) - t0 )) s)"
-for spec in "tiny q8_0 1 1,37,100" "mid q4_k_m 4 1,100,700" "mid q8_0 5 1,100" "mid mxfp4_moe 6 1,100" "mid iq4_xs 7 1,100"; do
-  set -- $spec
-  f="/tmp/$1-$2.gguf"
-  "$TALLY_NOPEER" synth --preset "$1" --quant "$2" --seed "$3" --out "$f" > /dev/null 2>&1 || { echo "synth $1 $2 failed"; continue; }
-  timeout 200 "$TALLY_NOPEER" check --model "$f" --backend cuda --tokens "$4" -n 3 > "$OUT/check_$1_$2.log" 2>&1
-  echo "check $1 $2 rc=$? ($(( $(date +%s) - t0 )) s)"
-done
+T0=$t0 synth_checks "tiny q8_0 1 1,37,100" "mid q4_k_m 4 1,100,700" "mid q8_0 5 1,100" "mid mxfp4_moe 6 1,100" "mid iq4_xs 7 1,100"
 TALLY=$TALLY_NOPEER scripts/gpu/converter.sh > "$OUT/converter.txt" 2>&1; echo "converter rc=$? ($(( $(date +%s) - t0 )) s)"
 wait
 tail -2 "$OUT/prepare.log"

@@ -19,3 +19,17 @@ work_dir() {
     export OUT=$1
     mkdir -p "$OUT"
 }
+# synth_checks "PRESET QUANT SEED TOKENS" ...: synthesise each file and run `tally check --backend
+# cuda` (node by node against the CPU) on it; logs $OUT/check_PRESET_QUANT.log, one rc line each
+# (seconds since $T0 when set).
+synth_checks() {
+    local spec f rc
+    for spec in "$@"; do
+        set -- $spec
+        f="/tmp/$1-$2.gguf"
+        "$TALLY_NOPEER" synth --preset "$1" --quant "$2" --seed "$3" --out "$f" > /dev/null 2>&1 || { echo "synth $1 $2 failed"; continue; }
+        timeout 200 "$TALLY_NOPEER" check --model "$f" --backend cuda --tokens "$4" -n 3 > "$OUT/check_$1_$2.log" 2>&1; rc=$?
+        echo "check $1 $2 rc=$rc ($(( $(date +%s) - ${T0:-$(date +%s)} )) s)"
+        rm -f "$f"
+    done
+}

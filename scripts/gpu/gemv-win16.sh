@@ -19,14 +19,7 @@ tail -2 "$OUT/decode-check.txt"
 for b in gemm_bench_base gemm_bench; do
   .carry/lab/$b --decode --only-time > "$OUT/decode-$b.txt" 2>&1; echo "$b --decode rc=$? ($(( $(date +%s) - t0 )) s)"
 done
-for spec in "tiny q8_0 1 1,37,100" "mid iq4_xs 7 1,100" "mid mxfp4_moe 6 1,100" "mid q4_k_m 4 1,100"; do
-  set -- $spec
-  f="/tmp/$1-$2.gguf"
-  "$TALLY_NOPEER" synth --preset "$1" --quant "$2" --seed "$3" --out "$f" > /dev/null 2>&1 || { echo "synth $1 $2 failed"; continue; }
-  timeout 200 "$TALLY_NOPEER" check --model "$f" --backend cuda --tokens "$4" -n 3 > "$OUT/check_$1_$2.log" 2>&1
-  echo "check $1 $2 rc=$? ($(( $(date +%s) - t0 )) s)"
-  rm -f "$f"
-done
+T0=$t0 synth_checks "tiny q8_0 1 1,37,100" "mid iq4_xs 7 1,100" "mid mxfp4_moe 6 1,100" "mid q4_k_m 4 1,100"
 for mix in iq4_xs mxfp4_moe; do
   f=/tmp/mix-$mix.gguf
   "$TALLY_NOPEER" synth --preset 35b-a3b --quant $mix --seed 1 --fill pool --out $f > /dev/null 2>&1 || { echo "synth $mix failed"; continue; }

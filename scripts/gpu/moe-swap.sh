@@ -14,14 +14,7 @@ work_dir /tmp/moe-swap
 if [ "${PHASE:-1}" = 1 ]; then
   t0=$(date +%s)
   FILL=pool scripts/gpu/prepare.sh > "$OUT/prepare.log" 2>&1 &
-  for spec in "tiny q8_0 1 1,37,100" "mid q4_k_m 4 1,100,700" "mid q8_0 5 1,100" "mid mxfp4_moe 6 1,100" "mid iq4_xs 7 1,100"; do
-    set -- $spec
-    f="/tmp/$1-$2.gguf"
-    "$TALLY_NOPEER" synth --preset "$1" --quant "$2" --seed "$3" --out "$f" > /dev/null 2>&1 || { echo "synth $1 $2 failed"; continue; }
-    timeout 200 "$TALLY_NOPEER" check --model "$f" --backend cuda --tokens "$4" -n 3 > "$OUT/check_$1_$2.log" 2>&1
-    echo "check $1 $2 rc=$? ($(( $(date +%s) - t0 )) s)"
-    grep -E '^\| (prefill|decode)' "$OUT/check_$1_$2.log" | cut -c1-150
-  done
+  T0=$t0 synth_checks "tiny q8_0 1 1,37,100" "mid q4_k_m 4 1,100,700" "mid q8_0 5 1,100" "mid mxfp4_moe 6 1,100" "mid iq4_xs 7 1,100"
   wait
   tail -3 "$OUT/prepare.log"
   echo "phase 1: $(( $(date +%s) - t0 )) s"
