@@ -455,9 +455,6 @@ int main(int argc, char** argv) {
             c.E = 256;
             c.topk = 8;
             c.M = 1;
-            c.type = ref::Q4_K;
-            c.N = 512;
-            c.K = 2048;
             // Per byte read, every expert format of the mixes against Q4_K (issue 10 item 5).
             for (bool tight : {false, true}) {
                 c.tile_rows1 = tight;

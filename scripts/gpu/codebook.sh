@@ -9,7 +9,7 @@
 #   PHASE=2 (within 30 s of phase 1): scripts/gpu/moe-swap.sh PHASE=2 (side-by-side bench per mix).
 # HERE first: .carry/lab/gemm_bench_base (base tree with this lab/gemm/bench.cu) and
 # .carry/lab/gemm_bench (see lab/gemm/README.md), scripts/gpu/pack.sh --llama.
-# Carry .carry/bin, .carry/lab, .carry/llama.tar.xz.
+# Carry .carry/bin, .carry/lab, .carry/llama.cpp (or .carry/llama.tar.xz).
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh

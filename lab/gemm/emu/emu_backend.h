@@ -1,20 +1,34 @@
 // The CPU emulator's backend for lab/gemm/cases.h (see the contract at the top of cases.h):
-// host memory, 256-byte aligned allocations filled with garbage, launches through emu::launch.
+// host memory filled with garbage, launches through emu::launch. Each allocation is its size
+// rounded up to whole 16-byte vectors (as the engine's DevBuf::alloc and the lab's CUDA backend
+// allocate), placed to end exactly at an inaccessible guard page: a kernel reading past the
+// vectors its buffer owns (e.g. a weight window past the last block) faults instead of passing.
 // Include after the emulator (cuda_fp16.h), gemm.cu, moe.cu and cases.h.
 #pragma once
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 struct EmuBackend {
-    std::vector<void*> owned;
+    std::vector<std::pair<void*, size_t>> owned;  // mappings (base, length)
     template <class T>
     T* alloc(size_t n) {
-        const size_t bytes = ((n * sizeof(T) + 64) + 255) / 256 * 256;
-        void* p = std::aligned_alloc(256, bytes);
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const size_t bytes = std::max<size_t>((n * sizeof(T) + 15) / 16 * 16, 16);
+        const size_t data = (bytes + page - 1) / page * page, len = data + page;
+        void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED || mprotect(static_cast<char*>(m) + data, page, PROT_NONE) != 0) {
+            std::printf("emu: allocating %zu bytes failed\n", bytes);
+            std::exit(2);
+        }
+        owned.push_back({m, len});
+        char* p = static_cast<char*>(m) + data - bytes;  // ends at the guard page
         std::memset(p, 0xA5, bytes);
-        owned.push_back(p);
-        return static_cast<T*>(p);
+        return reinterpret_cast<T*>(p);
     }
     template <class T>
     T* upload(const std::vector<T>& v) {
@@ -41,7 +55,7 @@ struct EmuBackend {
         emu::launch({gx, gy, 1}, {256, 1, 1}, [&] { dequant_rows(a); });
     }
     void release() {
-        for (void* p : owned) std::free(p);
+        for (const auto& [m, len] : owned) munmap(m, len);
         owned.clear();
     }
 };

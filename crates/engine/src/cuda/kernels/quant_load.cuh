@@ -147,8 +147,9 @@ struct Slot {
 // that cover them: one cp.async per vector, where 4-byte copies would cost one per word (a third
 // of the L1 requests for the 2-byte-aligned Q8_0 / Q6_K blocks, whose copies bound the MoE
 // tiles). The window starts at p & ~15: the bytes before p are of the same tensor (every device
-// tensor starts 16-byte aligned, and earlier rows precede later ones); the last vector is read
-// only up to p + NB and zero-filled past it, so no byte past the range is read. `from_slot`
+// tensor starts 16-byte aligned, and earlier rows precede later ones); `issue_async` reads the
+// last vector only up to p + NB and zero-fills past it, so no byte past the range is read (for
+// `issue`, the direct loads, see there). `from_slot`
 // reads the window back (V vectors, conflict-free), `words` gives its words from a dynamic word
 // index (three rounds of selects: no local memory), `to_raw` the RawBytes form of the range.
 template <int NB>
@@ -169,32 +170,31 @@ struct Win16 {
         }
     }
     // The same window by direct 16-byte loads (the GEMV front end: two instead of five to eight
-    // narrow loads for a 17- or 18-byte block). The last vector is read whole, up to 15 bytes
-    // past p + NB: weight tensors are allocated in whole 16-byte vectors (crates/engine/src/
-    // cuda/weights.rs; lab: CudaBackend::alloc), so those bytes are inside the allocation.
+    // narrow loads for a 17- or 18-byte block). A vector holding any byte of the range is read
+    // whole, up to 15 bytes past p + NB: every device allocation is whole 16-byte vectors
+    // (DevBuf::alloc; the lab's backends likewise, the emulator's ending at a guard page), so
+    // those bytes are inside it. Vectors past the range (V is the worst case over p % 16) are
+    // zero, not read.
     __device__ __forceinline__ void issue(const u8* p) {
         r = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);
         const u8* a = p - r;
 #pragma unroll
         for (int i = 0; i < V; i++) {
-            const uint4 v = ldg_u128(a + 16 * i);
-            w[4 * i] = v.x;
-            w[4 * i + 1] = v.y;
-            w[4 * i + 2] = v.z;
-            w[4 * i + 3] = v.w;
+            const bool in = 16 * i < static_cast<int>(r) + NB;
+            set(i, in ? ldg_u128(a + 16 * i) : make_uint4(0u, 0u, 0u, 0u));
         }
+    }
+    __device__ __forceinline__ void set(int i, uint4 v) {
+        w[4 * i] = v.x;
+        w[4 * i + 1] = v.y;
+        w[4 * i + 2] = v.z;
+        w[4 * i + 3] = v.w;
     }
     // j0: a multiple of 4 (whole slot vectors).
     __device__ __forceinline__ void from_slot(const Slot& s, int j0, const u8* p) {
         r = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);
 #pragma unroll
-        for (int i = 0; i < V; i++) {
-            const uint4 v = s.v(j0 / 4 + i);
-            w[4 * i] = v.x;
-            w[4 * i + 1] = v.y;
-            w[4 * i + 2] = v.z;
-            w[4 * i + 3] = v.w;
-        }
+        for (int i = 0; i < V; i++) set(i, s.v(j0 / 4 + i));
     }
     // out[i] = window word k + i (zero past the window), for 0 <= k <= KMAX < 8.
     template <int N, int KMAX>
