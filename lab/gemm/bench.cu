@@ -100,7 +100,7 @@ __global__ void piece_probe(const u8* w, i64 rb, int K, int rows, float* dq8, u1
     *reinterpret_cast<uint4*>(hr + s1 + 8) = o[3];
     float* q = parts + (i64(r) * P + p) * 36;
     float v[32], sc[2], off[2];
-    pc.to_parts(p, v, sc, off);
+    piece_parts<T>(pc, p, v, sc, off);
     for (int i = 0; i < 32; i++) q[i] = v[i];
     q[32] = sc[0];
     q[33] = sc[1];

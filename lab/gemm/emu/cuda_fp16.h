@@ -236,6 +236,14 @@ inline float __shfl_xor_sync(unsigned, float v, int m) {
     emu::syncwarp();  // nobody rewrites the slot before everyone has read it
     return r;
 }
+inline int __shfl_xor_sync(unsigned, int v, int m) {
+    auto sl = emu::exchange(&v, 4);
+    int r;
+    std::memcpy(&r, sl[(emu::tid() % 32) ^ m], 4);
+    emu::syncwarp();
+    return r;
+}
+inline int __float2int_rn(float x) { return int(std::nearbyint(x)); }
 inline int __shfl_up_sync(unsigned, int v, int d) {
     auto sl = emu::exchange(&v, 4);
     const int l = emu::tid() % 32;

@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]  (paired: also gemv_multi)
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]  (paired: also gemv_multi and non-finite x)
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -37,7 +37,7 @@ static int test_pieces(ref::Rng& rng) {
             for (int i = 0; i < 32; i++)
                 g.h16[size_t(r) * K + host_seg(T, p, i / 16) + i % 16] = uint16_t(words[i / 2] >> (16 * (i % 2)));
             float* q = g.parts.data() + (size_t(r) * P + p) * 36;
-            pc.to_parts(p, q, q + 32, q + 34);
+            piece_parts<T>(pc, p, q, q + 32, q + 34);
         }
     }
     const bool pass = check_pieces(T, w, K, rows, g);
@@ -183,6 +183,52 @@ static int test_paired(int type, bool moe, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
+// Non-finite x through gemv_<t>: the integer body rounds x to int16 per 16 elements, and a
+// rounding that let a NaN or an infinity become a finite integer would hide it from the
+// engine's finite guard. Row 0 of x holds a NaN (element 37), row 1 an infinity (element
+// 1500), row 2 is finite: every output of rows 0 and 1 must be NaN or infinite, every output of
+// row 2 finite and within the GEMV bound of the float64 reference. Poisoned outputs first.
+static int test_nonfinite_x(int type, ref::Rng& rng) {
+    const int K = 2048, N = 40, M = 3;
+    const int64_t rb = ref::row_bytes(type, K);
+    const std::vector<uint8_t> w = ref::random_weights(type, N, K, rng);
+    std::vector<float> x(size_t(M) * K);
+    for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+    x[37] = std::nanf("");
+    x[size_t(K) + 1500] = INFINITY;
+    EmuBackend b;
+    GemmArgs a{};
+    a.w = b.upload(w);
+    a.w_row_bytes = rb;
+    a.x = b.upload(x);
+    a.ldx = K;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    float* y = b.alloc<float>(size_t(M) * N);
+    b.poison(y, size_t(M) * N);
+    a.y = y;
+    a.ldy = N;
+    b.gemm(gemm_fn(type, V_GEMV), unsigned((N + 15) / 16), unsigned(M), 256, 0, a);
+    std::vector<float> wf(static_cast<size_t>(K));
+    long long bad = 0;
+    double num = 0, den = 0;
+    for (int n = 0; n < N; n++) {
+        ref::dequant_row(type, w.data() + n * rb, K, wf.data());
+        double want = 0;
+        for (int k = 0; k < K; k++) want += double(wf[size_t(k)]) * x[size_t(2 * K + k)];
+        bad += std::isfinite(y[n]) || std::isfinite(y[N + n]) || !std::isfinite(y[2 * N + n]);
+        num += (y[2 * N + n] - want) * (y[2 * N + n] - want);
+        den += want * want;
+    }
+    const double rel = std::sqrt(num / den);
+    const bool fail = bad != 0 || !(rel < (gemv_is_int(type, K) ? kGemvIntBound : kGemvBound));
+    std::printf("  %s gemv non-finite x %-5s: %lld outputs wrong, finite row rel=%.2e\n", fail ? "FAIL" : "ok  ",
+                ref::type_name(type), bad, rel);
+    b.release();
+    return fail ? 1 : 0;
+}
+
 // gemv_multi_<t> (four projections of one x in one launch) against each projection alone on
 // gemv_<t> (2 rows a warp) and gemv4_<t> (4): every output bit-equal. Segments of different N,
 // one in the q/gate split layout, grids of 256 and 64 threads; poisoned outputs.
@@ -287,6 +333,7 @@ int main(int argc, char** argv) {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K}) {
             for (bool moe : {false, true}) fails += test_paired(t, moe, rng);
             for (int M : {1, 2}) fails += test_multi(t, M, rng);
+            fails += test_nonfinite_x(t, rng);
         }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;

@@ -29,6 +29,14 @@ pub const GEMV_THREADS: u32 = 256;
 pub const MMV_THREADS: u32 = 256;
 /// Most projections one `gemv_multi_<t>` launch runs.
 pub const GEMV_MULTI_SEGS: usize = 4;
+/// Longest row (K) the integer GEMV takes (gemm.cu's gemv_int_body: its x row in shared memory,
+/// 2.5 bytes per element, 20 KB); the integer formats' longer rows take the f32 GEMV.
+pub const GEMV_QK_MAX: i64 = 8192;
+/// Weight rows an integer-GEMV block should cover at least: each block quantises the whole x row
+/// once, so the host launches those GEMVs with blocks of at least this many weight rows (on the
+/// H200 the 2-warp blocks of the out projection, 4 weight rows, spent more on that than they
+/// saved: 8.35 -> 12.5 us, docs/results/2026-12-03-h200-gemv-int/).
+pub const GEMV_INT_MIN_ROWS: usize = 16;
 /// Threads per block of the f32 SIMT GEMMs.
 pub const SIMT_THREADS: u32 = 256;
 /// Shared-memory stages of the f32 SIMT GEMMs.
@@ -85,6 +93,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("GEMV_THREADS", GEMV_THREADS as i64),
     ("MMV_THREADS", MMV_THREADS as i64),
     ("GEMV_MULTI_SEGS", GEMV_MULTI_SEGS as i64),
+    ("GEMV_QK_MAX", GEMV_QK_MAX),
     ("SIMT_THREADS", SIMT_THREADS as i64),
     ("SIMT_STAGES", SIMT_STAGES),
     ("SIMT_BM", SIMT_TILE),

@@ -43,6 +43,27 @@ __device__ __forceinline__ void pdl_enter() {
 __device__ __forceinline__ float tally_silu(float x) { return x / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float tally_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
+// Two-way dot products: c + a.lo16 * b.byte0 + a.hi16 * b.byte1 (dp2a_lo; bytes 2 and 3 for
+// dp2a_hi), a two signed 16-bit values, b four unsigned bytes.
+#ifdef TALLY_EMU
+__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
+    return c + static_cast<short>(a & 0xffffu) * static_cast<int>(b & 0xffu) +
+           static_cast<short>(a >> 16) * static_cast<int>((b >> 8) & 0xffu);
+}
+__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) { return dp2a_lo(a, b >> 16, c); }
+#else
+__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+#endif
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -7,8 +7,11 @@
 //                 GEMM_SMEM_BYTES(type, 128) (> 48 KB: raise the function's max dynamic smem first)
 //   gemm_<t>_m64  the same with BM = 64,  smem GEMM_SMEM_BYTES(type, 64)
 //   gemm_<t>_m32  the same with BM = 32,  smem GEMM_SMEM_BYTES(type, 32)
-//   gemv_<t>      f32 CUDA cores, one x row at a time, 2 output columns per warp, up to
-//                 GEMV_THREADS = 256 threads (16 columns), no smem: for M = 1 (and as an always-correct fallback for any M)
+//   gemv_<t>      CUDA cores, one x row at a time, 2 output columns per warp, up to
+//                 GEMV_THREADS = 256 threads (16 columns): for M = 1 (and as an always-correct
+//                 fallback for any M). The integer formats with K <= GEMV_QK_MAX take the
+//                 integer body (x as int16 in 20 KB of static smem, dp2a; gemv_int_body), the
+//                 float formats and longer rows the f32 body (no smem)
 // and, for F32 weights only (dense, no MoE), exact f32 SIMT GEMMs (f32 FFMA, f32 accumulation):
 //   gemm_f32_simt      block tile SIMT_BM x SIMT_BN = 64 x 64, K step SIMT_BK = 16, 256 threads
 //                      (4 x 4 outputs each), static smem 3 stages x 128 x 20 f32 = 30720 bytes
@@ -45,7 +48,8 @@
 // sorted_rows set); their outputs are scalar stores.
 //
 // Precision: the tensor-core kernels round x and the dequantised W to f16 (f32 accumulation):
-// relative Frobenius error ~1e-3 against f64. gemv dequantises in f32 (error ~1e-6). The SIMT
+// relative Frobenius error ~1e-3 against f64. gemv's f32 body dequantises in f32 (error ~1e-6),
+// its integer body rounds x to int16 per 16 elements (~2e-5, exact integer sums). The SIMT
 // kernels are f32 throughout, in a fixed order (deterministic): ~2e-7 at K = 2048.
 //
 // Tensor-core kernel design: 8 warps as 2 (M) x 4 (N), warp tile (BM/2) x 32, mma.sync
@@ -547,6 +551,178 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     }
 }
 
+// The integer GEMV's input: one x row quantised to int16 per segment of 16 elements (the
+// segments of the pieces of gemv's type), in shared memory, stored by piece: piece p's 32 values
+// are the four 16-byte units 4p + (u ^ ((p >> 1) & 3)), u = 2 * segment + half (the swizzle puts
+// the eight lanes of a quarter-warp, pieces p .. p + 7, on eight distinct bank groups), and its
+// metadata m[p] = {dx bits, isum} of segment 0, then of segment 1: the row's values are
+// x_i ~ dx * q_i, |q_i| <= 32767, isum = sum of the segment's q_i (exact).
+struct GemvX {
+    uint4 q[GEMV_QK_MAX / 8];
+    uint4 m[GEMV_QK_MAX / 32];
+};
+__device__ __forceinline__ GemvX& gemv_x_smem() {
+    __shared__ __align__(16) GemvX s;
+    return s;
+}
+
+// Quantises row xr (K elements) into sx; every thread of the block takes part (no barriers
+// inside: the caller's bracket it). Thread h of a pass takes elements 8h .. 8h + 7, its partner
+// h ^ 1 (lane ^ 1) the other half of the segment. A segment holding a NaN or an infinity gets
+// dx = NaN, so the outputs that read it are NaN (as the f32 sums would be).
+template <int T>
+__device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xvec, GemvX& sx) {
+    const int halves = K / 8;
+    for (int base = 0; base < halves; base += static_cast<int>(blockDim.x)) {
+        const int h = base + static_cast<int>(threadIdx.x);
+        const bool on = h < halves;
+        float v[8];
+        const float4 a = on ? ld_x4(xr + 8 * h, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 b = on ? ld_x4(xr + 8 * h + 4, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = a.z;
+        v[3] = a.w;
+        v[4] = b.x;
+        v[5] = b.y;
+        v[6] = b.z;
+        v[7] = b.w;
+        float amax = 0.0f;
+        int bad = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+            bad |= !(fabsf(v[i]) <= 3.402823466e38f);
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+        const float inv = amax > 0.0f && !bad ? 32767.0f / amax : 0.0f;
+        int q[8], sum = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            q[i] = max(-32767, min(32767, __float2int_rn(v[i] * inv)));
+            sum += q[i];
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        if (!on) continue;
+        const int g = h >> 1, half = h & 1;
+        // Piece and segment of segment g of the row (piece_seg0 / piece_seg1 inverted).
+        const int p = qt_is_kquant(T) ? 2 * (g >> 2) + (g & 1) : g >> 1;
+        const int seg = qt_is_kquant(T) ? (g >> 1) & 1 : g & 1;
+        const int u = 2 * seg + half;
+        u32 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) w[k] = (static_cast<u32>(q[2 * k]) & 0xffffu) | (static_cast<u32>(q[2 * k + 1]) << 16);
+        sx.q[4 * p + (u ^ ((p >> 1) & 3))] = make_uint4(w[0], w[1], w[2], w[3]);
+        if (half == 0) {
+            u32* m = reinterpret_cast<u32*>(&sx.m[p]);
+            m[2 * seg] = bad ? 0x7fc00000u : __float_as_uint(amax / 32767.0f);
+            m[2 * seg + 1] = static_cast<u32>(sum);
+        }
+    }
+}
+
+// Integer GEMV (the integer formats, K <= GEMV_QK_MAX): gemv_body's warps, rows, pieces, lanes
+// and outputs, with x quantised once per block and row into shared memory (gemv_quantize_x) and
+// each segment's dot product in integers: dp2a (two int16 x two bytes per instruction) over the
+// piece's bytes (to_bytes), then sum over the segment of dx * (sc * (dot - ZO * isum) + off *
+// isum), in f32. Against the f32 body: about a third of the instructions per weight byte (no
+// byte-to-float conversions, two products per instruction), x read from shared memory; error
+// ~1e-5 relative (x rounded to 16 bits per 16 elements), exact integer sums otherwise.
+template <int T, int RW>
+__device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
+    const bool paired = RW == 2 && a.w2 != nullptr;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
+    const int nb = paired ? bx * warps + warp : bx * (warps * RW) + warp * RW;
+    const bool live = nb < a.N;  // warp-uniform; every warp still takes part in the barriers
+    const u8* w;
+    int start, rows;
+    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
+    const u8* wrow[RW];
+    const int nc = min(nb, a.N - 1);
+    if (paired) {
+        const i64 off = static_cast<i64>(nc) * a.w_row_bytes;
+        wrow[0] = w + off;
+        wrow[RW - 1] = a.w2 + (w - a.w) + off;
+    } else {
+#pragma unroll
+        for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nc + r, a.N - 1)) * a.w_row_bytes;
+    }
+    const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+    const bool split = a.layout == 1;
+    const int P = a.K / 32;
+    constexpr int ZO = Piece<T>::ZO;
+    GemvX& sx = gemv_x_smem();
+
+    for (int i = 0; i < rows; i++) {
+        int xrow, yrow;
+        if (!gemm_row(a, start, i, xrow, yrow)) continue;  // block-uniform
+        Piece<T> pc[RW];
+        // The first piece's loads go out before x is quantised.
+        if (live && lane < P) {
+#pragma unroll
+            for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
+        }
+        __syncthreads();  // the previous row's readers are done with sx
+        gemv_quantize_x<T>(a.x + static_cast<i64>(xrow) * a.ldx, a.K, xvec, sx);
+        __syncthreads();
+        if (!live) continue;
+        float acc[RW];
+#pragma unroll
+        for (int r = 0; r < RW; r++) acc[r] = 0.0f;
+        for (int p = lane; p < P; p += 32) {
+            if (p != lane) {
+#pragma unroll
+                for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
+            }
+            u32 xw[16];
+            const int sw = (p >> 1) & 3;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const uint4 t = sx.q[4 * p + (u ^ sw)];
+                xw[4 * u] = t.x;
+                xw[4 * u + 1] = t.y;
+                xw[4 * u + 2] = t.z;
+                xw[4 * u + 3] = t.w;
+            }
+            const uint4 m = sx.m[p];
+            const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
+            const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
+#pragma unroll
+            for (int r = 0; r < RW; r++) {
+                u32 b[8];
+                float sc[2], off[2];
+                pc[r].to_bytes(p, b, sc, off);
+                int d0 = 0, d1 = 0;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    d0 = dp2a_lo(xw[2 * j], b[j], d0);
+                    d0 = dp2a_hi(xw[2 * j + 1], b[j], d0);
+                    d1 = dp2a_lo(xw[8 + 2 * j], b[4 + j], d1);
+                    d1 = dp2a_hi(xw[8 + 2 * j + 1], b[4 + j], d1);
+                }
+                acc[r] += dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
+                          dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
+            }
+        }
+        if (paired) {
+            const float g = warp_sum(acc[0]), u = warp_sum(acc[RW - 1]);
+            if (lane == 0) {
+                a.y[static_cast<i64>(yrow) * a.ldy + nb] = g;
+                a.y2[static_cast<i64>(yrow) * a.ldy2 + nb] = u;
+                if (a.y3) a.y3[static_cast<i64>(yrow) * a.ldy3 + nb] = tally_silu(g) * u;
+            }
+            continue;
+        }
+#pragma unroll
+        for (int r = 0; r < RW; r++) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0 && nb + r < a.N)
+                a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(nb + r, split, a.head_dim, a.n_head)] = s;
+        }
+    }
+}
+
 // f32 GEMV: warp w of the block owns RW weight rows (gemv_<t>: 2, gemv4_<t>: 4) from
 // blockIdx.x * warps * RW + RW * w; its lanes take pieces p = lane, lane + 32, ... of every row,
 // each x element loaded once for the RW rows (the x loads through L1 were 8x the Q4_K weight
@@ -560,6 +736,12 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
     const bool paired = RW == 2 && a.w2 != nullptr;
     if (paired && (a.layout != 0 || !a.y2)) return;
+    if constexpr (qt_has_bytes<T>()) {
+        if (a.K <= GEMV_QK_MAX) {
+            gemv_int_body<T, RW>(a, bx);
+            return;
+        }
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
     // RW rows per warp: columns nb .. nb + RW - 1, or (paired, RW = 2) gate and up rows of
     // column nb.
@@ -615,7 +797,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
 #pragma unroll
             for (int r = 0; r < RW; r++) {
                 float v[32], sc[2], off[2];
-                pc[r].to_parts(p, v, sc, off);
+                piece_parts<T>(pc[r], p, v, sc, off);
                 float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 16; j++) {
@@ -953,7 +1135,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 float v[32], sc[2], off[2];
-                pc[u].to_parts(pp, v, sc, off);
+                piece_parts<T>(pc[u], pp, v, sc, off);
                 float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 16; j++) {

@@ -15,6 +15,7 @@
 #define GEMV_THREADS 256
 #define MMV_THREADS 256
 #define GEMV_MULTI_SEGS 4
+#define GEMV_QK_MAX 8192
 #define SIMT_THREADS 256
 #define SIMT_STAGES 3
 #define SIMT_BM 64

@@ -1,6 +1,6 @@
 // GGUF weight formats on the device: exact f32 dequantisation (`dequant8`, `dequant_rows`) and
 // the 32-element "pieces" the GEMM / GEMV kernels in gemm.cu decode (to f16 for the tensor cores,
-// or to small integers plus per-segment scales for the f32 GEMV).
+// or to bytes plus per-segment scales for the GEMVs).
 //
 // Formats (type ids as ggml numbers them; layouts read from ggml's block structs and the Rust
 // reference in crates/gguf/src/quants):
@@ -182,9 +182,13 @@ __device__ __forceinline__ void dequant8<QT_F32>(const u8* row, int k, float out
 // `issue(row, p)` only issues the global loads into the struct's registers; alternatively
 // `issue_async(slot, row, p)` copies the same bytes into a shared-memory slot of SLOT_WORDS words
 // with cp.async and, once they have landed, `from_slot(slot, row, p)` fills the struct from it.
-// `to_f16(p, o)` decodes (o[0..1] = seg0 as f16, o[2..3] = seg1); `to_parts(p, v, sc, off)` gives
-// values v[i] (small integers as floats, or the float values themselves) with
-// element = sc[s] * v[i] + off[s] for segment s = i / 16.
+// `to_f16(p, o)` decodes (o[0..1] = seg0 as f16, o[2..3] = seg1). The integer formats give their
+// values as bytes, `to_bytes(p, b, sc, off)`: b[0..3] segment 0 (element 4i + j in byte j of b[i]),
+// b[4..7] segment 1, unsigned, with element = sc[s] * (byte - ZO) + off[s] for the piece's
+// constant ZO (the zero point folded into the integers: 8 for Q4_0, 128 for Q8_0 and the
+// codebook formats' biased values, 0 where a min makes off[s] non-zero). The float formats
+// (F16, BF16, F32) have `to_parts(p, v, sc, off)` instead; `piece_parts` gives both kinds as
+// floats v[i] with element = sc[s] * v[i] + off[s] for segment s = i / 16.
 
 template <int T>
 __device__ __forceinline__ int piece_seg0(int p) {
@@ -200,12 +204,26 @@ __device__ __forceinline__ int piece_seg1(int p) {
 __device__ __forceinline__ u32 bytes_to_f16x2_biased(u32 w, int j) {
     return __byte_perm(w, 0x64646464u, j ? 0x4342u : 0x4140u);
 }
-// Four bytes (values < 256) as floats via the 2^23 trick: one prmt each, one subtract.
+// Four bytes u (values < 256) as the floats u - ZO, exact, via the 2^23 trick: one prmt each
+// (2^23 + u as the float's bits), one subtract of 2^23 + ZO.
+template <int ZO = 0>
 __device__ __forceinline__ void bytes_to_f32(u32 w, float* v) {
-    v[0] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u)), 8388608.0f);
-    v[1] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7651u)), 8388608.0f);
-    v[2] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7652u)), 8388608.0f);
-    v[3] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7653u)), 8388608.0f);
+    constexpr float bias = 8388608.0f + static_cast<float>(ZO);
+    v[0] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u)), bias);
+    v[1] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7651u)), bias);
+    v[2] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7652u)), bias);
+    v[3] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7653u)), bias);
+}
+// The byte words of a piece's two segments, as `to_bytes` hands them out.
+__device__ __forceinline__ void set_bytes(u32 b[8], uint4 s0, uint4 s1) {
+    b[0] = s0.x;
+    b[1] = s0.y;
+    b[2] = s0.z;
+    b[3] = s0.w;
+    b[4] = s1.x;
+    b[5] = s1.y;
+    b[6] = s1.z;
+    b[7] = s1.w;
 }
 
 // Decodes 16 bytes of small unsigned values (each < 1024 - bias) to 16 f16 as
@@ -269,7 +287,8 @@ struct Piece<QT_Q4_K> {
         bytes16_to_f16(lo, 0x64006400u, f16_bcast(f32_to_f16(d1)), f16_bcast(f32_to_f16(m1) ^ 0x8000u), o[0], o[1]);
         bytes16_to_f16(hi, 0x64006400u, f16_bcast(f32_to_f16(d2)), f16_bcast(f32_to_f16(m2) ^ 0x8000u), o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+    static constexpr int ZO = 0;
+    __device__ __forceinline__ void to_bytes(int p, u32 b[8], float sc[2], float off[2]) const {
         float d1, m1, d2, m2;
         scales(p, d1, m1, d2, m2);
         sc[0] = d1;
@@ -279,8 +298,8 @@ struct Piece<QT_Q4_K> {
         const u32 w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            bytes_to_f32(w[i] & 0x0F0F0F0Fu, v + 4 * i);
-            bytes_to_f32((w[i] >> 4) & 0x0F0F0F0Fu, v + 16 + 4 * i);
+            b[i] = w[i] & 0x0F0F0F0Fu;
+            b[4 + i] = (w[i] >> 4) & 0x0F0F0F0Fu;
         }
     }
 };
@@ -340,7 +359,8 @@ struct Piece<QT_Q5_K> {
         bytes16_to_f16(lo, 0x64006400u, f16_bcast(f32_to_f16(d1)), f16_bcast(f32_to_f16(m1) ^ 0x8000u), o[0], o[1]);
         bytes16_to_f16(hi, 0x64006400u, f16_bcast(f32_to_f16(d2)), f16_bcast(f32_to_f16(m2) ^ 0x8000u), o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+    static constexpr int ZO = 0;
+    __device__ __forceinline__ void to_bytes(int p, u32 b[8], float sc[2], float off[2]) const {
         float d1, m1, d2, m2;
         scales(p, d1, m1, d2, m2);
         sc[0] = d1;
@@ -349,12 +369,7 @@ struct Piece<QT_Q5_K> {
         off[1] = -m2;
         uint4 lo, hi;
         values(p, lo, hi);
-        const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            bytes_to_f32(l[i], v + 4 * i);
-            bytes_to_f32(u[i], v + 16 + 4 * i);
-        }
+        set_bytes(b, lo, hi);
     }
 };
 
@@ -435,19 +450,14 @@ struct Piece<QT_Q6_K> {
         bytes16_to_f16(a, bias, f16_bcast(f32_to_f16(scale(sc0))), 0u, o[0], o[1]);
         bytes16_to_f16(b, bias, f16_bcast(f32_to_f16(scale(sc1))), 0u, o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+    static constexpr int ZO = 32;
+    __device__ __forceinline__ void to_bytes(int p, u32 o[8], float sc[2], float off[2]) const {
         uint4 a, b;
         values(p, a, b);
         sc[0] = scale(sc0);
         sc[1] = scale(sc1);
-        off[0] = -32.0f * sc[0];
-        off[1] = -32.0f * sc[1];
-        const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            bytes_to_f32(x[i], v + 4 * i);
-            bytes_to_f32(y[i], v + 16 + 4 * i);
-        }
+        off[0] = off[1] = 0.0f;
+        set_bytes(o, a, b);
     }
 };
 
@@ -521,17 +531,16 @@ struct Piece<QT_Q8_0> {
         bytes16_to_f16(u0, bias, ds, 0x80008000u, o[0], o[1]);
         bytes16_to_f16(u1, bias, ds, 0x80008000u, o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
+    // Bytes q + 128 (q ^ 0x80), ZO = 128.
+    static constexpr int ZO = 128;
+    __device__ __forceinline__ void to_bytes(int, u32 b[8], float sc[2], float off[2]) const {
         uint4 q0, q1;
         u32 dbits;
         raw(q0, q1, dbits);
-        const float d = f16_to_f32(dbits);
-        sc[0] = sc[1] = d;
-        off[0] = off[1] = -128.0f * d;
+        sc[0] = sc[1] = f16_to_f32(dbits);
+        off[0] = off[1] = 0.0f;
         const u32 f = 0x80808080u;
-        const u32 x[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-        for (int i = 0; i < 8; i++) bytes_to_f32(x[i] ^ f, v + 4 * i);
+        set_bytes(b, make_uint4(q0.x ^ f, q0.y ^ f, q0.z ^ f, q0.w ^ f), make_uint4(q1.x ^ f, q1.y ^ f, q1.z ^ f, q1.w ^ f));
     }
 };
 
@@ -631,6 +640,25 @@ struct Piece<QT_F32> {
 };
 
 #include "quant_small.cuh"
+
+// The integer formats (every supported type but the floats): their pieces have to_bytes and ZO.
+template <int T>
+__host__ __device__ constexpr bool qt_has_bytes() {
+    return T != QT_F32 && T != QT_F16 && T != QT_BF16;
+}
+// A piece as floats: v[i] = byte - ZO exactly (integer formats), or the float values themselves;
+// element i = sc[s] * v[i] + off[s], s = i / 16.
+template <int T>
+__device__ __forceinline__ void piece_parts(const Piece<T>& pc, int p, float v[32], float sc[2], float off[2]) {
+    if constexpr (qt_has_bytes<T>()) {
+        u32 b[8];
+        pc.to_bytes(p, b, sc, off);
+#pragma unroll
+        for (int i = 0; i < 8; i++) bytes_to_f32<Piece<T>::ZO>(b[i], v + 4 * i);
+    } else {
+        pc.to_parts(p, v, sc, off);
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Row dequantisation: out[i, :] = dequant(W row ids[i] (or row0 + i)), all K elements.

@@ -114,14 +114,6 @@ __device__ __forceinline__ float e8m0_half(u32 e) {
 __device__ __forceinline__ u32 spread4(u32 x) {
     return (x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21);
 }
-// Biased bytes (codebook value + 128) -> the signed values as floats, exact: 2^23 + u as the
-// float's mantissa, minus 2^23 + 128.
-__device__ __forceinline__ void biased_bytes_to_f32(u32 w, float* v) {
-    v[0] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u)), 8388736.0f);
-    v[1] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7651u)), 8388736.0f);
-    v[2] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7652u)), 8388736.0f);
-    v[3] = __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7653u)), 8388736.0f);
-}
 
 // ---- dequant8 -------------------------------------------------------------------------------
 // The 32-element formats: block k/32; elements e..e+7 (e = k%32) are nibbles (e/16) of bytes
@@ -294,26 +286,14 @@ struct PieceSmall {
             bytes16_to_f16(hi, bias, ds, 0x80008000u, o[2], o[3]);
         }
     }
-    __device__ __forceinline__ void to_parts(int, float v[32], float sc[2], float off[2]) const {
+    // Codebook values biased by 128; the legacy formats' stored values with their zero point.
+    static constexpr int ZO = CODEBOOK ? 128 : HAS_MIN ? 0 : FIVE ? 16 : 8;
+    __device__ __forceinline__ void to_bytes(int, u32 b[8], float sc[2], float off[2]) const {
         uint4 lo, hi;
         values<CODEBOOK>(lo, hi);
-        const float d = scale();
-        const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            if (CODEBOOK) {
-                biased_bytes_to_f32(l[i], v + 4 * i);
-                biased_bytes_to_f32(u[i], v + 16 + 4 * i);
-            } else {
-                bytes_to_f32(l[i], v + 4 * i);
-                bytes_to_f32(u[i], v + 16 + 4 * i);
-            }
-        }
-        sc[0] = sc[1] = d;
-        const float o = HAS_MIN ? f16_to_f32(r.template word<0>() >> 16)
-                        : CODEBOOK ? 0.0f
-                        : __fmul_rn(FIVE ? -16.0f : -8.0f, d);
-        off[0] = off[1] = o;
+        set_bytes(b, lo, hi);
+        sc[0] = sc[1] = scale();
+        off[0] = off[1] = HAS_MIN ? f16_to_f32(r.template word<0>() >> 16) : 0.0f;
     }
 };
 template <>
@@ -378,15 +358,11 @@ struct Piece<QT_IQ4_XS> {
         bytes16_to_f16(lo, 0x64806480u, ds, 0x80008000u, o[0], o[1]);
         bytes16_to_f16(hi, 0x64806480u, ds, 0x80008000u, o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+    static constexpr int ZO = 128;  // biased codebook values
+    __device__ __forceinline__ void to_bytes(int p, u32 b[8], float sc[2], float off[2]) const {
         uint4 lo, hi;
         values<true>(lo, hi);
-        const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            biased_bytes_to_f32(l[i], v + 4 * i);
-            biased_bytes_to_f32(u[i], v + 16 + 4 * i);
-        }
+        set_bytes(b, lo, hi);
         sc[0] = sc[1] = scale(p);
         off[0] = off[1] = 0.0f;
     }
@@ -446,7 +422,8 @@ struct Piece<QT_Q2_K> {
         bytes16_to_f16(lo, 0x64006400u, f16_bcast(f32_to_f16(d1)), f16_bcast(f32_to_f16(m1) ^ 0x8000u), o[0], o[1]);
         bytes16_to_f16(hi, 0x64006400u, f16_bcast(f32_to_f16(d2)), f16_bcast(f32_to_f16(m2) ^ 0x8000u), o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int p, float v[32], float sc_[2], float off[2]) const {
+    static constexpr int ZO = 0;
+    __device__ __forceinline__ void to_bytes(int p, u32 b[8], float sc_[2], float off[2]) const {
         float d1, m1, d2, m2;
         scales(p, d1, m1, d2, m2);
         sc_[0] = d1;
@@ -455,12 +432,7 @@ struct Piece<QT_Q2_K> {
         off[1] = -m2;
         uint4 lo, hi;
         values(p, lo, hi);
-        const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            bytes_to_f32(l[i], v + 4 * i);
-            bytes_to_f32(u[i], v + 16 + 4 * i);
-        }
+        set_bytes(b, lo, hi);
     }
 };
 
@@ -525,20 +497,15 @@ struct Piece<QT_Q3_K> {
         bytes16_to_f16(lo, 0x64046404u, f16_bcast(f32_to_f16(d1)), 0x80008000u, o[0], o[1]);
         bytes16_to_f16(hi, 0x64046404u, f16_bcast(f32_to_f16(d2)), 0x80008000u, o[2], o[3]);
     }
-    __device__ __forceinline__ void to_parts(int p, float v[32], float sc[2], float off[2]) const {
+    static constexpr int ZO = 4;  // u = q + 4
+    __device__ __forceinline__ void to_bytes(int p, u32 b[8], float sc[2], float off[2]) const {
         float d1, d2;
         scales(p, d1, d2);
         sc[0] = d1;
         sc[1] = d2;
-        off[0] = -4.0f * d1;
-        off[1] = -4.0f * d2;
+        off[0] = off[1] = 0.0f;
         uint4 lo, hi;
         values(p, lo, hi);
-        const u32 l[4] = {lo.x, lo.y, lo.z, lo.w}, u[4] = {hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            bytes_to_f32(l[i], v + 4 * i);
-            bytes_to_f32(u[i], v + 16 + 4 * i);
-        }
+        set_bytes(b, lo, hi);
     }
 };

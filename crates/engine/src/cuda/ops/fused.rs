@@ -28,7 +28,7 @@
 use tally_model::{Node, Op, OutLayout, Plan};
 
 use super::elementwise::shared_gate_threads;
-use super::matmul::{gemv_grid, gemv_rows_per_warp, layout_code, runs_gemv};
+use super::matmul::{gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv};
 use super::moe::runs_direct_gemv;
 use super::norm::{launch_norm_rows, norm_threads};
 use super::{Io, io};
@@ -344,7 +344,8 @@ fn paired(
         ldy3,
     };
     // Paired mode: one output column (2 weight rows) per warp.
-    let (gx, threads) = gemv_grid(n, 1, tiles, b.props.sm_count);
+    let min_threads = gemv_min_threads(ty, k, 2);
+    let (gx, threads) = gemv_grid(n, 1, tiles, b.props.sm_count, min_threads);
     let grid = (gx, tiles as u32, 1);
     // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). gemv_<t> in
     // paired mode: grid.x covers the N output columns at threads / 32 per block (at most
@@ -430,7 +431,12 @@ fn multi(
             ),
         ));
     }
-    let (a, grid, threads) = multi_args(&args, rows, b.props.sm_count);
+    let min_threads = args
+        .iter()
+        .map(|&(_, rw, _)| gemv_min_threads(ty, k as usize, rw))
+        .max()
+        .unwrap_or(64);
+    let (a, grid, threads) = multi_args(&args, rows, b.props.sm_count, min_threads);
     // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
     // s is the argument set `gemv_<t>` would get for node index + s (dense, plain or q/gate
     // layout, 2 columns per warp): its weight holds N rows of row_bytes (checked above), x is the
@@ -447,8 +453,13 @@ type Segment = (usize, usize, GemmArgs);
 
 /// The arguments, grid and block size of one `gemv_multi_<t>` launch of `segs` over `rows`
 /// input rows: blocks of GEMV_THREADS, down to 2 warps while the launch would leave
-/// multiprocessors without two blocks (as [`gemv_grid`]).
-fn multi_args(segs: &[Segment], rows: usize, sms: u32) -> (MultiGemvArgs, (u32, u32, u32), u32) {
+/// multiprocessors without two blocks, never below `min_threads` (as [`gemv_grid`]).
+fn multi_args(
+    segs: &[Segment],
+    rows: usize,
+    sms: u32,
+    min_threads: u32,
+) -> (MultiGemvArgs, (u32, u32, u32), u32) {
     let blocks = |threads: u32| -> Vec<u32> {
         let warps = (threads / 32) as usize;
         segs.iter()
@@ -456,7 +467,7 @@ fn multi_args(segs: &[Segment], rows: usize, sms: u32) -> (MultiGemvArgs, (u32, 
             .collect()
     };
     let mut threads = GEMV_THREADS;
-    while threads > 64
+    while threads > min_threads.max(64)
         && blocks(threads).iter().sum::<u32>() as usize * rows.max(1) < 2 * sms as usize
     {
         threads /= 2;
@@ -643,17 +654,22 @@ mod tests {
             &[seg(8192, 4), seg(4096, 2), seg(32, 2), seg(32, 2)],
             1,
             132,
+            64,
         );
         assert_eq!((grid, threads), ((516, 1, 1), 256));
         assert_eq!(
             (a.block_end, a.rw, a.n_seg),
             ([256, 512, 514, 516], [4, 2, 2, 2], 4)
         );
-        let (a, grid, threads) = multi_args(&[seg(4096, 2), seg(32, 2), seg(32, 2)], 1, 132);
+        let (a, grid, threads) = multi_args(&[seg(4096, 2), seg(32, 2), seg(32, 2)], 1, 132, 64);
         assert_eq!((grid, threads), ((520, 1, 1), 128));
         assert_eq!(a.block_end, [512, 516, 520, 520]);
-        let (_, grid, _) = multi_args(&[seg(8192, 4), seg(512, 2)], 1, 132);
+        let (_, grid, _) = multi_args(&[seg(8192, 4), seg(512, 2)], 1, 132, 64);
         assert_eq!(grid, (288, 1, 1));
+        // With the integer body's floor (16 weight rows a block: 256 threads at 2 rows a warp).
+        let (a, grid, threads) = multi_args(&[seg(4096, 2), seg(32, 2), seg(32, 2)], 1, 132, 256);
+        assert_eq!((grid, threads), ((260, 1, 1), 256));
+        assert_eq!(a.block_end, [256, 258, 260, 260]);
     }
 
     #[test]

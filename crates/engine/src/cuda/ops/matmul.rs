@@ -9,8 +9,8 @@ use super::Io;
 use crate::EngineError;
 use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
 use crate::cuda::consts::{
-    GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_THREADS, MMV_THREADS,
-    SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE, SWP_BK, SWP_LDS, SWP_STAGES,
+    GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_INT_MIN_ROWS, GEMV_QK_MAX,
+    GEMV_THREADS, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE, SWP_BK, SWP_LDS, SWP_STAGES,
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
@@ -44,14 +44,38 @@ pub(crate) fn use_mmv(ty: GgmlType, k: usize) -> bool {
 /// each warp owning `cols_per_warp` columns whatever the block size (`gemv_<t>`: 2, `gemv4_<t>`:
 /// 4, paired: 1): the full GEMV_THREADS where that gives every multiprocessor two blocks, else
 /// down to 2 warps, so a short N (the router, the shared expert, beta/alpha) spreads over more
-/// multiprocessors (a block's work is latency, not bandwidth).
-pub(crate) fn gemv_grid(n: usize, cols_per_warp: usize, m: usize, sms: u32) -> (u32, u32) {
+/// multiprocessors (a block's work is latency, not bandwidth); never below `min_threads`
+/// ([`gemv_min_threads`]).
+pub(crate) fn gemv_grid(
+    n: usize,
+    cols_per_warp: usize,
+    m: usize,
+    sms: u32,
+    min_threads: u32,
+) -> (u32, u32) {
     let cols = |threads: u32| cols_per_warp * (threads / 32) as usize;
     let mut threads = GEMV_THREADS;
-    while threads > 64 && n.div_ceil(cols(threads)) * m.max(1) < 2 * sms as usize {
+    while threads > min_threads.max(64) && n.div_ceil(cols(threads)) * m.max(1) < 2 * sms as usize {
         threads /= 2;
     }
     (blocks(n as i64, cols(threads) as u32), threads)
+}
+
+/// Whether `gemv_<t>` of `ty` weights takes its integer body (gemm.cu's gemv_int_body: every
+/// integer format, rows up to GEMV_QK_MAX) rather than the f32 one.
+pub(crate) fn gemv_is_int(ty: GgmlType, k: usize) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) && k as i64 <= GEMV_QK_MAX
+}
+
+/// The fewest threads a GEMV block of `weight_rows_per_warp` rows a warp (2 or 4; paired: 2)
+/// should have: the integer body quantises x once per block, so its blocks cover at least
+/// GEMV_INT_MIN_ROWS weight rows; 64 otherwise.
+pub(crate) fn gemv_min_threads(ty: GgmlType, k: usize, weight_rows_per_warp: usize) -> u32 {
+    if !gemv_is_int(ty, k) {
+        return 64;
+    }
+    let warps = GEMV_INT_MIN_ROWS.div_ceil(weight_rows_per_warp.max(1)) as u32;
+    (32 * warps).clamp(64, GEMV_THREADS)
 }
 
 /// Rows per warp of a dense GEMV of `n` output columns: `TALLY_GEMV_RW`, else 4 where
@@ -503,13 +527,13 @@ fn dense_gemm(
     if v == 3 {
         let rw = gemv_rows_per_warp(b, n);
         if rw == 4 {
-            let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count);
+            let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count, gemv_min_threads(ty, k, 4));
             let grid = (gx, m as u32, 1);
             // SAFETY: as for the SIMT GEMM, with 4 output columns per warp over M rows and at
             // most GEMV_THREADS threads (the kernel's launch bound).
             return unsafe { launch(set.gemv4, grid, (threads, 1, 1), 0, s, &a) };
         }
-        let (gx, threads) = gemv_grid(n, 2, m, b.props.sm_count);
+        let (gx, threads) = gemv_grid(n, 2, m, b.props.sm_count, gemv_min_threads(ty, k, 2));
         let grid = (gx, m as u32, 1);
         // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
         // GEMV_THREADS threads (the kernel's launch bound).
@@ -546,15 +570,36 @@ mod tests {
     fn gemv_grids_are_the_measured_ones() {
         let sms = 132;
         // gemv_<t> (round 5): qkv, 8192 rows; the out projection, 2048 rows.
-        assert_eq!(gemv_grid(8192, 2, 1, sms), (512, 256));
-        assert_eq!(gemv_grid(2048, 2, 1, sms), (512, 64));
+        // (The f32 body's grids: no floor on the block size.)
+        let f = 64;
+        assert_eq!(gemv_grid(8192, 2, 1, sms, f), (512, 256));
+        assert_eq!(gemv_grid(2048, 2, 1, sms, f), (512, 64));
         // gemv4_<t>: qkv (round 6: grid 512, 128 threads), z (256 at 64 threads).
-        assert_eq!(gemv_grid(8192, 4, 1, sms), (512, 128));
-        assert_eq!(gemv_grid(4096, 4, 1, sms), (512, 64));
+        assert_eq!(gemv_grid(8192, 4, 1, sms, f), (512, 128));
+        assert_eq!(gemv_grid(4096, 4, 1, sms, f), (512, 64));
         // Paired: MoE gate/up (64 x 8 tiles, 256 threads), shared expert (256), beta/alpha (16).
-        assert_eq!(gemv_grid(512, 1, 8, sms), (64, 256));
-        assert_eq!(gemv_grid(512, 1, 1, sms), (256, 64));
-        assert_eq!(gemv_grid(32, 1, 1, sms), (16, 64));
+        assert_eq!(gemv_grid(512, 1, 8, sms, f), (64, 256));
+        assert_eq!(gemv_grid(512, 1, 1, sms, f), (256, 64));
+        assert_eq!(gemv_grid(32, 1, 1, sms, f), (16, 64));
+    }
+
+    /// The integer body's floor: 16 weight rows a block (8 warps at 2 rows a warp, 4 at 4);
+    /// the float formats and rows longer than GEMV_QK_MAX keep 64.
+    #[test]
+    fn integer_gemv_blocks_cover_sixteen_weight_rows() {
+        let sms = 132;
+        assert_eq!(gemv_min_threads(GgmlType::Q4_K, 4096, 2), 256);
+        assert_eq!(gemv_min_threads(GgmlType::IQ4_XS, 2048, 4), 128);
+        assert_eq!(gemv_min_threads(GgmlType::Q6_K, 2048, 2), 256);
+        assert_eq!(gemv_min_threads(GgmlType::BF16, 2048, 2), 64);
+        assert_eq!(gemv_min_threads(GgmlType::Q8_0, 16384, 2), 64);
+        // The out projection (2048 rows, K = 4096) and the shared expert (paired, 512 columns).
+        let t = gemv_min_threads(GgmlType::Q4_K, 4096, 2);
+        assert_eq!(gemv_grid(2048, 2, 1, sms, t), (128, 256));
+        assert_eq!(gemv_grid(512, 1, 1, sms, t), (64, 256));
+        // qkv at 4 rows a warp keeps its 128-thread blocks.
+        let t4 = gemv_min_threads(GgmlType::Q4_K, 2048, 4);
+        assert_eq!(gemv_grid(8192, 4, 1, sms, t4), (512, 128));
     }
 
     /// cuBLAS's definition of `C = op(A) op(B)` with op(A) = A^T and op(B) = B, column-major.

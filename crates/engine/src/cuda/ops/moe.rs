@@ -6,7 +6,8 @@ use tally_model::{Node, Plan};
 
 use super::Io;
 use super::matmul::{
-    SWAP_BT, TILE_BM, gemm_smem_bytes, gemv_grid, mmv_grid_x, swap_smem_bytes, use_mmv, use_swap,
+    SWAP_BT, TILE_BM, gemm_smem_bytes, gemv_grid, gemv_min_threads, mmv_grid_x, swap_smem_bytes,
+    use_mmv, use_swap,
 };
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
@@ -256,7 +257,8 @@ pub fn moe_matmul(
         };
     }
     if bm == 1 {
-        let (gx, threads) = gemv_grid(n, 2, max_tiles, b.props.sm_count);
+        let min_threads = gemv_min_threads(ty, kk, 2);
+        let (gx, threads) = gemv_grid(n, 2, max_tiles, b.props.sm_count, min_threads);
         let grid = (gx, max_tiles as u32, 1);
         // SAFETY: as for mmv (one-row tiles read from the ids), with 2 output columns per
         // warp and at most GEMV_THREADS threads.
