@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Per-kernel device time of one decode step (ncu, clock control none) on the 4-layer 35B-shaped
-# Q4_K_M file: the first half of scripts/gpu/profile-decode.sh, for a quick before/after of a
+# Q4_K_M file (scripts/gpu/profile-decode.sh starts with it), for a quick before/after of a
 # decode kernel change against a committed step table (e.g. ../2026-12-02-h200-decode-host/ab2/
 # step-d0-none.txt). Carry .carry/bin. Prints the step table.
 set -u

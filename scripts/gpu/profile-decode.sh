@@ -12,13 +12,10 @@ T="$TALLY_NOPEER"
 M=${M:-/tmp/l4.gguf}
 mkdir -p "$OUT/p"
 t0=$(date +%s)
-[ -f "$M" ] || "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --out "$M" -o json > "$OUT/p/synth.json" 2>&1
-echo "synth: $(( $(date +%s) - t0 )) s"
-command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-ncu --version | tail -1
-gen=("$T" generate --model "$M" --tokenizer crates/text/tests/data/tiny.gguf --backend cuda --prompt "The quick brown fox jumps over the lazy dog" -n 4 --temp 0 --ignore-eos)
-ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/p/ncu-d0.csv" "${gen[@]}" > "$OUT/p/ncu-d0.out" 2>&1
+# The 4-layer file and one decode step's per-kernel table ($OUT/p/step-d0.txt, ncu-d0.csv.gz).
+M="$M" scripts/gpu/ncu-step.sh > "$OUT/p/ncu-step.out" 2>&1
 echo "ncu d0 rc=$? $(( $(date +%s) - t0 )) s"
+command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
 # Depth: a prompt of ~4,000 tokens (the synth vocabulary splits words into several tokens).
 long=$(python3 -c 'import random; random.seed(1); print(" ".join(random.choice(["alpha","beta","gamma","delta","river","stone","cloud","seven"]) for _ in range(2500)))')
 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/p/ncu-d4k.csv" \
@@ -28,7 +25,6 @@ echo "ncu d4k rc=$? $(( $(date +%s) - t0 )) s"
 TALLY_NO_GRAPH=decode "$T" bench -m "$M" -p 512 -n 128 -r 3 --backend cuda -o md --busy-limit 64 --out-dir "$OUT/p/b2" > "$OUT/p/bench-nograph.md" 2>&1
 "$T" bench -m "$M" -p 512 -n 64 -d 8192,32768 -r 3 --backend cuda -o md --busy-limit 64 --out-dir "$OUT/p/b3" > "$OUT/p/bench-depth.md" 2>&1
 echo "bench: $(( $(date +%s) - t0 )) s"
-python3 tools/gpu/ncu_step.py "$OUT/p/ncu-d0.csv" > "$OUT/p/step-d0.txt" 2>&1
 python3 tools/gpu/ncu_step.py "$OUT/p/ncu-d4k.csv" > "$OUT/p/step-d4k.txt" 2>&1
 tar -C "$OUT" -czf "$OUT/profile.tar.gz" p && rm -rf "$OUT/p/b1" "$OUT/p/b2" "$OUT/p/b3"
 cat "$OUT/p/step-d4k.txt" | tail -25

@@ -551,6 +551,44 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     }
 }
 
+// The GEMV warp's weight rows: columns nb .. nb + RW - 1 (clamped to the last row), or (paired,
+// RW = 2) row nb of the gate weight and of the up weight, the same expert (w is the block's
+// expert base in a.w).
+template <int RW>
+__device__ __forceinline__ void gemv_weight_rows(const GemmArgs& a, const u8* w, bool paired, int nb, const u8* wrow[RW]) {
+    const int nc = min(nb, a.N - 1);
+    if (paired) {
+        const i64 off = static_cast<i64>(nc) * a.w_row_bytes;
+        wrow[0] = w + off;
+        wrow[RW - 1] = a.w2 + (w - a.w) + off;
+    } else {
+#pragma unroll
+        for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nc + r, a.N - 1)) * a.w_row_bytes;
+    }
+}
+
+// The GEMV warp's outputs of one row: the lanes' partial sums reduced, then (paired) y, y2 and
+// y3 = silu(y) * y2 of column nb, or y of columns nb .. nb + RW - 1 that exist.
+template <int RW>
+__device__ __forceinline__ void gemv_store(const GemmArgs& a, bool paired, const float acc[RW], int lane, int nb,
+                                           int yrow) {
+    if (paired) {
+        const float g = warp_sum(acc[0]), u = warp_sum(acc[RW - 1]);
+        if (lane == 0) {
+            a.y[static_cast<i64>(yrow) * a.ldy + nb] = g;
+            a.y2[static_cast<i64>(yrow) * a.ldy2 + nb] = u;
+            if (a.y3) a.y3[static_cast<i64>(yrow) * a.ldy3 + nb] = tally_silu(g) * u;
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        const float s = warp_sum(acc[r]);
+        if (lane == 0 && nb + r < a.N)
+            a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(nb + r, a.layout == 1, a.head_dim, a.n_head)] = s;
+    }
+}
+
 // The integer GEMV's input: one x row quantised to int16 per segment of 16 elements (the
 // segments of the pieces of gemv's type), in shared memory, stored by piece: piece p's 32 values
 // are the four 16-byte units 4p + (u ^ ((p >> 1) & 3)), u = 2 * segment + half (the swizzle puts
@@ -639,17 +677,8 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     int start, rows;
     if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
     const u8* wrow[RW];
-    const int nc = min(nb, a.N - 1);
-    if (paired) {
-        const i64 off = static_cast<i64>(nc) * a.w_row_bytes;
-        wrow[0] = w + off;
-        wrow[RW - 1] = a.w2 + (w - a.w) + off;
-    } else {
-#pragma unroll
-        for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nc + r, a.N - 1)) * a.w_row_bytes;
-    }
+    gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
-    const bool split = a.layout == 1;
     const int P = a.K / 32;
     constexpr int ZO = Piece<T>::ZO;
     GemvX& sx = gemv_x_smem();
@@ -705,21 +734,7 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
                           dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
             }
         }
-        if (paired) {
-            const float g = warp_sum(acc[0]), u = warp_sum(acc[RW - 1]);
-            if (lane == 0) {
-                a.y[static_cast<i64>(yrow) * a.ldy + nb] = g;
-                a.y2[static_cast<i64>(yrow) * a.ldy2 + nb] = u;
-                if (a.y3) a.y3[static_cast<i64>(yrow) * a.ldy3 + nb] = tally_silu(g) * u;
-            }
-            continue;
-        }
-#pragma unroll
-        for (int r = 0; r < RW; r++) {
-            const float s = warp_sum(acc[r]);
-            if (lane == 0 && nb + r < a.N)
-                a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(nb + r, split, a.head_dim, a.n_head)] = s;
-        }
+        gemv_store<RW>(a, paired, acc, lane, nb, yrow);
     }
 }
 
@@ -751,16 +766,8 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     int start, rows;
     if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;
     const u8* wrow[RW];
-    if (paired) {
-        const i64 off = static_cast<i64>(nb) * a.w_row_bytes;
-        wrow[0] = w + off;
-        wrow[RW - 1] = a.w2 + (w - a.w) + off;  // the same expert of the up weight
-    } else {
-#pragma unroll
-        for (int r = 0; r < RW; r++) wrow[r] = w + static_cast<i64>(min(nb + r, a.N - 1)) * a.w_row_bytes;
-    }
+    gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
-    const bool split = a.layout == 1;
     const int P = a.K / 32;
 
     for (int i = 0; i < rows; i++) {
@@ -807,21 +814,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
                 acc[r] += sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1;
             }
         }
-        if (paired) {
-            const float g = warp_sum(acc[0]), u = warp_sum(acc[RW - 1]);
-            if (lane == 0) {
-                a.y[static_cast<i64>(yrow) * a.ldy + nb] = g;
-                a.y2[static_cast<i64>(yrow) * a.ldy2 + nb] = u;
-                if (a.y3) a.y3[static_cast<i64>(yrow) * a.ldy3 + nb] = tally_silu(g) * u;
-            }
-            continue;
-        }
-#pragma unroll
-        for (int r = 0; r < RW; r++) {
-            const float s = warp_sum(acc[r]);
-            if (lane == 0 && nb + r < a.N)
-                a.y[static_cast<i64>(yrow) * a.ldy + gemm_out_col(nb + r, split, a.head_dim, a.n_head)] = s;
-        }
+        gemv_store<RW>(a, paired, acc, lane, nb, yrow);
     }
 }
 
