@@ -183,17 +183,20 @@ static int test_paired(int type, bool moe, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
-// Non-finite x through gemv_<t>: the integer body rounds x to int16 per 16 elements, and a
-// rounding that let a NaN or an infinity become a finite integer would hide it from the
+// Non-finite and tiny x through gemv_<t>: the integer body rounds x to int16 per 16 elements,
+// and a rounding that let a NaN or an infinity become a finite integer would hide it from the
 // engine's finite guard. Row 0 of x holds a NaN (element 37), row 1 an infinity (element
 // 1500), row 2 is finite: every output of rows 0 and 1 must be NaN or infinite, every output of
-// row 2 finite and within the GEMV bound of the float64 reference. Poisoned outputs first.
+// row 2 finite and within the GEMV bound of the float64 reference. Row 3 is row 2 times 1e-36
+// (below the integer body's normal scale range, 32767 * 2^-126): finite, and within 2e-2 (its
+// step is 2^-126, about 1% of its values). Poisoned outputs first.
 static int test_nonfinite_x(int type, ref::Rng& rng) {
-    const int K = 2048, N = 40, M = 3;
+    const int K = 2048, N = 40, M = 4;
     const int64_t rb = ref::row_bytes(type, K);
     const std::vector<uint8_t> w = ref::random_weights(type, N, K, rng);
     std::vector<float> x(size_t(M) * K);
     for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+    for (int k = 0; k < K; k++) x[size_t(3 * K + k)] = x[size_t(2 * K + k)] * 1e-36f;
     x[37] = std::nanf("");
     x[size_t(K) + 1500] = INFINITY;
     EmuBackend b;
@@ -212,19 +215,25 @@ static int test_nonfinite_x(int type, ref::Rng& rng) {
     b.gemm(gemm_fn(type, V_GEMV), unsigned((N + 15) / 16), unsigned(M), 256, 0, a);
     std::vector<float> wf(static_cast<size_t>(K));
     long long bad = 0;
-    double num = 0, den = 0;
+    double num = 0, den = 0, num3 = 0, den3 = 0;
     for (int n = 0; n < N; n++) {
         ref::dequant_row(type, w.data() + n * rb, K, wf.data());
-        double want = 0;
-        for (int k = 0; k < K; k++) want += double(wf[size_t(k)]) * x[size_t(2 * K + k)];
-        bad += std::isfinite(y[n]) || std::isfinite(y[N + n]) || !std::isfinite(y[2 * N + n]);
+        double want = 0, want3 = 0;
+        for (int k = 0; k < K; k++) {
+            want += double(wf[size_t(k)]) * x[size_t(2 * K + k)];
+            want3 += double(wf[size_t(k)]) * x[size_t(3 * K + k)];
+        }
+        bad += std::isfinite(y[n]) || std::isfinite(y[N + n]) || !std::isfinite(y[2 * N + n]) ||
+               !std::isfinite(y[3 * N + n]);
         num += (y[2 * N + n] - want) * (y[2 * N + n] - want);
         den += want * want;
+        num3 += (y[3 * N + n] - want3) * (y[3 * N + n] - want3);
+        den3 += want3 * want3;
     }
-    const double rel = std::sqrt(num / den);
-    const bool fail = bad != 0 || !(rel < (gemv_is_int(type, K) ? kGemvIntBound : kGemvBound));
-    std::printf("  %s gemv non-finite x %-5s: %lld outputs wrong, finite row rel=%.2e\n", fail ? "FAIL" : "ok  ",
-                ref::type_name(type), bad, rel);
+    const double rel = std::sqrt(num / den), rel3 = std::sqrt(num3 / den3);
+    const bool fail = bad != 0 || !(rel < (gemv_is_int(type, K) ? kGemvIntBound : kGemvBound)) || !(rel3 < 2e-2);
+    std::printf("  %s gemv non-finite x %-5s: %lld outputs wrong, finite row rel=%.2e, tiny row rel=%.2e\n",
+                fail ? "FAIL" : "ok  ", ref::type_name(type), bad, rel, rel3);
     b.release();
     return fail ? 1 : 0;
 }

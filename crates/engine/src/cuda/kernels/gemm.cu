@@ -634,7 +634,12 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
         }
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
-        const float inv = amax > 0.0f && !bad ? 32767.0f / amax : 0.0f;
+        // q = rint(x * inv), x ~ q * dx with dx = 1 / inv up to rounding; below amax =
+        // 32767 * 2^-126 the step is the smallest normal float, 2^-126 (32767 / amax would
+        // overflow, and a subnormal dx would lose its bits).
+        const bool tiny = amax < 32767.0f * 1.17549435e-38f;
+        const float inv = amax == 0.0f || bad ? 0.0f : tiny ? __uint_as_float(0x7e800000u) : 32767.0f / amax;
+        const float dx = tiny ? 1.17549435e-38f : amax / 32767.0f;
         int q[8], sum = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -654,7 +659,7 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
         sx.q[4 * p + (u ^ ((p >> 1) & 3))] = make_uint4(w[0], w[1], w[2], w[3]);
         if (half == 0) {
             u32* m = reinterpret_cast<u32*>(&sx.m[p]);
-            m[2 * seg] = bad ? 0x7fc00000u : __float_as_uint(amax / 32767.0f);
+            m[2 * seg] = bad ? 0x7fc00000u : __float_as_uint(dx);
             m[2 * seg + 1] = static_cast<u32>(sum);
         }
     }
