@@ -182,9 +182,7 @@ constexpr double kGemmBound = 5e-3;  // tensor-core kernels (f16 operands)
 constexpr double kGemvBound = 1e-5;  // f32 GEMV (the float formats, K > GEMV_QK_MAX)
 // Integer GEMV (gemv_int_body: x rounded to int16 per 16 elements, ~2e-5 for Gaussian x).
 constexpr double kGemvIntBound = 6e-5;
-inline bool gemv_is_int(int type, int K) {
-    return type != ref::F32 && type != ref::F16 && type != ref::BF16 && K <= GEMV_QK_MAX;
-}
+inline bool gemv_is_int(int type, int K) { return qt_has_bytes(type) && K <= GEMV_QK_MAX; }
 constexpr double kSimtBound = 2e-6;  // f32 SIMT GEMM (measured ~2e-7 at K = 2048)
 
 // Compares y (downloaded) with the reference; prints a verdict line (and the first mismatches).

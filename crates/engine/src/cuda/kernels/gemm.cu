@@ -614,17 +614,9 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
     for (int base = 0; base < halves; base += static_cast<int>(blockDim.x)) {
         const int h = base + static_cast<int>(threadIdx.x);
         const bool on = h < halves;
-        float v[8];
         const float4 a = on ? ld_x4(xr + 8 * h, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float4 b = on ? ld_x4(xr + 8 * h + 4, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        v[0] = a.x;
-        v[1] = a.y;
-        v[2] = a.z;
-        v[3] = a.w;
-        v[4] = b.x;
-        v[5] = b.y;
-        v[6] = b.z;
-        v[7] = b.w;
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         float amax = 0.0f;
         int bad = 0;
 #pragma unroll
@@ -756,7 +748,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
     const bool paired = RW == 2 && a.w2 != nullptr;
     if (paired && (a.layout != 0 || !a.y2)) return;
-    if constexpr (qt_has_bytes<T>()) {
+    if constexpr (qt_has_bytes(T)) {
         if (a.K <= GEMV_QK_MAX) {
             gemv_int_body<T, RW>(a, bx);
             return;

@@ -642,15 +642,14 @@ struct Piece<QT_F32> {
 #include "quant_small.cuh"
 
 // The integer formats (every supported type but the floats): their pieces have to_bytes and ZO.
-template <int T>
-__host__ __device__ constexpr bool qt_has_bytes() {
-    return T != QT_F32 && T != QT_F16 && T != QT_BF16;
+__host__ __device__ constexpr bool qt_has_bytes(int t) {
+    return t != QT_F32 && t != QT_F16 && t != QT_BF16;
 }
 // A piece as floats: v[i] = byte - ZO exactly (integer formats), or the float values themselves;
 // element i = sc[s] * v[i] + off[s], s = i / 16.
 template <int T>
 __device__ __forceinline__ void piece_parts(const Piece<T>& pc, int p, float v[32], float sc[2], float off[2]) {
-    if constexpr (qt_has_bytes<T>()) {
+    if constexpr (qt_has_bytes(T)) {
         u32 b[8];
         pc.to_bytes(p, b, sc, off);
 #pragma unroll
