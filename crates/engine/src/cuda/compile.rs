@@ -155,8 +155,9 @@ fn nvrtc_version() -> (c_int, c_int) {
     (major, minor)
 }
 
-/// Compiles `src` for `arch` (e.g. `sm_90a`) to CUBIN, using the disk cache.
-pub fn compile(src: &Source, arch: &str) -> Result<Vec<u8>, EngineError> {
+/// Compiles `src` for `arch` (e.g. `sm_90a`) to CUBIN, with `defines` (`-DNAME` options of
+/// [`super::options::CudaOptions::defines`]) after the usual options, using the disk cache.
+pub fn compile(src: &Source, arch: &str, defines: &[String]) -> Result<Vec<u8>, EngineError> {
     let text = source_text(src)?;
     let include = cuda_include_dir().ok_or_else(|| {
         EngineError::Cuda(
@@ -164,7 +165,8 @@ pub fn compile(src: &Source, arch: &str) -> Result<Vec<u8>, EngineError> {
                 .into(),
         )
     })?;
-    let opts = options(arch, &include);
+    let mut opts = options(arch, &include);
+    opts.extend_from_slice(defines);
     let (maj, min) = nvrtc_version();
     let key = tally_model::rng::hash_str(&format!("{text}\n{opts:?}\nnvrtc {maj}.{min}"));
     let dir = cache_dir();
@@ -278,7 +280,8 @@ mod tests {
         assert!(e.to_string().contains("unknown local header `nope.cuh`"));
     }
 
-    /// The kernels (`name(...)`) of `text` whose body does not begin with `pdl_enter();`, and
+    /// The kernels (`name(...)`) of `text` whose body does not begin with `pdl_enter();` (or
+    /// `pdl_enter_prefetch(`, which prefetches and then enters), and
     /// how many kernel definitions it holds (mentions in `//` comments are not definitions).
     fn kernels_without_pdl_enter(text: &str) -> (Vec<String>, usize) {
         let (mut missing, mut defs) = (Vec::new(), 0);
@@ -299,7 +302,7 @@ mod tests {
                 .map(|p| head[..p].split_whitespace().last().unwrap_or("?"))
                 .unwrap_or("?");
             let body = text[open + 1..].trim_start_matches([' ', '\t', '\n', '\\']);
-            if !body.starts_with("pdl_enter();") {
+            if !body.starts_with("pdl_enter();") && !body.starts_with("pdl_enter_prefetch(") {
                 missing.push(name.to_string());
             }
         }
@@ -308,7 +311,7 @@ mod tests {
 
     /// Every kernel is launched with programmatic dependent launch (launch.rs), which is only
     /// safe if it waits for the previous grid before reading its output: each kernel's first
-    /// statement must be `pdl_enter()` (common.cuh).
+    /// statement must be `pdl_enter()` or `pdl_enter_prefetch(..)` (common.cuh).
     #[test]
     fn every_kernel_enters_through_pdl_enter() {
         let mut total = 0;
@@ -328,8 +331,10 @@ mod tests {
         assert!(total >= 30, "only {total} kernel definitions found");
         let (missing, defs) = kernels_without_pdl_enter(
             "// __global__ in a comment {\nextern \"C\" __global__ void k(A a) {\n    int i = 0;\n}\n\
-             extern \"C\" __global__ void j(A a) { pdl_enter(); }\n",
+             extern \"C\" __global__ void j(A a) { pdl_enter(); }\n\
+             extern \"C\" __global__ void p(A a) { pdl_enter_prefetch(r(a)); }\n\
+             extern \"C\" __global__ void q(A a) { l2_prefetch(a.w, 16); pdl_enter(); }\n",
         );
-        assert_eq!((missing, defs), (vec!["k".to_string()], 2));
+        assert_eq!((missing, defs), (vec!["k".to_string(), "q".to_string()], 4));
     }
 }

@@ -135,11 +135,17 @@ fn leak(s: String) -> &'static str {
 
 impl Kernels {
     /// Compiles (or loads from the cache) every source for `arch` and resolves every kernel;
-    /// `pdl`: launch them with programmatic dependent launch (sm_90 and later).
-    pub fn load(ctx: &Arc<CudaContext>, arch: &str, pdl: bool) -> Result<Kernels, EngineError> {
+    /// `pdl`: launch them with programmatic dependent launch (sm_90 and later); `defines`: the
+    /// options' extra NVRTC defines.
+    pub fn load(
+        ctx: &Arc<CudaContext>,
+        arch: &str,
+        pdl: bool,
+        defines: &[String],
+    ) -> Result<Kernels, EngineError> {
         let mut modules = Vec::new();
         for src in compile::SOURCES {
-            let cubin = compile::compile(src, arch)?;
+            let cubin = compile::compile(src, arch, defines)?;
             let module = ctx
                 .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
                 .map_err(|e| EngineError::Cuda(format!("loading module {}: {e}", src.name)))?;

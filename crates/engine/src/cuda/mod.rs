@@ -143,7 +143,12 @@ impl CudaBackend {
             format!("sm_{}{}", cc.0, cc.1)
         };
         // Programmatic dependent launch needs sm_90 (griddepcontrol); older parts launch plainly.
-        let kernels = Kernels::load(&ctx, &arch, options.pdl != PdlMode::Off && cc.0 >= 9)?;
+        let kernels = Kernels::load(
+            &ctx,
+            &arch,
+            options.pdl != PdlMode::Off && cc.0 >= 9,
+            &options.defines(),
+        )?;
         ops::configure(&kernels)?;
         let weights = Weights::upload(&model, stream.cu_stream())?;
         let trace = trace::StepTrace::from_env(&ctx)?;

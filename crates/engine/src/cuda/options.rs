@@ -53,6 +53,11 @@ pub struct CudaOptions {
     /// heads). More splits put more loads of the cache in flight at depth; the combine merges
     /// more partials.
     pub decode_splits_per_sm: u32,
+    /// L2 prefetch of the GEMV weights (`common.cuh`'s `l2_prefetch`): a dense GEMV's blocks
+    /// stream their weight rows into L2 before waiting for the previous kernel (with
+    /// programmatic dependent launch, while it still runs), a MoE GEMV's once its expert is
+    /// known. On unless `TALLY_PREFETCH=off` (compiled away: `-DTALLY_NO_PREFETCH`).
+    pub prefetch: bool,
 }
 
 impl Default for CudaOptions {
@@ -66,6 +71,7 @@ impl Default for CudaOptions {
             fuse: true,
             pdl: PdlMode::Small,
             decode_splits_per_sm: DECODE_SPLITS_PER_SM,
+            prefetch: true,
         }
     }
 }
@@ -125,6 +131,11 @@ impl CudaOptions {
             Some("off") => o.pdl = PdlMode::Off,
             Some(v) => return Err(bad("TALLY_PDL", v, "small, all or off")),
         }
+        match get("TALLY_PREFETCH").as_deref() {
+            None | Some("") | Some("on") => {}
+            Some("off") => o.prefetch = false,
+            Some(v) => return Err(bad("TALLY_PREFETCH", v, "on or off")),
+        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -152,6 +163,15 @@ impl CudaOptions {
         } else {
             self.prefill_graph
         }
+    }
+
+    /// Extra NVRTC defines these options ask for (kernel variants chosen at compile time).
+    pub fn defines(&self) -> Vec<String> {
+        let mut d = Vec::new();
+        if !self.prefetch {
+            d.push("-DTALLY_NO_PREFETCH".to_string());
+        }
+        d
     }
 
     /// `name=value` for every option, as recorded in a measurement's engine info.
@@ -182,6 +202,7 @@ impl CudaOptions {
                     PdlMode::All => "all",
                 }
             ),
+            format!("prefetch={}", on(self.prefetch)),
         ]
     }
 }
@@ -212,7 +233,8 @@ mod tests {
                 "gemv_rw=auto",
                 "fuse=on",
                 "decode_splits_per_sm=1",
-                "pdl=small"
+                "pdl=small",
+                "prefetch=on"
             ]
         );
     }
@@ -227,10 +249,13 @@ mod tests {
             ("TALLY_NO_FUSE", "1"),
             ("TALLY_GEMV_RW", "2"),
             ("TALLY_PDL", "off"),
+            ("TALLY_PREFETCH", "off"),
         ])
         .expect("options");
         assert!(!o.fuse);
         assert!(!o.pdl_for(1));
+        assert!(!o.prefetch && o.defines() == ["-DTALLY_NO_PREFETCH"]);
+        assert!(opts(&[]).expect("defaults").defines().is_empty());
         let d = opts(&[]).expect("defaults");
         assert!(d.pdl_for(1) && d.pdl_for(PDL_MAX_TOKENS) && !d.pdl_for(PDL_MAX_TOKENS + 1));
         let all = opts(&[("TALLY_PDL", "all")]).expect("options");
@@ -258,6 +283,7 @@ mod tests {
             [("TALLY_NO_FUSE", "yes")],
             [("TALLY_GEMV_RW", "8")],
             [("TALLY_PDL", "on")],
+            [("TALLY_PREFETCH", "1")],
             [("TALLY_DEC_SPLIT", "0")],
             [("TALLY_DEC_SPLIT", "9")],
             [("TALLY_DEC_SPLIT", "two")],

@@ -26,7 +26,8 @@ typedef unsigned long long u64;
 // Programmatic dependent launch (Hopper). The host launches every kernel with programmatic
 // stream serialization (launch.rs; TALLY_NO_PDL=1 turns it off), which lets this grid be
 // scheduled before the previous grid in the stream has finished. So every kernel's first
-// statement is pdl_enter() (a test checks each __global__ in these sources):
+// statement is pdl_enter() or pdl_enter_prefetch(...) (a test checks each __global__ in these
+// sources):
 //   griddepcontrol.wait blocks until the previous grid has completed and its memory operations
 //     are visible, so nothing below it can see a half-written input (a no-op when the launch
 //     had no programmatic dependency);
@@ -38,6 +39,42 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// A kernel's prefetch hint: up to two byte ranges of global memory it will read.
+struct L2Ranges {
+    const void* p[2];
+    i64 bytes[2];
+};
+
+// L2 prefetch of [p, p + bytes), widened to 16-byte bounds: bulk prefetches
+// (cp.async.bulk.prefetch.L2, sm_90) of up to 4 KB, chunk i issued by thread i of the block
+// (a few instructions per thread; the copy engine streams them). A hint only: no result
+// changes, and since L2 is the device's point of coherence a line prefetched before another
+// grid stores to it is not stale. TALLY_NO_PREFETCH (TALLY_PREFETCH=off) compiles it away.
+__device__ __forceinline__ void l2_prefetch(const void* p, i64 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(TALLY_NO_PREFETCH)
+    if (p == nullptr || bytes <= 0) return;
+    const u64 lo = reinterpret_cast<u64>(p) & ~15ull;
+    const u64 hi = (reinterpret_cast<u64>(p) + static_cast<u64>(bytes) + 15ull) & ~15ull;
+    for (u64 a = lo + 4096ull * threadIdx.x; a < hi; a += 4096ull * blockDim.x) {
+        const u32 n = static_cast<u32>(hi - a < 4096ull ? hi - a : 4096ull);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+    }
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+// pdl_enter() after prefetching r into L2: a kernel whose weights are named by its parameters
+// (not by anything an earlier grid writes) starts streaming them while the previous grid still
+// runs, so its first loads hit L2. r must be computed from the kernel's parameters only (it is
+// evaluated before the wait: no load of device memory may feed it).
+__device__ __forceinline__ void pdl_enter_prefetch(const L2Ranges& r) {
+    l2_prefetch(r.p[0], r.bytes[0]);
+    l2_prefetch(r.p[1], r.bytes[1]);
+    pdl_enter();
 }
 
 __device__ __forceinline__ float tally_silu(float x) { return x / (1.0f + __expf(-x)); }

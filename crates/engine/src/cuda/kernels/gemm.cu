@@ -567,6 +567,31 @@ __device__ __forceinline__ void gemv_weight_rows(const GemmArgs& a, const u8* w,
     }
 }
 
+// The weight bytes GEMV block bx reads: its rows of w (and of w2, paired) at rw rows per warp,
+// from the parameters alone (pdl_enter_prefetch). w is the block's expert base (a.w if dense).
+__device__ __forceinline__ L2Ranges gemv_block_range(const GemmArgs& a, const u8* w, int bx, int rw) {
+    L2Ranges r = {{nullptr, nullptr}, {0, 0}};
+    const bool paired = rw == 2 && a.w2 != nullptr;
+    const int per = (paired ? 1 : rw) * static_cast<int>(blockDim.x >> 5);
+    const int n0 = bx * per, n1 = min(n0 + per, a.N);
+    if (n0 >= n1 || w == nullptr) return r;
+    const i64 off = static_cast<i64>(n0) * a.w_row_bytes;
+    r.p[0] = w + off;
+    r.bytes[0] = static_cast<i64>(n1 - n0) * a.w_row_bytes;
+    if (paired) {
+        r.p[1] = a.w2 + (w - a.w) + off;
+        r.bytes[1] = r.bytes[0];
+    }
+    return r;
+}
+
+// A dense GEMV's prefetch (a MoE one's weights depend on the router's output, which the
+// parameters do not hold: nothing); x rows past the first (grid.y) read the same weights.
+__device__ __forceinline__ L2Ranges gemv_dense_range(const GemmArgs& a, int bx, int rw) {
+    if (a.tile_expert != nullptr || a.sorted_rows != nullptr || blockIdx.y != 0) return L2Ranges{{nullptr, nullptr}, {0, 0}};
+    return gemv_block_range(a, a.w, bx, rw);
+}
+
 // The GEMV warp's outputs of one row: the lanes' partial sums reduced, then (paired) y, y2 and
 // y3 = silu(y) * y2 of column nb, or y of columns nb .. nb + RW - 1 that exist.
 template <int RW>
@@ -673,6 +698,11 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     const u8* w;
     int start, rows;
     if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
+    if (a.tile_expert) {  // the expert is known now: stream the block's rows into L2
+        const L2Ranges pr = gemv_block_range(a, w, bx, RW);
+        l2_prefetch(pr.p[0], pr.bytes[0]);
+        l2_prefetch(pr.p[1], pr.bytes[1]);
+    }
     const u8* wrow[RW];
     gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
@@ -1004,9 +1034,18 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_s32(GemmArgs a) { pdl_enter(); \
         gemm_swap_body<T, 4>(a);                                                                     \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) { pdl_enter(); gemv_body<T>(a); } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) { pdl_enter(); gemv_body<T, 4>(a); } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_multi_##name(MultiGemvArgs m) { pdl_enter(); gemv_multi_body<T>(m); }
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) {                \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
+        gemv_body<T>(a);                                                                             \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) {               \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
+        gemv_body<T, 4>(a);                                                                          \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_multi_##name(MultiGemvArgs m) {     \
+        pdl_enter_prefetch(gemv_multi_range(m));                                                     \
+        gemv_multi_body<T>(m);                                                                       \
+    }
 
 // One inlined body per segment (constant indices: the arguments stay in the parameter bank).
 template <int T>
@@ -1021,6 +1060,17 @@ __device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
             return;
         }
     }
+}
+
+// The prefetch of gemv_multi's block: its segment's rows, as gemv_dense_range.
+__device__ __forceinline__ L2Ranges gemv_multi_range(const MultiGemvArgs& m) {
+    const int b = static_cast<int>(blockIdx.x);
+#pragma unroll
+    for (int s = 0; s < GEMV_MULTI_SEGS; s++) {
+        const int lo = s == 0 ? 0 : m.block_end[s - 1];
+        if (s < m.n_seg && b >= lo && b < m.block_end[s]) return gemv_dense_range(m.seg[s], b - lo, m.rw[s]);
+    }
+    return L2Ranges{{nullptr, nullptr}, {0, 0}};
 }
 
 TALLY_GEMM_KERNELS(q4_k, QT_Q4_K)
@@ -1168,8 +1218,29 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a) {
     }
 }
 
-#define TALLY_MMV_KERNEL(name, T) \
-    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) { pdl_enter(); mmv_body<T>(a); }
+// The weight rows of a dense mmv block's first two row steps (blockIdx.x and blockIdx.x +
+// gridDim.x; the host sizes the grid so most blocks have one or two), from the parameters.
+template <int T>
+__device__ __forceinline__ L2Ranges mmv_dense_range(const GemmArgs& a) {
+    L2Ranges r = {{nullptr, nullptr}, {0, 0}};
+    if (a.tile_expert != nullptr || a.sorted_rows != nullptr || blockIdx.y != 0 || a.K / 32 > MMV_THREADS) return r;
+    const int rps = mmv_rows_per_step(T, a.K);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const i64 n0 = static_cast<i64>(blockIdx.x + j * gridDim.x) * rps;
+        const i64 n1 = min(n0 + rps, static_cast<i64>(a.N));
+        if (n0 >= n1) break;
+        r.p[j] = a.w + n0 * a.w_row_bytes;
+        r.bytes[j] = (n1 - n0) * a.w_row_bytes;
+    }
+    return r;
+}
+
+#define TALLY_MMV_KERNEL(name, T)                                                               \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) {       \
+        pdl_enter_prefetch(mmv_dense_range<T>(a));                                              \
+        mmv_body<T>(a);                                                                         \
+    }
 TALLY_MMV_KERNEL(q4_k, QT_Q4_K)
 TALLY_MMV_KERNEL(q5_k, QT_Q5_K)
 TALLY_MMV_KERNEL(q6_k, QT_Q6_K)

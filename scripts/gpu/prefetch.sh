@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GEMV weight prefetch (common.cuh l2_prefetch, pdl_enter_prefetch; issue 13): one call.
+#   1. prepare.sh (llama.cpp build + the 35B Q4_K_M pool file) in the background;
+#   2. meanwhile, on the small files: `tally check --backend cuda` (node by node against the CPU)
+#      with the prefetch on and off (TALLY_PREFETCH=off compiles it away: both kernel builds), and
+#      logits digests of a prefill and 6 decode steps, on == off (a prefetch changes no bit), on
+#      mid q4_k_m and the 4-layer 35B-shaped file;
+#   3. the 35B file, tally alone: tg128 with the prefetch off, then on (same binary, same call);
+#   4. `tally bench --peer llama.cpp` side by side: pp512, pp8192, tg128 (prefetch on).
+# HERE first: scripts/gpu/pack.sh --llama. Carry .carry/bin, .carry/llama.cpp. Summary last.
+set -u
+cd "$(dirname "$0")/../.."
+. scripts/gpu/env.sh
+work_dir /tmp/prefetch
+t0=$(date +%s)
+summary=()
+row() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
+FILL=pool scripts/gpu/prepare.sh > "$OUT/prepare.log" 2>&1 &
+T=$TALLY_NOPEER
+MID=/tmp/mid-q4_k_m.gguf
+L4=/tmp/l4.gguf
+"$T" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
+"$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --fill pool --out $L4 > /dev/null 2>&1
+for pf in on off; do
+  TALLY_PREFETCH=$pf timeout 200 "$T" check --model $MID --backend cuda --tokens 1,100,700 -n 3 > "$OUT/check-mid-$pf.log" 2>&1
+  row "check mid q4_k_m, prefetch $pf" "rc=$? ($(( $(date +%s) - t0 )) s)"
+done
+for f in $MID $L4; do
+  n=$(basename $f .gguf)
+  for pf in on off; do
+    TALLY_PREFETCH=$pf timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-$pf.json" 2> "$OUT/run-$n-$pf.err"
+  done
+  row "logits bits on == off, $n" "$(python3 - "$OUT" "$n" <<'PY'
+import json, sys
+o, n = sys.argv[1:]
+try:
+    a, b = (json.load(open(f"{o}/run-{n}-{s}.json"))["logits_digests"] for s in ("on", "off"))
+    print("same (7 steps)" if a == b and len(a) == 7 else f"DIFFER at {[i for i, (x, y) in enumerate(zip(a, b)) if x != y]}")
+except Exception as e:
+    print("ERROR", e)
+PY
+)"
+done
+wait
+row "prepare" "$(tail -1 "$OUT/prepare.log" | cut -c1-60) ($(( $(date +%s) - t0 )) s)"
+export LD_LIBRARY_PATH="$PWD/target/llama-cuda/bin:$LD_LIBRARY_PATH"
+F=/tmp/q4km.gguf
+for pf in off on; do
+  TALLY_PREFETCH=$pf timeout 100 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$pf.json" 2> "$OUT/tg-$pf.err"
+  row "35B tally alone, prefetch $pf" "$(python3 -c '
+import json,sys
+r=json.load(open(sys.argv[1]))
+rows=r if isinstance(r,list) else r.get("rows",r.get("results",[]))
+print(" ".join(f"{x.get(\"test\",\"?\")}={x[\"avg_ts\"]:.1f}" for x in rows))' "$OUT/tg-$pf.json" 2>&1 | tail -1) ($(( $(date +%s) - t0 )) s)"
+done
+[ $(( $(date +%s) - t0 )) -lt 430 ] && {
+  timeout 170 "$TALLY" bench -m $F --backend cuda --peer llama.cpp -p 512,8192 -n 128 -r 3 \
+    --out-dir "$OUT/sbs" > "$OUT/bench-sbs.md" 2>&1; row "side by side" "rc=$? ($(( $(date +%s) - t0 )) s)"
+}
+tar -C /tmp -czf "$REAL_OUT/prefetch.tgz" prefetch
+grep -E '^\| ' "$OUT/bench-sbs.md" 2>/dev/null | tail -7
+printf '%s\n' "${summary[@]}"
