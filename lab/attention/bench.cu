@@ -642,7 +642,8 @@ int main(int argc, char** argv) {
         const char* name;
         int R, q0;
     };
-    const TShape ts[] = {{"pp512", 512, 0}, {"pp2048", 2048, 0}, {"pp8192", 8192, 0}, {"tg@8192", 1, 8191}};
+    const TShape ts[] = {{"pp512", 512, 0}, {"pp2048", 2048, 0}, {"pp8192", 8192, 0}, {"tg@64", 1, 63}, {"tg@8192", 1, 8191},
+                          {"tg@32768", 1, 32767}};
     for (const TShape& t : ts) {
         if (!timing) break;
         Problem p = make(t.R, 0, 16, 2, 256, t.q0, 0, seed++);

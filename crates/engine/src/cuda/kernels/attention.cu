@@ -552,20 +552,29 @@ __device__ __forceinline__ void decode(const AttnArgs& a) {
                 for (int e = 0; e < QV; ++e) kx[j][e] = 0.f;
             }
         }
+        // The lane's partial dot products of KB keys x MAXQ rows (rows past `rows` have q = 0),
+        // summed over the warp in one warp_sum32: lane l then holds key jb + l / MAXQ, row
+        // l % MAXQ (the bits of warp_sum per pair, without its 5 dependent shuffles per pair).
+        constexpr int KB = 32 / MAXQ;
+        static_assert(32 % MAXQ == 0 && KPW % KB == 0, "decode score batches");
 #pragma unroll
-        for (int j = 0; j < KPW; ++j) {
-            const int key = s0 + warp * KPW + j;
+        for (int jb = 0; jb < KPW; jb += KB) {
+            float part[32];
 #pragma unroll
-            for (int r = 0; r < MAXQ; ++r) {
-                if (r < rows) {
-                    float part = 0.f;
+            for (int jj = 0; jj < KB; ++jj) {
 #pragma unroll
-                    for (int e = 0; e < QV; ++e) part = fmaf(q[r][e], kx[j][e], part);
-                    part = warp_sum(part);
-                    const bool vis = key < ke && key <= a.q_offset + r / G;
-                    if (lane == r) sS[r][warp * KPW + j] = vis ? part : neg_inf();
+                for (int r = 0; r < MAXQ; ++r) {
+                    float t = 0.f;
+#pragma unroll
+                    for (int e = 0; e < QV; ++e) t = fmaf(q[r][e], kx[jb + jj][e], t);
+                    part[jj * MAXQ + r] = t;
                 }
             }
+            const float sc = warp_sum32(part);
+            const int jl = jb + lane / MAXQ, r = lane % MAXQ;
+            const int key = s0 + warp * KPW + jl;
+            const bool vis = key < ke && key <= a.q_offset + r / G;
+            if (r < rows) sS[r][warp * KPW + jl] = vis ? sc : neg_inf();
         }
         __syncthreads();
         // Online softmax statistics: warp r owns row r.

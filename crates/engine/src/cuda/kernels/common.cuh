@@ -107,6 +107,27 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// 32 warp sums at once: on return, lane l's v[0] is warp_sum of the lanes' v[l], bit for bit (the
+// same pairs, lane ^ 16 then ^ 8 ... ^ 1, are added: at each stage a lane keeps half of its values
+// and sends its partner the other half). 31 shuffles instead of 32 x 5, and the 16, 8, ... of a
+// stage are independent, where 32 warp_sum calls are 32 chains of 5 dependent shuffles.
+__device__ __forceinline__ float warp_sum32(float (&v)[32]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int st = 0; st < 5; st++) {
+        const int o = 16 >> st;
+        const bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            if (i >= o) break;
+            const float send = up ? v[i] : v[i + o];
+            const float keep = up ? v[i + o] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    return v[0];
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
