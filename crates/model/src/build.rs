@@ -636,25 +636,8 @@ impl<'a> Builder<'a> {
             vec![],
             vec![gate],
         );
-        self.node(
-            format!("blk.{il}.ffn_down_exps"),
-            moe_mm(true),
-            Category::MoeDown,
-            Some(il),
-            vec![gate, ids],
-            vec![format!("blk.{il}.ffn_down_exps.weight")],
-            vec![ed],
-        );
-        let moe = self.top(a.moe, nr);
-        self.node(
-            format!("blk.{il}.moe_combine"),
-            Op::MoeCombine { k },
-            Category::Elementwise,
-            Some(il),
-            vec![ed, wts],
-            vec![],
-            vec![moe],
-        );
+        // The shared expert's gate/up/SwiGlu right after the routed ones (the same input): the
+        // CUDA backend runs the two as one launch at decode (cuda/ops/fused.rs).
         let (sg, su, sd) = (self.top(a.sg, nr), self.top(a.su, nr), self.top(a.sd, nr));
         self.matmul(il, "ffn_gate_shexp", Category::SharedExpert, xn, sg);
         self.matmul(il, "ffn_up_shexp", Category::SharedExpert, xn, su);
@@ -667,7 +650,29 @@ impl<'a> Builder<'a> {
             vec![],
             vec![sg],
         );
+        self.node(
+            format!("blk.{il}.ffn_down_exps"),
+            moe_mm(true),
+            Category::MoeDown,
+            Some(il),
+            vec![gate, ids],
+            vec![format!("blk.{il}.ffn_down_exps.weight")],
+            vec![ed],
+        );
         self.matmul(il, "ffn_down_shexp", Category::SharedExpert, sg, sd);
+        // The routed experts' combine comes after the shared expert (which does not read it), so
+        // that it, the shared gate, both adds and the next norm are consecutive nodes: the CUDA
+        // backend runs the five as one launch at decode (cuda/ops/fused.rs).
+        let moe = self.top(a.moe, nr);
+        self.node(
+            format!("blk.{il}.moe_combine"),
+            Op::MoeCombine { k },
+            Category::Elementwise,
+            Some(il),
+            vec![ed, wts],
+            vec![],
+            vec![moe],
+        );
         self.node(
             format!("blk.{il}.shexp_gate"),
             Op::SharedGate,

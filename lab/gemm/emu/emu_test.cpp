@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]  (paired: also gemv_multi and non-finite x)
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -319,6 +319,134 @@ static int test_multi(int type, int M, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
+// The decode FFN's side-by-side launches (cuda/ops/fused.rs expert_pairs, expert_downs): the
+// routed experts' paired gate/up (one-row MoE tiles from the ids) and the shared expert's
+// (dense) as two segments of one gemv_multi_<t> launch with grid.y = the tiles, and their down
+// projections as two segments of one mmv_multi_<t> launch; every output bit-equal to its own
+// launch (the shared segment's blocks past row 0 must exit without writing). Poisoned outputs.
+typedef void (*MmvMultiFn)(MultiGemvArgs);
+static MmvMultiFn mmv_multi_fn(int type) {
+    switch (type) {
+        case ref::Q4_K: return mmv_multi_q4_k;
+        case ref::Q5_K: return mmv_multi_q5_k;
+        case ref::Q6_K: return mmv_multi_q6_k;
+        case ref::Q8_0: return mmv_multi_q8_0;
+        case ref::IQ4_XS: return mmv_multi_iq4_xs;
+        case ref::MXFP4: return mmv_multi_mxfp4;
+        case ref::BF16: return mmv_multi_bf16;
+        default: return mmv_multi_q3_k;
+    }
+}
+static int test_expert_side_by_side(int type, ref::Rng& rng) {
+    const int K = 2048, F = 64, E = 8, topk = 4, KD = 512, ND = 96;  // F: expert width; down: KD -> ND
+    const int64_t rb = ref::row_bytes(type, K), rbd = ref::row_bytes(type, KD);
+    std::vector<float> x(K), h(size_t(topk + 1) * KD);
+    for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+    for (auto& v : h) do v = float(2.0 * rng.uniform() - 1.0); while (v == 0.0f);
+    const std::vector<int32_t> ids = ref::route_random(1, topk, E, rng);
+    EmuBackend b;
+    const float* dx = b.upload(x);
+    const float* dh = b.upload(h);  // rows 0..topk-1: the routed pairs' inputs, row topk: the shared one
+    long long bad = 0, total = 0;
+    auto check = [&](const float* got, const float* want, size_t n) {
+        for (size_t i = 0; i < n; i++) bad += std::memcmp(&got[i], &want[i], 4) != 0 || want[i] != want[i];
+        total += n;
+    };
+    // Gate/up: routed (segment 0) and shared (segment 1), paired with the SwiGlu output.
+    GemmArgs seg[2];
+    float* want[2][3];
+    float* got[2][3];
+    for (int s = 0; s < 2; s++) {
+        const bool moe = s == 0;
+        const int rows = moe ? topk : 1;
+        GemmArgs a{};
+        a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * F, K, rng));
+        a.w2 = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * F, K, rng));
+        a.w_row_bytes = rb;
+        a.w_expert_bytes = moe ? rb * F : 0;
+        a.x = dx;
+        a.ldx = K;
+        a.M = rows;
+        a.N = F;
+        a.K = K;
+        a.x_div = moe ? topk : 1;
+        if (moe) {
+            a.n_expert = E;
+            a.tile_expert = b.upload(ids);
+        }
+        for (int o = 0; o < 3; o++) {
+            want[s][o] = b.alloc<float>(size_t(rows) * F);
+            got[s][o] = b.alloc<float>(size_t(rows) * F);
+            b.poison(want[s][o], size_t(rows) * F);
+            b.poison(got[s][o], size_t(rows) * F);
+        }
+        a.ldy = a.ldy2 = a.ldy3 = F;
+        a.y = want[s][0];
+        a.y2 = want[s][1];
+        a.y3 = want[s][2];
+        b.gemm(gemm_fn(type, V_GEMV), unsigned(F / 2), unsigned(rows), 64, 0, a);  // 2 columns a block
+        a.y = got[s][0];
+        a.y2 = got[s][1];
+        a.y3 = got[s][2];
+        seg[s] = a;
+    }
+    MultiGemvArgs m{};
+    m.seg[0] = seg[0];
+    m.seg[1] = seg[1];
+    m.rw[0] = m.rw[1] = 2;
+    m.block_end[0] = F / 8;  // 256 threads: 8 columns a block
+    m.block_end[1] = m.block_end[2] = m.block_end[3] = F / 4;
+    m.n_seg = 2;
+    MultiFn f = multi_fn(type);
+    emu::launch({unsigned(F / 4), unsigned(topk), 1}, {256u, 1, 1}, [&] { f(m); });
+    for (int s = 0; s < 2; s++)
+        for (int o = 0; o < 3; o++) check(got[s][o], want[s][o], size_t(s == 0 ? topk : 1) * F);
+    // Down: routed pairs read rows of h (x_div 1: pair input), the shared one its row.
+    GemmArgs d[2];
+    float* dw[2];
+    float* dg[2];
+    for (int s = 0; s < 2; s++) {
+        const bool moe = s == 0;
+        const int rows = moe ? topk : 1;
+        GemmArgs a{};
+        a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * ND, KD, rng));
+        a.w_row_bytes = rbd;
+        a.w_expert_bytes = moe ? rbd * ND : 0;
+        a.x = moe ? dh : dh + size_t(topk) * KD;
+        a.ldx = KD;
+        a.M = rows;
+        a.N = ND;
+        a.K = KD;
+        a.x_div = 1;
+        if (moe) {
+            a.n_expert = E;
+            a.tile_expert = b.upload(ids);
+        }
+        dw[s] = b.alloc<float>(size_t(rows) * ND);
+        dg[s] = b.alloc<float>(size_t(rows) * ND);
+        b.poison(dw[s], size_t(rows) * ND);
+        b.poison(dg[s], size_t(rows) * ND);
+        a.ldy = ND;
+        a.y = dw[s];
+        b.gemm(gemm_fn(type, V_MMV), 3u, unsigned(rows), MMV_THREADS, 0, a);
+        a.y = dg[s];
+        d[s] = a;
+    }
+    MultiGemvArgs md{};
+    md.seg[0] = d[0];
+    md.seg[1] = d[1];
+    md.block_end[0] = 2;  // other grid widths than the single launches': the same rows, the same bits
+    md.block_end[1] = md.block_end[2] = md.block_end[3] = 7;
+    md.n_seg = 2;
+    MmvMultiFn fm = mmv_multi_fn(type);
+    emu::launch({7u, unsigned(topk), 1}, {unsigned(MMV_THREADS), 1, 1}, [&] { fm(md); });
+    for (int s = 0; s < 2; s++) check(dg[s], dw[s], size_t(s == 0 ? topk : 1) * ND);
+    std::printf("  %s routed + shared side by side %-5s (gemv_multi paired, mmv_multi): %lld of %lld outputs differ\n",
+                bad ? "FAIL" : "ok  ", ref::type_name(type), bad, total);
+    b.release();
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
@@ -343,6 +471,7 @@ int main(int argc, char** argv) {
             for (bool moe : {false, true}) fails += test_paired(t, moe, rng);
             for (int M : {1, 2}) fails += test_multi(t, M, rng);
             fails += test_nonfinite_x(t, rng);
+            fails += test_expert_side_by_side(t, rng);
         }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;

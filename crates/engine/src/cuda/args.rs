@@ -100,6 +100,14 @@ pub struct AddNormArgs {
     pub gw: DPtr,
     pub gb: DPtr,
     pub ldgb: i64,
+    /// The routed experts' combine before the adds (null: none): `a` = sum over `ek` of
+    /// `ew[j] * ey[row * ek + j]`, written to `a`.
+    pub ey: DPtr,
+    pub ldey: i64,
+    pub ew: DPtr,
+    pub ldew: i64,
+    pub ek: i32,
+    pub pad1: i32,
 }
 
 #[repr(C)]
@@ -485,7 +493,7 @@ pub fn layout_asserts(source: &str) -> String {
             }),
             layout!(AddNormArgs {
                 a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, pad0, gx,
-                ldgx, gw, gb, ldgb
+                ldgx, gw, gb, ldgb, ey, ldey, ew, ldew, ek, pad1
             }),
         ]
         .concat(),

@@ -43,6 +43,8 @@ pub struct GemmSet {
     /// Up to four GEMVs of one input in one launch (`MultiGemvArgs`; the same sums as `gemv`).
     pub gemv_multi: Kernel,
     pub mmv: Kernel,
+    /// Up to four `mmv_<t>` launches in one (`MultiGemvArgs`; the same sums as `mmv`).
+    pub mmv_multi: Kernel,
     /// The swapped tile `gemm_<t>_s32` (weights on the MMA's A side, tiles of 32 x rows).
     pub swap: Kernel,
 }
@@ -177,6 +179,7 @@ impl Kernels {
                 gemv4: k(format!("gemv4_{t}"))?,
                 gemv_multi: k(format!("gemv_multi_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
+                mmv_multi: k(format!("mmv_multi_{t}"))?,
                 swap: k(format!("gemm_{t}_s32"))?,
             });
         }

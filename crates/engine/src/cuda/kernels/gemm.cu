@@ -1117,8 +1117,10 @@ __host__ __device__ constexpr int mmv_rows_per_step(int type, int K) {
     return (MMV_THREADS / (mmv_tpr(K) < MMV_THREADS ? mmv_tpr(K) : MMV_THREADS)) * MMV_UNROLL(type);
 }
 
+// bx, gx: the block's index among the launch's (or its segment's) grid.x blocks, and their
+// number (the grid-stride loop's start and stride).
 template <int T>
-__device__ __forceinline__ void mmv_body(const GemmArgs& a) {
+__device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const int gx) {
     constexpr int U = MMV_UNROLL(T);
     constexpr int NW = MMV_THREADS / 32;
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
@@ -1163,7 +1165,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a) {
             xs0 += xv[j];
             xs1 += xv[16 + j];
         }
-        for (int step = blockIdx.x; step < steps; step += gridDim.x) {
+        for (int step = bx; step < steps; step += gx) {
             const int n0 = step * rows_per_step + g;  // this thread's rows: n0 + groups * u
             Piece<T> pc[U];
 #pragma unroll
@@ -1218,16 +1220,16 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a) {
     }
 }
 
-// The weight rows of a dense mmv block's first two row steps (blockIdx.x and blockIdx.x +
-// gridDim.x; the host sizes the grid so most blocks have one or two), from the parameters.
+// The weight rows of a dense mmv block's first two row steps (bx and bx + gx; the host sizes
+// the grid so most blocks have one or two), from the parameters.
 template <int T>
-__device__ __forceinline__ L2Ranges mmv_dense_range(const GemmArgs& a) {
+__device__ __forceinline__ L2Ranges mmv_dense_range(const GemmArgs& a, const int bx, const int gx) {
     L2Ranges r = {{nullptr, nullptr}, {0, 0}};
     if (a.tile_expert != nullptr || a.sorted_rows != nullptr || blockIdx.y != 0 || a.K / 32 > MMV_THREADS) return r;
     const int rps = mmv_rows_per_step(T, a.K);
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        const i64 n0 = static_cast<i64>(blockIdx.x + j * gridDim.x) * rps;
+        const i64 n0 = static_cast<i64>(bx + j * gx) * rps;
         const i64 n1 = min(n0 + rps, static_cast<i64>(a.N));
         if (n0 >= n1) break;
         r.p[j] = a.w + n0 * a.w_row_bytes;
@@ -1236,10 +1238,57 @@ __device__ __forceinline__ L2Ranges mmv_dense_range(const GemmArgs& a) {
     return r;
 }
 
+// mmv_multi_<t>: up to GEMV_MULTI_SEGS mmv_<t> launches in one (MultiGemvArgs; rw unused):
+// segment s owns blocks [block_end[s-1], block_end[s]) of grid.x, each running mmv_<t>'s body
+// on its own arguments with its index and count inside the segment, so every output is the bits
+// mmv_<t> alone writes. grid.y is the largest segment's (rows or MoE tiles); a segment's blocks
+// past its own rows or tiles exit. E.g. the routed experts' down projection beside the shared
+// expert's at decode.
+template <int T>
+__device__ __forceinline__ bool mmv_segment(const MultiGemvArgs& m, int& s, int& bx, int& gx) {
+    const int b = static_cast<int>(blockIdx.x);
+#pragma unroll
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
+        const int lo = j == 0 ? 0 : m.block_end[j - 1];
+        if (j < m.n_seg && b >= lo && b < m.block_end[j]) {
+            s = j;
+            bx = b - lo;
+            gx = m.block_end[j] - lo;
+            return true;
+        }
+    }
+    return false;
+}
+template <int T>
+__device__ __forceinline__ L2Ranges mmv_multi_range(const MultiGemvArgs& m) {
+    int s, bx, gx;
+#pragma unroll
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {  // constant indices keep m in the parameter bank
+        if (mmv_segment<T>(m, s, bx, gx) && s == j) return mmv_dense_range<T>(m.seg[j], bx, gx);
+    }
+    return L2Ranges{{nullptr, nullptr}, {0, 0}};
+}
+template <int T>
+__device__ __forceinline__ void mmv_multi_body(const MultiGemvArgs& m) {
+    int s, bx, gx;
+    if (!mmv_segment<T>(m, s, bx, gx)) return;
+#pragma unroll
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
+        if (s == j) {
+            mmv_body<T>(m.seg[j], bx, gx);
+            return;
+        }
+    }
+}
+
 #define TALLY_MMV_KERNEL(name, T)                                                               \
     extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) {       \
-        pdl_enter_prefetch(mmv_dense_range<T>(a));                                              \
-        mmv_body<T>(a);                                                                         \
+        pdl_enter_prefetch(mmv_dense_range<T>(a, blockIdx.x, gridDim.x));                       \
+        mmv_body<T>(a, blockIdx.x, gridDim.x);                                                  \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_multi_##name(MultiGemvArgs m) { \
+        pdl_enter_prefetch(mmv_multi_range<T>(m));                                              \
+        mmv_multi_body<T>(m);                                                                   \
     }
 TALLY_MMV_KERNEL(q4_k, QT_Q4_K)
 TALLY_MMV_KERNEL(q5_k, QT_Q5_K)

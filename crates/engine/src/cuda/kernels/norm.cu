@@ -76,6 +76,9 @@ extern "C" __global__ void norm_rows(NormArgs a) {
 // With gx set, the shared-expert gate before the adds as well (Op::SharedGate: gb = b *
 // sigmoid(gx . gw), written to gb and used as the first add's b), with the shared_gate kernel's
 // loop and reduction at the same block size, so gb is its output bit for bit.
+// With ey set, the routed experts' combine before all of it (Op::MoeCombine: a = sum over j < ek
+// of ew[j] * ey[row * ek + j], written to a, in moe_combine's order and expression, so a is its
+// output bit for bit; the routed and shared outputs are then a and b as before).
 struct AddNormArgs {
     const float* a; i64 lda;
     const float* b; i64 ldb;
@@ -90,6 +93,9 @@ struct AddNormArgs {
     const float* gx; i64 ldgx;  // null: no gate
     const float* gw;
     float* gb; i64 ldgb;
+    const float* ey; i64 ldey;  // null: no combine (a is read)
+    const float* ew; i64 ldew;
+    i32 ek, pad1;
 };
 
 extern "C" __global__ void add_rms_norm(AddNormArgs p) {
@@ -98,6 +104,15 @@ extern "C" __global__ void add_rms_norm(AddNormArgs p) {
     const int row = blockIdx.x;
     if (row >= p.rows) return;
     const float* a = p.a + (i64)row * p.lda;
+    if (p.ey) {  // moe_combine's loop for this row's elements; a is its output, read back below
+        float* ao = const_cast<float*>(a);
+        const float* ew = p.ew + (i64)row * p.ldew;
+        for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
+            float s = 0.0f;
+            for (int j = 0; j < p.ek; j++) s += ew[j] * p.ey[((i64)row * p.ek + j) * p.ldey + i];
+            ao[i] = s;
+        }
+    }
     const float* b = p.b + (i64)row * p.ldb;
     const float* c = p.c ? p.c + (i64)row * p.ldc : nullptr;
     float* m = p.mid ? p.mid + (i64)row * p.ldm : nullptr;

@@ -8,7 +8,10 @@
 //! - gate, up, SwiGlu: two projections of the same input through weights of one type and shape,
 //!   then `silu(gate) * up`. At one row (decode) both run on `gemv_<t>`; its paired mode takes row
 //!   n of both weights in one warp (`GemmArgs::w2`), dense (the shared expert) or per routed
-//!   expert (one-row tiles from the router's ids). Two launches fewer per FFN.
+//!   expert (one-row tiles from the router's ids). Two launches fewer per FFN. The routed and the
+//!   shared expert's paired launches (consecutive in the plan, one input) go out as the two
+//!   segments of one `gemv_multi_<t>` launch: side by side instead of one after the other; so do
+//!   their down projections, on `mmv_multi_<t>`.
 //! - two projections of the same input through weights of one type and shape, not followed by
 //!   their SwiGlu (beta and alpha of the linear-attention layers, k and v of the full-attention
 //!   ones where their types agree): the same paired launch without the third output.
@@ -20,7 +23,8 @@
 //! - residual add, RMS norm of the sum over whole rows: `add_rms_norm` (kernels/norm.cu); also
 //!   with the add before it (the FFN's routed + shared output, then the residual), and then also
 //!   with the shared-expert gate before that (its dot product and sigmoid in the same block, at
-//!   the shared_gate kernel's block size).
+//!   the shared_gate kernel's block size), and then also with the routed experts' combine before
+//!   that (moe_combine's loop per element, in the same block): five nodes, one launch.
 //! - a norm and the MulSilu that gates its output (the linear-attention output norm and its z
 //!   gate), and two L2 norms of one kind (q and k before the delta rule): one `norm_rows`
 //!   launch, its blocks each running the unfused code on its own (row, group).
@@ -28,15 +32,18 @@
 use tally_model::{Node, Op, OutLayout, Plan};
 
 use super::elementwise::shared_gate_threads;
-use super::matmul::{gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv};
-use super::moe::runs_direct_gemv;
+use super::matmul::{
+    dense_variant, gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, mmv_grid_x,
+    runs_gemv, use_mmv,
+};
+use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
 use super::{Io, io};
 use crate::EngineError;
 use crate::backend::Target;
 use crate::cuda::CudaBackend;
 use crate::cuda::args::{AddNormArgs, GemmArgs, MultiGemvArgs, NormArgs};
-use crate::cuda::consts::{GEMV_MULTI_SEGS, GEMV_THREADS};
+use crate::cuda::consts::{GEMV_MULTI_SEGS, GEMV_THREADS, MMV_THREADS};
 use crate::cuda::launch::launch;
 
 /// Runs nodes `index..` of `plan` as one fused launch if they match a pattern: the number of
@@ -44,6 +51,13 @@ use crate::cuda::launch::launch;
 pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize, EngineError> {
     if !b.options.fuse {
         return Ok(0);
+    }
+    let n = expert_pairs(b, plan, index)?;
+    if n > 0 {
+        return Ok(n);
+    }
+    if down_pair_nodes(plan, index).is_some() && expert_downs(b, plan, index)? {
+        return Ok(2);
     }
     if let Some((g, u, act)) = gate_up_nodes(plan, index) {
         if paired(b, plan, index, (g, u, Some(act)))? {
@@ -62,14 +76,20 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
             return Ok(2);
         }
     }
+    if let Some((combine, gate, nodes)) = combined_add_norm_nodes(plan, index) {
+        let n = add_norm(b, plan, index + 2, nodes, Some(gate), Some(combine))?;
+        if n > 0 {
+            return Ok(n + 2);
+        }
+    }
     if let Some((gate, nodes)) = gated_add_norm_nodes(plan, index) {
-        let n = add_norm(b, plan, index + 1, nodes, Some(gate))?;
+        let n = add_norm(b, plan, index + 1, nodes, Some(gate), None)?;
         if n > 0 {
             return Ok(n + 1);
         }
     }
     if let Some(nodes) = add_norm_nodes(plan, index) {
-        return add_norm(b, plan, index, nodes, None);
+        return add_norm(b, plan, index, nodes, None, None);
     }
     if let Some((norm, gate)) = norm_gate_nodes(plan, index) {
         return norm_fused(b, plan, index, norm, NormWith::Gate(gate));
@@ -257,20 +277,197 @@ fn pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
     joined.then_some((g, u))
 }
 
+/// A paired `gemv_<t>` launch's arguments: the weights' type and K, its kernels, its GemmArgs,
+/// output columns N and tiles (grid.y) and its smallest block size.
+struct PairedLaunch {
+    ty: tally_gguf::GgmlType,
+    k: usize,
+    set: crate::cuda::kernels::GemmSet,
+    a: GemmArgs,
+    n: usize,
+    tiles: usize,
+    min_threads: u32,
+}
+
 /// The paired `gemv_<t>` launch of nodes `index` and `index + 1` (and their SwiGlu `act`), if
 /// their weights and shapes allow it; false (nothing launched) otherwise.
 fn paired(
     b: &mut CudaBackend,
     plan: &Plan,
     index: usize,
-    (g, u, act): (&Node, &Node, Option<&Node>),
+    nodes: (&Node, &Node, Option<&Node>),
 ) -> Result<bool, EngineError> {
+    let Some(p) = paired_launch(b, plan, index, nodes)? else {
+        return Ok(false);
+    };
+    let (gx, threads) = gemv_grid(p.n, 1, p.tiles, b.props.sm_count, p.min_threads);
+    let grid = (gx, p.tiles as u32, 1);
+    // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). gemv_<t> in
+    // paired mode: grid.x covers the N output columns at threads / 32 per block (at most
+    // GEMV_THREADS, the launch bound), grid.y the M rows (dense) or the T*k one-row tiles, pair t
+    // of expert ids[t] (the contiguous T x k view checked in paired_launch, experts <
+    // n_expert). Both weights hold N rows (x E experts) of row_bytes (checked there), x is the
+    // shared input view, y and y2 the two projections' output views and y3 the SwiGlu node's
+    // (or null), in buffers `prepare` sized.
+    unsafe { launch(p.set.gemv, grid, (threads, 1, 1), 0, b.cu_stream(), &p.a) }?;
+    Ok(true)
+}
+
+/// The routed experts' gate/up/SwiGlu at `index` and the shared expert's right after them
+/// (the same input), as the plan builder orders them: both paired launches as two segments of
+/// one `gemv_multi_<t>` launch, grid.y the routed tiles (the shared segment's blocks past row 0
+/// exit at once), when their weights share type and K. Each output is the bits its own paired
+/// launch writes (gemv_multi runs gemv_<t>'s body per segment; a column's sum does not depend on
+/// the block size). The two run side by side instead of one after the other.
+fn expert_pairs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize, EngineError> {
+    let Some(((g, u, act), (sg, su, sact))) = expert_pair_nodes(plan, index) else {
+        return Ok(0);
+    };
+    let Some(r) = paired_launch(b, plan, index, (g, u, Some(act)))? else {
+        return Ok(0);
+    };
+    let Some(sh) = paired_launch(b, plan, index + 3, (sg, su, Some(sact)))? else {
+        return Ok(0);
+    };
+    if r.ty != sh.ty || r.k != sh.k || sh.tiles > r.tiles {
+        return Ok(0);
+    }
+    let segs = [(r.n, 2, r.a), (sh.n, 2, sh.a)];
+    let (a, grid, threads) = multi_args(
+        &segs,
+        r.tiles,
+        b.props.sm_count,
+        r.min_threads.max(sh.min_threads),
+    );
+    // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
+    // 0 is the routed paired launch's GemmArgs (one-row tiles from the router's ids, grid.y
+    // its T*k tiles), segment 1 the shared expert's (dense, M rows <= the tiles; blocks with
+    // grid.y >= M exit before touching memory); both checked by paired_launch as for their own
+    // launches; a paired segment's blocks each cover threads / 32 columns (multi_args).
+    unsafe {
+        launch(
+            r.set.gemv_multi,
+            grid,
+            (threads, 1, 1),
+            0,
+            b.cu_stream(),
+            &a,
+        )
+    }?;
+    Ok(6)
+}
+
+/// The routed experts' down projection at `index` and the shared expert's right after it, as
+/// the plan builder orders them.
+fn down_pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
+    let (r, sh) = (plan.nodes.get(index)?, plan.nodes.get(index + 1)?);
+    let routed = matches!(
+        r.op,
+        Op::MoeMatMul {
+            pair_input: true,
+            ..
+        }
+    ) && r.inputs.len() == 2;
+    let shared = matches!(
+        sh.op,
+        Op::MatMul {
+            layout: OutLayout::Plain
+        }
+    ) && sh.inputs.len() == 1;
+    (routed && shared && r.outputs.len() == 1 && !overlaps(&r.outputs[0], &sh.inputs[0]))
+        .then_some((r, sh))
+}
+
+/// Both down projections of [`down_pair_nodes`] as the two segments of one `mmv_multi_<t>`
+/// launch, when each runs on `mmv_<t>` alone (one-row tiles; the shared one dense at M <= the
+/// tiles) with weights of one type: side by side, each output the bits its own launch writes.
+fn expert_downs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<bool, EngineError> {
+    let (r, sh) = (&plan.nodes[index], &plan.nodes[index + 1]);
+    let Op::MoeMatMul { k, pair_input } = r.op else {
+        return Ok(false);
+    };
+    let w = b.weights.of(plan, index + 1, 0)?;
+    let (ty, rows) = (w.ty, sh.inputs[0].rows);
+    if w.dims.len() != 2 || !use_mmv(ty, w.dims[0] as usize) {
+        return Ok(false);
+    }
+    let (kd, nd) = (w.dims[0] as usize, w.dims[1] as usize);
+    if w.buf.bytes < w.row_bytes * nd
+        || dense_variant(rows, nd, kd, b.props.sm_count, b.options.gemm_variant)? != 3
+    {
+        return Ok(false); // the unfused launch takes it (or reports it)
+    }
+    let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
+    if !moe::runs_direct_mmv(b.weights.of(plan, index, 0)?, r.inputs[1].rows, k) {
+        return Ok(false); // routing tables first (prefill): the unfused launch
+    }
+    let ri = io(b, plan, r, Target::Real)?;
+    let eg = moe::expert_gemm(b, plan, index, &ri, k, pair_input)?;
+    let Some(gx_r) = eg.mmv_grid_x(b.props.sm_count) else {
+        return Ok(false);
+    };
+    if eg.ty != ty || rows > eg.max_tiles {
+        return Ok(false);
+    }
+    let (x, y) = (b.view(plan, &sh.inputs[0])?, b.view(plan, &sh.outputs[0])?);
+    let dense = GemmArgs::dense((wptr, row_bytes), x, y, (rows, nd, kd), (0, 0, 0));
+    let gx_d = mmv_grid_x(ty, nd, kd, 4 * b.props.sm_count);
+    let mut a = MultiGemvArgs {
+        seg: [eg.a; GEMV_MULTI_SEGS],
+        block_end: [gx_r as i32 + gx_d as i32; GEMV_MULTI_SEGS],
+        rw: [2; GEMV_MULTI_SEGS],
+        n_seg: 2,
+        pad0: 0,
+    };
+    a.seg[1] = dense;
+    a.block_end[0] = gx_r as i32;
+    let grid = (gx_r + gx_d, eg.max_tiles as u32, 1);
+    // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
+    // 0 is the routed node's own mmv_<t> arguments (expert_gemm: one-row tiles from the ids,
+    // grid.y its max_tiles) over its first gx_r blocks, segment 1 the shared node's dense
+    // mmv_<t> arguments (its weight of N rows of row_bytes, checked above; x and y its views)
+    // over the next gx_d, each block count what its own launch takes; the dense segment's
+    // blocks past its M <= max_tiles rows exit; K / 32 <= MMV_THREADS (use_mmv).
+    unsafe {
+        launch(
+            eg.set.mmv_multi,
+            grid,
+            (MMV_THREADS, 1, 1),
+            0,
+            b.cu_stream(),
+            &a,
+        )
+    }?;
+    Ok(true)
+}
+
+/// Type of a gate, up, SwiGlu triple.
+type GateUp<'p> = (&'p Node, &'p Node, &'p Node);
+
+/// The routed experts' gate/up/SwiGlu at `index` and the shared expert's at `index + 3`, of one
+/// input.
+fn expert_pair_nodes(plan: &Plan, index: usize) -> Option<(GateUp<'_>, GateUp<'_>)> {
+    let r = gate_up_nodes(plan, index)?;
+    let sh = gate_up_nodes(plan, index + 3)?;
+    let routed = matches!(r.0.op, Op::MoeMatMul { .. });
+    let shared = matches!(sh.0.op, Op::MatMul { .. });
+    (routed && shared && r.0.inputs[0] == sh.0.inputs[0]).then_some((r, sh))
+}
+
+/// The arguments of the paired launch of [`paired`], or None when the nodes' weights and
+/// shapes do not allow one.
+fn paired_launch(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    (g, u, act): (&Node, &Node, Option<&Node>),
+) -> Result<Option<PairedLaunch>, EngineError> {
     let (wg, wu) = (
         b.weights.of(plan, index, 0)?,
         b.weights.of(plan, index + 1, 0)?,
     );
     if wg.ty != wu.ty || wg.dims != wu.dims || wg.row_bytes != wu.row_bytes {
-        return Ok(false);
+        return Ok(None);
     }
     let rows = g.inputs[0].rows;
     let moe_k = match g.op {
@@ -282,7 +479,7 @@ fn paired(
         None => runs_gemv(b, wg, rows)?,
     };
     if !gemv {
-        return Ok(false);
+        return Ok(None);
     }
     let (ty, k, n) = (wg.ty, wg.dims[0] as usize, wg.dims[1] as usize);
     let full = |w: &crate::cuda::DevWeight| {
@@ -290,7 +487,7 @@ fn paired(
         w.buf.bytes >= w.row_bytes * n * experts
     };
     if !full(wg) || !full(wu) {
-        return Ok(false); // let the unfused launches report it
+        return Ok(None); // let the unfused launches report it
     }
     let (wptr, uptr, row_bytes, experts) = (
         wg.buf.ptr,
@@ -310,7 +507,7 @@ fn paired(
         Some(kk) => {
             let ids = gi.ins[1];
             if ids.1 != kk as i64 {
-                return Ok(false);
+                return Ok(None);
             }
             let pairs = g.inputs[1].rows * kk;
             (pairs, pairs, kk as i32, ids.0, row_bytes * n as i64)
@@ -344,18 +541,15 @@ fn paired(
         ldy3,
     };
     // Paired mode: one output column (2 weight rows) per warp.
-    let min_threads = gemv_min_threads(ty, k, 2);
-    let (gx, threads) = gemv_grid(n, 1, tiles, b.props.sm_count, min_threads);
-    let grid = (gx, tiles as u32, 1);
-    // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). gemv_<t> in
-    // paired mode: grid.x covers the N output columns at threads / 32 per block (at most
-    // GEMV_THREADS, the launch bound), grid.y the M rows (dense) or the T*k one-row tiles, pair t
-    // of expert ids[t] (the contiguous T x k view checked above, experts < n_expert). Both
-    // weights hold N rows (x E experts) of row_bytes (checked above), x is the shared input view,
-    // y and y2 the two projections' output views and y3 the SwiGlu node's (or null), in buffers
-    // `prepare` sized.
-    unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
-    Ok(true)
+    Ok(Some(PairedLaunch {
+        ty,
+        k,
+        set,
+        a,
+        n,
+        tiles,
+        min_threads: gemv_min_threads(ty, k, 2),
+    }))
 }
 
 /// How many consecutive dense projections from `index` (at most [`GEMV_MULTI_SEGS`]) read the
@@ -462,8 +656,12 @@ fn multi_args(
 ) -> (MultiGemvArgs, (u32, u32, u32), u32) {
     let blocks = |threads: u32| -> Vec<u32> {
         let warps = (threads / 32) as usize;
+        // A paired segment (w2 set, 2 rows per warp: gate and up) has one column per warp.
         segs.iter()
-            .map(|&(n, rw, _)| n.div_ceil(rw * warps) as u32)
+            .map(|&(n, rw, g)| {
+                let cols = if g.w2 != 0 && rw == 2 { 1 } else { rw };
+                n.div_ceil(cols * warps) as u32
+            })
             .collect()
     };
     let mut threads = GEMV_THREADS;
@@ -531,12 +729,29 @@ fn gated_add_norm_nodes(plan: &Plan, index: usize) -> Option<(&Node, AddNorm<'_>
     reads.then_some((g, nodes))
 }
 
+/// The routed experts' combine at `index`, then the shared gate, the two adds and the norm of
+/// [`gated_add_norm_nodes`], the first add reading the combine's output as its ungated operand.
+fn combined_add_norm_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node, AddNorm<'_>)> {
+    let c = plan.nodes.get(index)?;
+    let is_combine =
+        matches!(c.op, Op::MoeCombine { .. }) && c.inputs.len() == 2 && c.outputs.len() == 1;
+    if !is_combine {
+        return None;
+    }
+    let (gate, nodes) = gated_add_norm_nodes(plan, index + 1)?;
+    let first = nodes.0?;
+    let ungated = usize::from(first.inputs[0] == gate.outputs[0]);
+    (first.inputs[ungated] == c.outputs[0] && !overlaps(&c.outputs[0], &c.inputs[0]))
+        .then_some((c, gate, nodes))
+}
+
 fn add_norm(
     b: &mut CudaBackend,
     plan: &Plan,
     index: usize,
     (first, add, norm): AddNorm<'_>,
     gate: Option<&Node>,
+    combine: Option<&Node>,
 ) -> Result<usize, EngineError> {
     let Op::RmsNorm { eps, group } = norm.op else {
         return Ok(0);
@@ -587,6 +802,29 @@ fn add_norm(
         gx = gi.ins[0];
         gb = gi.outs[0];
     }
+    let (mut ey, mut ew, mut ek) = ((0, 0), (0, 0), 0);
+    if let Some(cn) = combine {
+        let Op::MoeCombine { k } = cn.op else {
+            return Ok(0);
+        };
+        // The combine's output is the first add's ungated operand (the pattern), x above; its
+        // expert rows are T * k x cols and its weights T x k.
+        let (ye, we) = (cn.inputs[0], cn.inputs[1]);
+        if cn.outputs[0].rows != out.rows
+            || cn.outputs[0].cols != out.cols
+            || ye.rows != out.rows * k
+            || ye.cols != out.cols
+            || we.rows != out.rows
+            || we.cols < k
+        {
+            return Ok(0);
+        }
+        let ci = io(b, plan, cn, Target::Real)?;
+        if ci.outs[0] != x {
+            return Ok(0);
+        }
+        (ey, ew, ek) = (ci.ins[0], ci.ins[1], k as i32);
+    }
     let a = AddNormArgs {
         a: x.0,
         lda: x.1,
@@ -610,6 +848,12 @@ fn add_norm(
         gw,
         gb: gb.0,
         ldgb: gb.1,
+        ey: ey.0,
+        ldey: ey.1,
+        ew: ew.0,
+        ldew: ew.1,
+        ek,
+        pad1: 0,
     };
     // SAFETY: AddNormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block
     // per row of the add's output view; a, b (and c, mid) are the adds' input and output views,
@@ -705,13 +949,33 @@ mod tests {
             for n in [1, 5] {
                 let plan = build_plan(&cfg, n, 64, &PlanOptions::default()).expect("plan");
                 let (mut triples, mut add2, mut add3, mut pairs, mut i) = (0, 0, 0, 0, 0);
-                let (mut gated, mut norm_pairs, mut gated_adds) = (0, 0, 0);
+                let (mut gated, mut norm_pairs, mut gated_adds, mut combined) = (0, 0, 0, 0);
+                let (mut expert_pairs, mut down_pairs) = (0, 0);
                 while i < plan.nodes.len() {
+                    if let Some((r, sh)) = down_pair_nodes(&plan, i) {
+                        assert!(r.name.ends_with("down_exps"), "{}", r.name);
+                        assert!(sh.name.ends_with("down_shexp"), "{}", sh.name);
+                        down_pairs += 1;
+                    }
+                    if let Some((r, sh)) = expert_pair_nodes(&plan, i) {
+                        assert!(r.0.name.ends_with("gate_exps"), "{}", r.0.name);
+                        assert!(sh.0.name.ends_with("gate_shexp"), "{}", sh.0.name);
+                        expert_pairs += 1;
+                    }
                     if let Some((g, u, _)) = gate_up_nodes(&plan, i) {
                         assert!(g.name.ends_with("gate_exps") || g.name.ends_with("gate_shexp"));
                         assert!(u.name.ends_with("up_exps") || u.name.ends_with("up_shexp"));
                         triples += 1;
                         i += 3;
+                    } else if let Some((c, g, (first, a, m))) = combined_add_norm_nodes(&plan, i) {
+                        assert!(c.name.ends_with("moe_combine"), "{}", c.name);
+                        assert!(g.name.ends_with("shexp_gate"), "{}", g.name);
+                        assert!(first.is_some_and(|f| f.name.ends_with("ffn_out")));
+                        assert!(a.name.ends_with("residual") && m.name.ends_with("norm"));
+                        combined += 1;
+                        gated_adds += 1;
+                        add3 += 1;
+                        i += 5;
                     } else if let Some((g, (first, a, m))) = gated_add_norm_nodes(&plan, i) {
                         assert!(g.name.ends_with("shexp_gate"), "{}", g.name);
                         assert!(first.is_some_and(|f| f.name.ends_with("ffn_out")));
@@ -771,10 +1035,16 @@ mod tests {
                 let linear = cfg.n_linear_layers();
                 assert_eq!((gated, norm_pairs), (linear, linear), "{preset:?} n={n}");
                 assert_eq!(
-                    gated_adds, layers,
-                    "{preset:?} n={n}: one shared gate per layer"
+                    (gated_adds, combined),
+                    (layers, layers),
+                    "{preset:?} n={n}: one combine and shared gate per layer"
                 );
                 assert_eq!(triples, 2 * layers, "{preset:?} n={n}");
+                assert_eq!(
+                    expert_pairs, layers,
+                    "{preset:?} n={n}: routed + shared gate/up"
+                );
+                assert_eq!(down_pairs, layers, "{preset:?} n={n}: routed + shared down");
                 assert_eq!((add2, add3), (layers, layers), "{preset:?} n={n}");
                 assert_eq!(
                     pairs, layers,

@@ -2,6 +2,7 @@
 //! (`kernels/moe.cu`) groups the (token, expert) pairs by expert into tiles, then the GEMM of the
 //! weight type (`kernels/gemm.cu`) runs them; `Op::MoeCombine` is `moe_combine` (`kernels/moe.cu`).
 
+use tally_gguf::GgmlType;
 use tally_model::{Node, Plan};
 
 use super::Io;
@@ -14,6 +15,7 @@ use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
 use crate::cuda::consts::{
     GEMM_BK, GEMM_BN, GEMM_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E, MOE_ROUTE_THREADS, SWP_BN,
 };
+use crate::cuda::kernels::GemmSet;
 use crate::cuda::launch::{blocks, launch};
 use crate::cuda::{CudaBackend, DevWeight};
 
@@ -105,6 +107,12 @@ pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
     w.dims.len() == 3 && tables(w, tokens, k).direct() && !use_mmv(w.ty, w.dims[0] as usize)
 }
 
+/// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `mmv_<t>`
+/// with one-row tiles read straight from the ids (no routing launch).
+pub(crate) fn runs_direct_mmv(w: &DevWeight, tokens: usize, k: usize) -> bool {
+    w.dims.len() == 3 && tables(w, tokens, k).direct() && use_mmv(w.ty, w.dims[0] as usize)
+}
+
 /// Workspace bytes of node `index` (`Op::MoeMatMul` with `k` experts per token): its tables.
 pub fn work_bytes(
     b: &CudaBackend,
@@ -116,6 +124,30 @@ pub fn work_bytes(
     Ok(tables(w, plan.nodes[index].inputs[1].rows, k).bytes())
 }
 
+/// One `Op::MoeMatMul` launch's arguments (its routing tables made, when it needs them).
+pub(crate) struct ExpertGemm {
+    pub a: GemmArgs,
+    pub set: GemmSet,
+    pub ty: GgmlType,
+    /// K, output columns N, (token, expert) pairs, tile rows and tiles.
+    pub kk: usize,
+    pub n: usize,
+    pub pairs: usize,
+    pub bm: i64,
+    pub max_tiles: usize,
+}
+
+impl ExpertGemm {
+    /// grid.x of its `mmv_<t>` launch, when it runs on one (one-row tiles, mmv's K): about
+    /// four waves of blocks over the used tiles (one per pair at decode).
+    pub(crate) fn mmv_grid_x(&self, sms: u32) -> Option<u32> {
+        (self.bm == 1 && use_mmv(self.ty, self.kk)).then(|| {
+            let per_tile = (4 * sms).div_ceil(self.pairs.max(1) as u32);
+            mmv_grid_x(self.ty, self.n, self.kk, per_tile)
+        })
+    }
+}
+
 /// `Op::MoeMatMul`: node `index` of `plan`.
 pub fn moe_matmul(
     b: &mut CudaBackend,
@@ -125,6 +157,89 @@ pub fn moe_matmul(
     k: usize,
     pair_input: bool,
 ) -> Result<(), EngineError> {
+    let eg = expert_gemm(b, plan, index, io, k, pair_input)?;
+    let (a, set, ty, kk, n, bm, max_tiles) =
+        (eg.a, eg.set, eg.ty, eg.kk, eg.n, eg.bm, eg.max_tiles);
+    let s = b.cu_stream();
+    if let Some(gx) = eg.mmv_grid_x(b.props.sm_count) {
+        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
+        // is the max_tiles = T*k one-row tiles, tile t being pair t (tile_start null) whose
+        // expert is ids[t], the node's contiguous T x k i32 view; grid.x row steps inside the
+        // N rows (grid-stride); input row t / x_div lies inside the node's input view, experts'
+        // weights are e < n_expert = E blocks of N rows (size checked above; other ids write
+        // nothing), outputs go to the node's T*k x N view.
+        return unsafe {
+            launch(
+                set.mmv,
+                (gx, max_tiles as u32, 1),
+                (MMV_THREADS, 1, 1),
+                0,
+                s,
+                &a,
+            )
+        };
+    }
+    if bm == SWAP_BT && use_swap(ty, kk) {
+        let grid = (blocks(n as i64, SWP_BN as u32), max_tiles as u32, 1);
+        // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
+        // views), with SWP_BN columns per block, tiles of bm = SWAP_BT rows (the swapped tile's
+        // x rows), K % SWP_BK == 0 (use_swap), and the dynamic shared memory gemm.cu's own size
+        // for (type, SWAP_BT) (asserted at kernel build), which `configure` raised the limit to.
+        return unsafe {
+            launch(
+                set.swap,
+                grid,
+                (GEMM_THREADS, 1, 1),
+                swap_smem_bytes(ty, SWAP_BT),
+                s,
+                &a,
+            )
+        };
+    }
+    if bm == 1 {
+        let min_threads = gemv_min_threads(ty, kk, 2);
+        let (gx, threads) = gemv_grid(n, 2, max_tiles, b.props.sm_count, min_threads);
+        let grid = (gx, max_tiles as u32, 1);
+        // SAFETY: as for mmv (one-row tiles read from the ids), with 2 output columns per
+        // warp and at most GEMV_THREADS threads.
+        unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
+    } else {
+        let v = TILE_BM
+            .iter()
+            .position(|&x| x == bm)
+            .unwrap_or(TILE_BM.len() - 1);
+        let grid = (blocks(n as i64, GEMM_BN as u32), max_tiles as u32, 1);
+        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
+        // is the max_tiles tiles moe_route wrote (unused ones exit); rows come from sorted_rows
+        // (pairs < T*k; input row pair / x_div inside the node's input view), experts' weights
+        // from e < E blocks of N rows (size checked above), outputs to the node's T*k x N view;
+        // GEMM_BN columns per block and tiles of bm <= BM rows
+        // (MoeTables picks bm from TILE_BM only where K % GEMM_BK == 0); the dynamic shared
+        // memory is gemm.cu's own size for (type, BM) (asserted at kernel build), which
+        // `configure` raised the kernel's limit to.
+        unsafe {
+            launch(
+                set.tiles[v],
+                grid,
+                (GEMM_THREADS, 1, 1),
+                gemm_smem_bytes(ty, bm),
+                s,
+                &a,
+            )
+        }
+    }
+}
+
+/// The arguments of node `index`'s expert GEMM (checked against its weights), after the
+/// routing tables' launch when the node needs one (more than one row per tile).
+pub(crate) fn expert_gemm(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    io: &Io,
+    k: usize,
+    pair_input: bool,
+) -> Result<ExpertGemm, EngineError> {
     let node = &plan.nodes[index];
     let w = b.weights.of(plan, index, 0)?;
     if w.dims.len() != 3 || w.buf.bytes < w.row_bytes * (w.dims[1] * w.dims[2]) as usize {
@@ -218,76 +333,16 @@ pub fn moe_matmul(
         y3: 0,
         ldy3: 0,
     };
-    if bm == 1 && use_mmv(ty, kk) {
-        // About four waves of blocks over the used tiles (one per pair at decode).
-        let per_tile = (4 * b.props.sm_count).div_ceil(pairs.max(1) as u32);
-        let gx = mmv_grid_x(ty, n, kk, per_tile);
-        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
-        // is the max_tiles = T*k one-row tiles, tile t being pair t (tile_start null) whose
-        // expert is ids[t], the node's contiguous T x k i32 view; grid.x row steps inside the
-        // N rows (grid-stride); input row t / x_div lies inside the node's input view, experts'
-        // weights are e < n_expert = E blocks of N rows (size checked above; other ids write
-        // nothing), outputs go to the node's T*k x N view.
-        return unsafe {
-            launch(
-                set.mmv,
-                (gx, max_tiles as u32, 1),
-                (MMV_THREADS, 1, 1),
-                0,
-                s,
-                &a,
-            )
-        };
-    }
-    if bm == SWAP_BT && use_swap(ty, kk) {
-        let grid = (blocks(n as i64, SWP_BN as u32), max_tiles as u32, 1);
-        // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
-        // views), with SWP_BN columns per block, tiles of bm = SWAP_BT rows (the swapped tile's
-        // x rows), K % SWP_BK == 0 (use_swap), and the dynamic shared memory gemm.cu's own size
-        // for (type, SWAP_BT) (asserted at kernel build), which `configure` raised the limit to.
-        return unsafe {
-            launch(
-                set.swap,
-                grid,
-                (GEMM_THREADS, 1, 1),
-                swap_smem_bytes(ty, SWAP_BT),
-                s,
-                &a,
-            )
-        };
-    }
-    if bm == 1 {
-        let min_threads = gemv_min_threads(ty, kk, 2);
-        let (gx, threads) = gemv_grid(n, 2, max_tiles, b.props.sm_count, min_threads);
-        let grid = (gx, max_tiles as u32, 1);
-        // SAFETY: as for mmv (one-row tiles read from the ids), with 2 output columns per
-        // warp and at most GEMV_THREADS threads.
-        unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
-    } else {
-        let v = TILE_BM
-            .iter()
-            .position(|&x| x == bm)
-            .unwrap_or(TILE_BM.len() - 1);
-        let grid = (blocks(n as i64, GEMM_BN as u32), max_tiles as u32, 1);
-        // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
-        // is the max_tiles tiles moe_route wrote (unused ones exit); rows come from sorted_rows
-        // (pairs < T*k; input row pair / x_div inside the node's input view), experts' weights
-        // from e < E blocks of N rows (size checked above), outputs to the node's T*k x N view;
-        // GEMM_BN columns per block and tiles of bm <= BM rows
-        // (MoeTables picks bm from TILE_BM only where K % GEMM_BK == 0); the dynamic shared
-        // memory is gemm.cu's own size for (type, BM) (asserted at kernel build), which
-        // `configure` raised the kernel's limit to.
-        unsafe {
-            launch(
-                set.tiles[v],
-                grid,
-                (GEMM_THREADS, 1, 1),
-                gemm_smem_bytes(ty, bm),
-                s,
-                &a,
-            )
-        }
-    }
+    Ok(ExpertGemm {
+        a,
+        set,
+        ty,
+        kk,
+        n,
+        pairs,
+        bm,
+        max_tiles,
+    })
 }
 
 /// `Op::MoeCombine`: the experts' outputs weighted by the router, one thread per output element.
