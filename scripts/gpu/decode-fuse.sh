@@ -50,10 +50,11 @@ F=/tmp/q4km.gguf
 for who in base new; do
   bin=$T; [ $who = base ] && bin=$BASE
   timeout 100 "$bin" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$who.json" 2> "$OUT/tg-$who.err"
-  row "35B tally alone, $who" "$(python3 -c '
-import json,sys
-r=json.load(open(sys.argv[1]))
-print(" ".join(f"{x[\"test\"]}={x[\"avg_ts\"]:.1f}" for x in r))' "$OUT/tg-$who.json" 2>&1 | tail -1) ($(( $(date +%s) - t0 )) s)"
+  row "35B tally alone, $who" "$(python3 - "$OUT/tg-$who.json" 2>&1 <<'PY' | tail -1
+import json, sys
+print(" ".join(f"{x['test']}={x['avg_ts']:.1f}" for x in json.load(open(sys.argv[1]))))
+PY
+) ($(( $(date +%s) - t0 )) s)"
 done
 timeout $(( 590 - ($(date +%s) - t0) )) "$TALLY" bench -m $F --backend cuda --peer llama.cpp -p 512,8192 -n 128 -r 3 \
   --out-dir "$OUT/sbs" > "$OUT/bench-sbs.md" 2>&1

@@ -47,11 +47,11 @@ export LD_LIBRARY_PATH="$PWD/target/llama-cuda/bin:$LD_LIBRARY_PATH"
 F=/tmp/q4km.gguf
 for pf in off on; do
   TALLY_PREFETCH=$pf timeout 100 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$pf.json" 2> "$OUT/tg-$pf.err"
-  row "35B tally alone, prefetch $pf" "$(python3 -c '
-import json,sys
-r=json.load(open(sys.argv[1]))
-rows=r if isinstance(r,list) else r.get("rows",r.get("results",[]))
-print(" ".join(f"{x.get(\"test\",\"?\")}={x[\"avg_ts\"]:.1f}" for x in rows))' "$OUT/tg-$pf.json" 2>&1 | tail -1) ($(( $(date +%s) - t0 )) s)"
+  row "35B tally alone, prefetch $pf" "$(python3 - "$OUT/tg-$pf.json" 2>&1 <<'PY' | tail -1
+import json, sys
+print(" ".join(f"{x['test']}={x['avg_ts']:.1f}" for x in json.load(open(sys.argv[1]))))
+PY
+) ($(( $(date +%s) - t0 )) s)"
 done
 [ $(( $(date +%s) - t0 )) -lt 430 ] && {
   timeout 170 "$TALLY" bench -m $F --backend cuda --peer llama.cpp -p 512,8192 -n 128 -r 3 \
