@@ -37,16 +37,7 @@ for f in $MID $L4; do
   n=$(basename $f .gguf)
   timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-new.json" 2> "$OUT/run-$n-new.err"
   timeout 120 "$BASE" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-base.json" 2> "$OUT/run-$n-base.err"
-  row "logits bits new == base, $n" "$(python3 - "$OUT" "$n" <<'PY'
-import json, sys
-o, n = sys.argv[1:]
-try:
-    a, b = (json.load(open(f"{o}/run-{n}-{s}.json"))["logits_digests"] for s in ("new", "base"))
-    print("same (7 steps)" if a == b and len(a) == 7 else f"DIFFER at {[i for i, (x, y) in enumerate(zip(a, b)) if x != y]}")
-except Exception as e:
-    print("ERROR", e)
-PY
-)"
+  row "logits bits new == base, $n" "$(logits_same "$OUT" "$n" new base)"
 done
 wait
 row "prepare" "$(tail -1 "$OUT/prepare.log" | cut -c1-60) ($(( $(date +%s) - t0 )) s)"

@@ -31,17 +31,7 @@ for f in $MID $L4; do
   timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-new.json" 2> "$OUT/run-$n-new.err"
   TALLY_NO_FUSE=1 timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-nofuse.json" 2> "$OUT/run-$n-nofuse.err"
   timeout 120 "$BASE" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-base.json" 2> "$OUT/run-$n-base.err"
-  row "logits bits new == nofuse == base, $n" "$(python3 - "$OUT" "$n" <<'PY'
-import json, sys
-o, n = sys.argv[1:]
-try:
-    d = {s: json.load(open(f"{o}/run-{n}-{s}.json"))["logits_digests"] for s in ("new", "nofuse", "base")}
-    same = d["new"] == d["nofuse"] == d["base"] and len(d["new"]) == 7
-    print("same (7 steps)" if same else "DIFFER " + " ".join(f"{k}:{[i for i, (x, y) in enumerate(zip(d['new'], v)) if x != y]}" for k, v in d.items()))
-except Exception as e:
-    print("ERROR", e)
-PY
-)"
+  row "logits bits new == nofuse == base, $n" "$(logits_same "$OUT" "$n" new nofuse base)"
 done
 wait
 row "prepare" "$(tail -1 "$OUT/prepare.log" | cut -c1-60) ($(( $(date +%s) - t0 )) s)"
@@ -50,11 +40,7 @@ F=/tmp/q4km.gguf
 for who in base new; do
   bin=$T; [ $who = base ] && bin=$BASE
   timeout 100 "$bin" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$who.json" 2> "$OUT/tg-$who.err"
-  row "35B tally alone, $who" "$(python3 - "$OUT/tg-$who.json" 2>&1 <<'PY' | tail -1
-import json, sys
-print(" ".join(f"{x['test']}={x['avg_ts']:.1f}" for x in json.load(open(sys.argv[1]))))
-PY
-) ($(( $(date +%s) - t0 )) s)"
+  row "35B tally alone, $who" "$(bench_row "$OUT/tg-$who.json") ($(( $(date +%s) - t0 )) s)"
 done
 timeout $(( 590 - ($(date +%s) - t0) )) "$TALLY" bench -m $F --backend cuda --peer llama.cpp -p 512,8192 -n 128 -r 3 \
   --out-dir "$OUT/sbs" > "$OUT/bench-sbs.md" 2>&1

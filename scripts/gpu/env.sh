@@ -33,3 +33,27 @@ synth_checks() {
         rm -f "$f"
     done
 }
+# logits_same DIR NAME V1 V2 [V3]: "same (7 steps)" when the logits digests (`tally run -o json`)
+# in DIR/run-NAME-V.json agree for every V, else which steps differ, or the error.
+logits_same() {
+    python3 - "$@" <<'PY'
+import json, sys
+o, n, *vs = sys.argv[1:]
+try:
+    d = {v: json.load(open(f"{o}/run-{n}-{v}.json"))["logits_digests"] for v in vs}
+    a = d[vs[0]]
+    if all(x == a for x in d.values()) and len(a) == 7:
+        print("same (7 steps)")
+    else:
+        print("DIFFER " + " ".join(f"{v}:{[i for i, (x, y) in enumerate(zip(a, d[v])) if x != y]}" for v in vs[1:]))
+except Exception as e:
+    print("ERROR", e)
+PY
+}
+# bench_row FILE: "pp512=... tg128=..." from a `tally bench -o json` file.
+bench_row() {
+    python3 - "$1" 2>&1 <<'PY' | tail -1
+import json, sys
+print(" ".join(f"{x['test']}={x['avg_ts']:.1f}" for x in json.load(open(sys.argv[1]))))
+PY
+}

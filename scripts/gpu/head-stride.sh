@@ -25,24 +25,11 @@ L4=/tmp/l4.gguf
 for cap in "" 8; do
   TALLY_GEMV_MAX_BLOCKS=$cap timeout 150 "$T" run --model $L4 --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-l4-cap$cap.json" 2> "$OUT/run-l4-cap$cap.err"
 done
-row "logits bits capped == full, l4" "$(python3 - "$OUT" <<'PY'
-import json, sys
-o = sys.argv[1]
-try:
-    a, b = (json.load(open(f"{o}/run-l4-{s}.json"))["logits_digests"] for s in ("cap", "cap8"))
-    print("same (7 steps)" if a == b and len(a) == 7 else f"DIFFER at {[i for i, (x, y) in enumerate(zip(a, b)) if x != y]}")
-except Exception as e:
-    print("ERROR", e)
-PY
-)"
+row "logits bits capped == full, l4" "$(logits_same "$OUT" l4 cap cap8)"
 wait
 for cap in "" 8 "" 8; do
   TALLY_GEMV_MAX_BLOCKS=$cap timeout 60 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg.json" 2>> "$OUT/tg.err"
   cat "$OUT/tg.json" >> "$OUT/tg-cap$cap.jsonl"
-  row "35B tally alone, cap ${cap:-none}" "$(python3 - "$OUT/tg.json" 2>&1 <<'PY' | tail -1
-import json, sys
-print(" ".join(f"{x['test']}={x['avg_ts']:.1f}" for x in json.load(open(sys.argv[1]))))
-PY
-)"
+  row "35B tally alone, cap ${cap:-none}" "$(bench_row "$OUT/tg.json")"
 done
 cat "$S"

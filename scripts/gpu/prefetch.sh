@@ -30,16 +30,7 @@ for f in $MID $L4; do
   for pf in on off; do
     TALLY_PREFETCH=$pf timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-$pf.json" 2> "$OUT/run-$n-$pf.err"
   done
-  row "logits bits on == off, $n" "$(python3 - "$OUT" "$n" <<'PY'
-import json, sys
-o, n = sys.argv[1:]
-try:
-    a, b = (json.load(open(f"{o}/run-{n}-{s}.json"))["logits_digests"] for s in ("on", "off"))
-    print("same (7 steps)" if a == b and len(a) == 7 else f"DIFFER at {[i for i, (x, y) in enumerate(zip(a, b)) if x != y]}")
-except Exception as e:
-    print("ERROR", e)
-PY
-)"
+  row "logits bits on == off, $n" "$(logits_same "$OUT" "$n" on off)"
 done
 wait
 row "prepare" "$(tail -1 "$OUT/prepare.log" | cut -c1-60) ($(( $(date +%s) - t0 )) s)"
@@ -47,11 +38,7 @@ export LD_LIBRARY_PATH="$PWD/target/llama-cuda/bin:$LD_LIBRARY_PATH"
 F=/tmp/q4km.gguf
 for pf in off on; do
   TALLY_PREFETCH=$pf timeout 100 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$pf.json" 2> "$OUT/tg-$pf.err"
-  row "35B tally alone, prefetch $pf" "$(python3 - "$OUT/tg-$pf.json" 2>&1 <<'PY' | tail -1
-import json, sys
-print(" ".join(f"{x['test']}={x['avg_ts']:.1f}" for x in json.load(open(sys.argv[1]))))
-PY
-) ($(( $(date +%s) - t0 )) s)"
+  row "35B tally alone, prefetch $pf" "$(bench_row "$OUT/tg-$pf.json") ($(( $(date +%s) - t0 )) s)"
 done
 [ $(( $(date +%s) - t0 )) -lt 430 ] && {
   timeout 170 "$TALLY" bench -m $F --backend cuda --peer llama.cpp -p 512,8192 -n 128 -r 3 \

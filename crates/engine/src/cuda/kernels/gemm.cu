@@ -551,6 +551,33 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     }
 }
 
+// Piece p's 32 x values of row xr (its two segments, piece_seg0 / piece_seg1) and each
+// segment's sum, in the order both f32 GEMV bodies (gemv_body, mmv_body) add them.
+template <int T>
+__device__ __forceinline__ void gemv_x_piece(const float* xr, int p, bool xvec, float (&xv)[32], float& xs0,
+                                             float& xs1) {
+    const int s0 = piece_seg0<T>(p), s1 = piece_seg1<T>(p);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float4 u = ld_x4(xr + s0 + 4 * j, xvec), v = ld_x4(xr + s1 + 4 * j, xvec);
+        xv[4 * j] = u.x;
+        xv[4 * j + 1] = u.y;
+        xv[4 * j + 2] = u.z;
+        xv[4 * j + 3] = u.w;
+        xv[16 + 4 * j] = v.x;
+        xv[16 + 4 * j + 1] = v.y;
+        xv[16 + 4 * j + 2] = v.z;
+        xv[16 + 4 * j + 3] = v.w;
+    }
+    xs0 = 0.0f;
+    xs1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        xs0 += xv[j];
+        xs1 += xv[16 + j];
+    }
+}
+
 // The GEMV warp's weight rows: columns nb .. nb + RW - 1 (clamped to the last row), or (paired,
 // RW = 2) row nb of the gate weight and of the up weight, the same expert (w is the block's
 // expert base in a.w).
@@ -826,26 +853,8 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx, const
                 Piece<T> pc[RW];
 #pragma unroll
                 for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
-                float xv[32];
-                const int s0 = piece_seg0<T>(p), s1 = piece_seg1<T>(p);
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const float4 u = ld_x4(xr + s0 + 4 * j, xvec), v = ld_x4(xr + s1 + 4 * j, xvec);
-                    xv[4 * j] = u.x;
-                    xv[4 * j + 1] = u.y;
-                    xv[4 * j + 2] = u.z;
-                    xv[4 * j + 3] = u.w;
-                    xv[16 + 4 * j] = v.x;
-                    xv[16 + 4 * j + 1] = v.y;
-                    xv[16 + 4 * j + 2] = v.z;
-                    xv[16 + 4 * j + 3] = v.w;
-                }
-                float xs0 = 0.0f, xs1 = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 16; j++) {
-                    xs0 += xv[j];
-                    xs1 += xv[16 + j];
-                }
+                float xv[32], xs0, xs1;
+                gemv_x_piece<T>(xr, p, xvec, xv, xs0, xs1);
 #pragma unroll
                 for (int r = 0; r < RW; r++) {
                     float v[32], sc[2], off[2];
@@ -1159,32 +1168,14 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const bool split = a.layout == 1;
     const int pp = active ? p : 0;  // idle threads read piece 0 and add nothing
-    const int s0 = piece_seg0<T>(pp), s1 = piece_seg1<T>(pp);
     __shared__ float red[NW][U];
 
     for (int i = 0; i < rows; i++) {
         int xrow, yrow;
         if (!gemm_row(a, start, i, xrow, yrow)) continue;  // block-uniform
         const float* xr = a.x + static_cast<i64>(xrow) * a.ldx;
-        float xv[32];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float4 u = ld_x4(xr + s0 + 4 * j, xvec), v = ld_x4(xr + s1 + 4 * j, xvec);
-            xv[4 * j] = u.x;
-            xv[4 * j + 1] = u.y;
-            xv[4 * j + 2] = u.z;
-            xv[4 * j + 3] = u.w;
-            xv[16 + 4 * j] = v.x;
-            xv[16 + 4 * j + 1] = v.y;
-            xv[16 + 4 * j + 2] = v.z;
-            xv[16 + 4 * j + 3] = v.w;
-        }
-        float xs0 = 0.0f, xs1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            xs0 += xv[j];
-            xs1 += xv[16 + j];
-        }
+        float xv[32], xs0, xs1;
+        gemv_x_piece<T>(xr, pp, xvec, xv, xs0, xs1);
         for (int step = bx; step < steps; step += gx) {
             const int n0 = step * rows_per_step + g;  // this thread's rows: n0 + groups * u
             Piece<T> pc[U];
