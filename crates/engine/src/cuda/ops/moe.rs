@@ -166,8 +166,8 @@ pub fn moe_matmul(
         // is the max_tiles = T*k one-row tiles, tile t being pair t (tile_start null) whose
         // expert is ids[t], the node's contiguous T x k i32 view; grid.x row steps inside the
         // N rows (grid-stride); input row t / x_div lies inside the node's input view, experts'
-        // weights are e < n_expert = E blocks of N rows (size checked in expert_gemm; other ids write
-        // nothing), outputs go to the node's T*k x N view.
+        // weights are e < n_expert = E blocks of N rows (size checked in expert_gemm; other ids
+        // write nothing), outputs go to the node's T*k x N view.
         return unsafe {
             launch(
                 set.mmv,
@@ -212,8 +212,8 @@ pub fn moe_matmul(
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
         // is the max_tiles tiles moe_route wrote (unused ones exit); rows come from sorted_rows
         // (pairs < T*k; input row pair / x_div inside the node's input view), experts' weights
-        // from e < E blocks of N rows (size checked in expert_gemm), outputs to the node's T*k x N view;
-        // GEMM_BN columns per block and tiles of bm <= BM rows
+        // from e < E blocks of N rows (size checked in expert_gemm), outputs to the node's
+        // T*k x N view; GEMM_BN columns per block and tiles of bm <= BM rows
         // (MoeTables picks bm from TILE_BM only where K % GEMM_BK == 0); the dynamic shared
         // memory is gemm.cu's own size for (type, BM) (asserted at kernel build), which
         // `configure` raised the kernel's limit to.
