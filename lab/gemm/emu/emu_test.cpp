@@ -447,62 +447,6 @@ static int test_expert_side_by_side(int type, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
-// gemv_<t> / gemv4_<t> (and paired) on a grid narrower than their column groups: each block
-// walks groups bx, bx + gridDim.x, ... (the host caps a dense GEMV's grid; the output head),
-// and every output must be the bits of the full grid's; poisoned outputs.
-static int test_grid_stride(int type, ref::Rng& rng) {
-    const int K = 2048, N = 200, M = 2;
-    const int64_t rb = ref::row_bytes(type, K);
-    std::vector<float> x(size_t(M) * K);
-    for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
-    EmuBackend b;
-    GemmArgs a{};
-    a.w = b.upload(ref::random_weights(type, N, K, rng));
-    a.w_row_bytes = rb;
-    a.x = b.upload(x);
-    a.ldx = K;
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.x_div = 1;
-    a.ldy = N;
-    const size_t ny = size_t(M) * N;
-    long long bad = 0;
-    for (int v : {V_GEMV, V_GEMV4}) {
-        for (bool paired : {false, true}) {
-            if (paired && v == V_GEMV4) continue;
-            GemmArgs g = a;
-            float* want = b.alloc<float>(ny);
-            float* got = b.alloc<float>(ny);
-            float* want2 = b.alloc<float>(ny);
-            float* got2 = b.alloc<float>(ny);
-            if (paired) {
-                g.w2 = b.upload(ref::random_weights(type, N, K, rng));
-                g.ldy2 = N;
-            }
-            const int threads = 128, cols = (threads / 32) * (paired ? 1 : v == V_GEMV4 ? 4 : 2);
-            const unsigned full = unsigned((N + cols - 1) / cols);
-            for (unsigned gx : {full, 3u}) {
-                float* y = gx == full ? want : got;
-                float* y2 = gx == full ? want2 : got2;
-                b.poison(y, ny);
-                b.poison(y2, ny);
-                g.y = y;
-                g.y2 = paired ? y2 : nullptr;
-                b.gemm(gemm_fn(type, v), gx, unsigned(M), threads, 0, g);
-            }
-            for (size_t i = 0; i < ny; i++) {
-                bad += std::memcmp(&got[i], &want[i], 4) != 0 || want[i] != want[i];
-                if (paired) bad += std::memcmp(&got2[i], &want2[i], 4) != 0 || want2[i] != want2[i];
-            }
-        }
-    }
-    std::printf("  %s gemv grid-stride %-5s M=%d N=%d K=%d (3 blocks vs the full grid): %lld outputs differ\n",
-                bad ? "FAIL" : "ok  ", ref::type_name(type), M, N, K, bad);
-    b.release();
-    return bad ? 1 : 0;
-}
-
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
@@ -528,7 +472,6 @@ int main(int argc, char** argv) {
             for (int M : {1, 2}) fails += test_multi(t, M, rng);
             fails += test_nonfinite_x(t, rng);
             fails += test_expert_side_by_side(t, rng);
-            fails += test_grid_stride(t, rng);
         }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;

@@ -58,12 +58,6 @@ pub struct CudaOptions {
     /// programmatic dependent launch, while it still runs), a MoE GEMV's once its expert is
     /// known. On unless `TALLY_PREFETCH=off` (compiled away: `-DTALLY_NO_PREFETCH`).
     pub prefetch: bool,
-    /// `TALLY_GEMV_MAX_BLOCKS=1..64`: a dense GEMV launch gets at most that many blocks per
-    /// multiprocessor, each block walking column groups bx, bx + gridDim.x, ... (gemm.cu:
-    /// x quantised once, the next group's rows prefetched into L2 while it computes); only the
-    /// output head (248,320 rows) has more. `None` (unset): every group its own block. An
-    /// experiment awaiting its measurement (the outputs are the same bits either way).
-    pub gemv_max_blocks_per_sm: Option<u32>,
 }
 
 impl Default for CudaOptions {
@@ -78,7 +72,6 @@ impl Default for CudaOptions {
             pdl: PdlMode::Small,
             decode_splits_per_sm: DECODE_SPLITS_PER_SM,
             prefetch: true,
-            gemv_max_blocks_per_sm: None,
         }
     }
 }
@@ -142,14 +135,6 @@ impl CudaOptions {
             None | Some("") | Some("on") => {}
             Some("off") => o.prefetch = false,
             Some(v) => return Err(bad("TALLY_PREFETCH", v, "on or off")),
-        }
-        if let Some(v) = get("TALLY_GEMV_MAX_BLOCKS").filter(|v| !v.is_empty()) {
-            o.gemv_max_blocks_per_sm = Some(
-                v.parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=64).contains(n))
-                    .ok_or_else(|| bad("TALLY_GEMV_MAX_BLOCKS", &v, "1 to 64"))?,
-            );
         }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
@@ -218,10 +203,6 @@ impl CudaOptions {
                 }
             ),
             format!("prefetch={}", on(self.prefetch)),
-            match self.gemv_max_blocks_per_sm {
-                Some(c) => format!("gemv_max_blocks_per_sm={c}"),
-                None => "gemv_max_blocks_per_sm=all".into(),
-            },
         ]
     }
 }
@@ -253,8 +234,7 @@ mod tests {
                 "fuse=on",
                 "decode_splits_per_sm=1",
                 "pdl=small",
-                "prefetch=on",
-                "gemv_max_blocks_per_sm=all"
+                "prefetch=on"
             ]
         );
     }
@@ -270,10 +250,8 @@ mod tests {
             ("TALLY_GEMV_RW", "2"),
             ("TALLY_PDL", "off"),
             ("TALLY_PREFETCH", "off"),
-            ("TALLY_GEMV_MAX_BLOCKS", "8"),
         ])
         .expect("options");
-        assert_eq!(o.gemv_max_blocks_per_sm, Some(8));
         assert!(!o.fuse);
         assert!(!o.pdl_for(1));
         assert!(!o.prefetch && o.defines() == ["-DTALLY_NO_PREFETCH"]);
@@ -306,8 +284,6 @@ mod tests {
             [("TALLY_GEMV_RW", "8")],
             [("TALLY_PDL", "on")],
             [("TALLY_PREFETCH", "1")],
-            [("TALLY_GEMV_MAX_BLOCKS", "0")],
-            [("TALLY_GEMV_MAX_BLOCKS", "65")],
             [("TALLY_DEC_SPLIT", "0")],
             [("TALLY_DEC_SPLIT", "9")],
             [("TALLY_DEC_SPLIT", "two")],

@@ -717,10 +717,11 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
 // byte-to-float conversions, two products per instruction), x read from shared memory; error
 // ~1e-5 relative (x rounded to 16 bits per 16 elements), exact integer sums otherwise.
 template <int T, int RW>
-__device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx, const int stride) {
+__device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     const bool paired = RW == 2 && a.w2 != nullptr;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
-    const int per = paired ? warps : warps * RW;  // columns a group covers
+    const int nb = paired ? bx * warps + warp : bx * (warps * RW) + warp * RW;
+    const bool live = nb < a.N;  // warp-uniform; every warp still takes part in the barriers
     const u8* w;
     int start, rows;
     if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
@@ -729,6 +730,8 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx, c
         l2_prefetch(pr.p[0], pr.bytes[0]);
         l2_prefetch(pr.p[1], pr.bytes[1]);
     }
+    const u8* wrow[RW];
+    gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const int P = a.K / 32;
     constexpr int ZO = Piece<T>::ZO;
@@ -738,73 +741,54 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx, c
         int xrow, yrow;
         if (!gemm_row(a, start, i, xrow, yrow)) continue;  // block-uniform
         Piece<T> pc[RW];
-        const u8* wrow[RW];
-        int nb = bx * per + (paired ? warp : warp * RW);
-        gemv_weight_rows<RW>(a, w, paired, nb, wrow);
-        // The first group's first piece goes out before x is quantised.
-        if (nb < a.N && lane < P) {
+        // The first piece's loads go out before x is quantised.
+        if (live && lane < P) {
 #pragma unroll
             for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
         }
         __syncthreads();  // the previous row's readers are done with sx
         gemv_quantize_x<T>(a.x + static_cast<i64>(xrow) * a.ldx, a.K, xvec, sx);
         __syncthreads();
-        // Column groups bx, bx + stride, ... (stride 0: bx only); no barriers below, so a warp
-        // past the last column leaves the loop alone.
-        for (int g = bx; nb < a.N; g += stride, nb += stride * per) {
-            if (g != bx) {
-                gemv_weight_rows<RW>(a, w, paired, nb, wrow);
-                if (lane < P) {
+        if (!live) continue;
+        float acc[RW];
 #pragma unroll
-                    for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
-                }
+        for (int r = 0; r < RW; r++) acc[r] = 0.0f;
+        for (int p = lane; p < P; p += 32) {
+            if (p != lane) {
+#pragma unroll
+                for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
             }
-            if (stride > 0) {  // the next group's rows stream into L2 meanwhile
-                const L2Ranges pr = gemv_block_range(a, w, g + stride, RW);
-                l2_prefetch(pr.p[0], pr.bytes[0]);
-                l2_prefetch(pr.p[1], pr.bytes[1]);
+            u32 xw[16];
+            const int sw = (p >> 1) & 3;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const uint4 t = sx.q[4 * p + (u ^ sw)];
+                xw[4 * u] = t.x;
+                xw[4 * u + 1] = t.y;
+                xw[4 * u + 2] = t.z;
+                xw[4 * u + 3] = t.w;
             }
-            float acc[RW];
+            const uint4 m = sx.m[p];
+            const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
+            const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
 #pragma unroll
-            for (int r = 0; r < RW; r++) acc[r] = 0.0f;
-            for (int p = lane; p < P; p += 32) {
-                if (p != lane) {
+            for (int r = 0; r < RW; r++) {
+                u32 b[8];
+                float sc[2], off[2];
+                pc[r].to_bytes(p, b, sc, off);
+                int d0 = 0, d1 = 0;
 #pragma unroll
-                    for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
+                for (int j = 0; j < 4; j++) {
+                    d0 = dp2a_lo(xw[2 * j], b[j], d0);
+                    d0 = dp2a_hi(xw[2 * j + 1], b[j], d0);
+                    d1 = dp2a_lo(xw[8 + 2 * j], b[4 + j], d1);
+                    d1 = dp2a_hi(xw[8 + 2 * j + 1], b[4 + j], d1);
                 }
-                u32 xw[16];
-                const int sw = (p >> 1) & 3;
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const uint4 t = sx.q[4 * p + (u ^ sw)];
-                    xw[4 * u] = t.x;
-                    xw[4 * u + 1] = t.y;
-                    xw[4 * u + 2] = t.z;
-                    xw[4 * u + 3] = t.w;
-                }
-                const uint4 m = sx.m[p];
-                const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
-                const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
-#pragma unroll
-                for (int r = 0; r < RW; r++) {
-                    u32 b[8];
-                    float sc[2], off[2];
-                    pc[r].to_bytes(p, b, sc, off);
-                    int d0 = 0, d1 = 0;
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        d0 = dp2a_lo(xw[2 * j], b[j], d0);
-                        d0 = dp2a_hi(xw[2 * j + 1], b[j], d0);
-                        d1 = dp2a_lo(xw[8 + 2 * j], b[4 + j], d1);
-                        d1 = dp2a_hi(xw[8 + 2 * j + 1], b[4 + j], d1);
-                    }
-                    acc[r] += dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
-                              dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
-                }
+                acc[r] += dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
+                          dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
             }
-            gemv_store<RW>(a, paired, acc, lane, nb, yrow);
-            if (stride <= 0) break;
         }
+        gemv_store<RW>(a, paired, acc, lane, nb, yrow);
     }
 }
 
@@ -816,26 +800,27 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx, c
 // same at any RW (same pieces, lanes and order).
 // Per piece and segment s: sum_i x_i * (sc_s * v_i + off_s) = sc_s * (x . v) + off_s * sum(x).
 template <int T, int RW = 2>
-__device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx, const int stride) {
+__device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = static_cast<int>(blockIdx.x)) {
     static_assert(RW == 2 || RW == 4, "rows per warp");
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
     const bool paired = RW == 2 && a.w2 != nullptr;
     if (paired && (a.layout != 0 || !a.y2)) return;
     if constexpr (qt_has_bytes(T)) {
         if (a.K <= GEMV_QK_MAX) {
-            gemv_int_body<T, RW>(a, bx, stride);
+            gemv_int_body<T, RW>(a, bx);
             return;
         }
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
     // RW rows per warp: columns nb .. nb + RW - 1, or (paired, RW = 2) gate and up rows of
-    // column nb; column groups bx, bx + stride, ... (stride 0: bx only).
-    const int per = paired ? warps : warps * RW;
-    const int nb0 = bx * per + (paired ? warp : warp * RW);
-    if (nb0 >= a.N) return;  // warp-uniform; no block-wide barriers below
+    // column nb.
+    const int nb = paired ? bx * warps + warp : bx * (warps * RW) + warp * RW;
+    if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
     int start, rows;
     if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;
+    const u8* wrow[RW];
+    gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const int P = a.K / 32;
 
@@ -843,34 +828,29 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx, const
         int xrow, yrow;
         if (!gemm_row(a, start, i, xrow, yrow)) continue;
         const float* xr = a.x + static_cast<i64>(xrow) * a.ldx;
-        for (int nb = nb0; nb < a.N; nb += stride * per) {
-            const u8* wrow[RW];
-            gemv_weight_rows<RW>(a, w, paired, nb, wrow);
-            float acc[RW];
+        float acc[RW];
 #pragma unroll
-            for (int r = 0; r < RW; r++) acc[r] = 0.0f;
-            for (int p = lane; p < P; p += 32) {
-                Piece<T> pc[RW];
+        for (int r = 0; r < RW; r++) acc[r] = 0.0f;
+        for (int p = lane; p < P; p += 32) {
+            Piece<T> pc[RW];
 #pragma unroll
-                for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
-                float xv[32], xs0, xs1;
-                gemv_x_piece<T>(xr, p, xvec, xv, xs0, xs1);
+            for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
+            float xv[32], xs0, xs1;
+            gemv_x_piece<T>(xr, p, xvec, xv, xs0, xs1);
 #pragma unroll
-                for (int r = 0; r < RW; r++) {
-                    float v[32], sc[2], off[2];
-                    piece_parts<T>(pc[r], p, v, sc, off);
-                    float d0 = 0.0f, d1 = 0.0f;
+            for (int r = 0; r < RW; r++) {
+                float v[32], sc[2], off[2];
+                piece_parts<T>(pc[r], p, v, sc, off);
+                float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
-                    for (int j = 0; j < 16; j++) {
-                        d0 = fmaf(xv[j], v[j], d0);
-                        d1 = fmaf(xv[16 + j], v[16 + j], d1);
-                    }
-                    acc[r] += sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1;
+                for (int j = 0; j < 16; j++) {
+                    d0 = fmaf(xv[j], v[j], d0);
+                    d1 = fmaf(xv[16 + j], v[16 + j], d1);
                 }
+                acc[r] += sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1;
             }
-            gemv_store<RW>(a, paired, acc, lane, nb, yrow);
-            if (stride <= 0) break;
         }
+        gemv_store<RW>(a, paired, acc, lane, nb, yrow);
     }
 }
 
@@ -1065,11 +1045,11 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) {                \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
-        gemv_body<T>(a, blockIdx.x, gridDim.x);                                                      \
+        gemv_body<T>(a);                                                                             \
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) {               \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
-        gemv_body<T, 4>(a, blockIdx.x, gridDim.x);                                                   \
+        gemv_body<T, 4>(a);                                                                          \
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_multi_##name(MultiGemvArgs m) {     \
         pdl_enter_prefetch(gemv_multi_range(m));                                                     \
@@ -1084,8 +1064,8 @@ __device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
     for (int s = 0; s < GEMV_MULTI_SEGS; s++) {
         const int lo = s == 0 ? 0 : m.block_end[s - 1];
         if (s < m.n_seg && b >= lo && b < m.block_end[s]) {
-            if (m.rw[s] == 4) gemv_body<T, 4>(m.seg[s], b - lo, 0);
-            else gemv_body<T, 2>(m.seg[s], b - lo, 0);
+            if (m.rw[s] == 4) gemv_body<T, 4>(m.seg[s], b - lo);
+            else gemv_body<T, 2>(m.seg[s], b - lo);
             return;
         }
     }

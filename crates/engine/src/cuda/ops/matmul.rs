@@ -526,24 +526,17 @@ fn dense_gemm(
     }
     if v == 3 {
         let rw = gemv_rows_per_warp(b, n);
-        // TALLY_GEMV_MAX_BLOCKS (an experiment, off by default): at most that many blocks per
-        // multiprocessor, each walking column groups (only the output head has more).
-        let cap = b
-            .options
-            .gemv_max_blocks_per_sm
-            .map_or(u32::MAX, |c| c.saturating_mul(b.props.sm_count));
         if rw == 4 {
             let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count, gemv_min_threads(ty, k, 4));
-            let grid = (gx.min(cap), m as u32, 1);
+            let grid = (gx, m as u32, 1);
             // SAFETY: as for the SIMT GEMM, with 4 output columns per warp over M rows and at
-            // most GEMV_THREADS threads (the kernel's launch bound); a block walks the column
-            // groups bx, bx + gridDim.x, ... inside N.
+            // most GEMV_THREADS threads (the kernel's launch bound).
             return unsafe { launch(set.gemv4, grid, (threads, 1, 1), 0, s, &a) };
         }
         let (gx, threads) = gemv_grid(n, 2, m, b.props.sm_count, gemv_min_threads(ty, k, 2));
-        let grid = (gx.min(cap), m as u32, 1);
+        let grid = (gx, m as u32, 1);
         // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
-        // GEMV_THREADS threads (the kernel's launch bound); column groups as above.
+        // GEMV_THREADS threads (the kernel's launch bound).
         unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
     } else {
         let bm = TILE_BM[v];
