@@ -110,6 +110,25 @@ struct MultiGemvArgs {
     i32 pad0;
 };
 
+// The segment s of a gemv_multi_<t> / mmv_multi_<t> launch that this block belongs to, its index
+// bx inside the segment and the segment's block count gx; false past the last segment. Callers
+// then pick m.seg[j] with a constant j (an unrolled `s == j` test) so the arguments stay in the
+// parameter bank.
+__device__ __forceinline__ bool multi_segment(const MultiGemvArgs& m, int& s, int& bx, int& gx) {
+    const int b = static_cast<int>(blockIdx.x);
+#pragma unroll
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
+        const int lo = j == 0 ? 0 : m.block_end[j - 1];
+        if (j < m.n_seg && b >= lo && b < m.block_end[j]) {
+            s = j;
+            bx = b - lo;
+            gx = m.block_end[j] - lo;
+            return true;
+        }
+    }
+    return false;
+}
+
 // Raw weight bytes one thread stages per K step (Piece<T>::SLOT_WORDS * 4).
 #define GEMM_SLOT_BYTES(t)                                                                          \
     ((t) == QT_Q6_K ? 112 : (t) == QT_Q5_K || (t) == QT_Q8_0 || (t) == QT_Q2_K || (t) == QT_Q5_0 ? 48 : (t) == QT_F32 ? 128 \
@@ -1059,13 +1078,13 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 // One inlined body per segment (constant indices: the arguments stay in the parameter bank).
 template <int T>
 __device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
-    const int b = static_cast<int>(blockIdx.x);
+    int s, bx, gx;
+    if (!multi_segment(m, s, bx, gx)) return;
 #pragma unroll
-    for (int s = 0; s < GEMV_MULTI_SEGS; s++) {
-        const int lo = s == 0 ? 0 : m.block_end[s - 1];
-        if (s < m.n_seg && b >= lo && b < m.block_end[s]) {
-            if (m.rw[s] == 4) gemv_body<T, 4>(m.seg[s], b - lo);
-            else gemv_body<T, 2>(m.seg[s], b - lo);
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
+        if (s == j) {
+            if (m.rw[j] == 4) gemv_body<T, 4>(m.seg[j], bx);
+            else gemv_body<T, 2>(m.seg[j], bx);
             return;
         }
     }
@@ -1073,11 +1092,11 @@ __device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
 
 // The prefetch of gemv_multi's block: its segment's rows, as gemv_dense_range.
 __device__ __forceinline__ L2Ranges gemv_multi_range(const MultiGemvArgs& m) {
-    const int b = static_cast<int>(blockIdx.x);
+    int s, bx, gx;
+    if (multi_segment(m, s, bx, gx)) {
 #pragma unroll
-    for (int s = 0; s < GEMV_MULTI_SEGS; s++) {
-        const int lo = s == 0 ? 0 : m.block_end[s - 1];
-        if (s < m.n_seg && b >= lo && b < m.block_end[s]) return gemv_dense_range(m.seg[s], b - lo, m.rw[s]);
+        for (int j = 0; j < GEMV_MULTI_SEGS; j++)
+            if (s == j) return gemv_dense_range(m.seg[j], bx, m.rw[j]);
     }
     return L2Ranges{{nullptr, nullptr}, {0, 0}};
 }
@@ -1236,33 +1255,19 @@ __device__ __forceinline__ L2Ranges mmv_dense_range(const GemmArgs& a, const int
 // past its own rows or tiles exit. E.g. the routed experts' down projection beside the shared
 // expert's at decode.
 template <int T>
-__device__ __forceinline__ bool mmv_segment(const MultiGemvArgs& m, int& s, int& bx, int& gx) {
-    const int b = static_cast<int>(blockIdx.x);
-#pragma unroll
-    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
-        const int lo = j == 0 ? 0 : m.block_end[j - 1];
-        if (j < m.n_seg && b >= lo && b < m.block_end[j]) {
-            s = j;
-            bx = b - lo;
-            gx = m.block_end[j] - lo;
-            return true;
-        }
-    }
-    return false;
-}
-template <int T>
 __device__ __forceinline__ L2Ranges mmv_multi_range(const MultiGemvArgs& m) {
     int s, bx, gx;
+    if (multi_segment(m, s, bx, gx)) {
 #pragma unroll
-    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {  // constant indices keep m in the parameter bank
-        if (mmv_segment<T>(m, s, bx, gx) && s == j) return mmv_dense_range<T>(m.seg[j], bx, gx);
+        for (int j = 0; j < GEMV_MULTI_SEGS; j++)
+            if (s == j) return mmv_dense_range<T>(m.seg[j], bx, gx);
     }
     return L2Ranges{{nullptr, nullptr}, {0, 0}};
 }
 template <int T>
 __device__ __forceinline__ void mmv_multi_body(const MultiGemvArgs& m) {
     int s, bx, gx;
-    if (!mmv_segment<T>(m, s, bx, gx)) return;
+    if (!multi_segment(m, s, bx, gx)) return;
 #pragma unroll
     for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
         if (s == j) {

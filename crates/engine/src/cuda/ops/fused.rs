@@ -33,8 +33,7 @@ use tally_model::{Node, Op, OutLayout, Plan};
 
 use super::elementwise::shared_gate_threads;
 use super::matmul::{
-    dense_variant, gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, mmv_grid_x,
-    runs_gemv, use_mmv,
+    gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv, runs_mmv,
 };
 use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
@@ -56,8 +55,10 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     if n > 0 {
         return Ok(n);
     }
-    if down_pair_nodes(plan, index).is_some() && expert_downs(b, plan, index)? {
-        return Ok(2);
+    if let Some(pair) = down_pair_nodes(plan, index) {
+        if expert_downs(b, plan, index, pair)? {
+            return Ok(2);
+        }
     }
     if let Some((g, u, act)) = gate_up_nodes(plan, index) {
         if paired(b, plan, index, (g, u, Some(act)))? {
@@ -381,21 +382,23 @@ fn down_pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
 /// Both down projections of [`down_pair_nodes`] as the two segments of one `mmv_multi_<t>`
 /// launch, when each runs on `mmv_<t>` alone (one-row tiles; the shared one dense at M <= the
 /// tiles) with weights of one type: side by side, each output the bits its own launch writes.
-fn expert_downs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<bool, EngineError> {
-    let (r, sh) = (&plan.nodes[index], &plan.nodes[index + 1]);
+fn expert_downs(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    (r, sh): (&Node, &Node),
+) -> Result<bool, EngineError> {
     let Op::MoeMatMul { k, pair_input } = r.op else {
         return Ok(false);
     };
     let w = b.weights.of(plan, index + 1, 0)?;
     let (ty, rows) = (w.ty, sh.inputs[0].rows);
-    if w.dims.len() != 2 || !use_mmv(ty, w.dims[0] as usize) {
-        return Ok(false);
-    }
+    let Some(gx_d) = runs_mmv(b, w, rows)? else {
+        return Ok(false); // the unfused launch takes it
+    };
     let (kd, nd) = (w.dims[0] as usize, w.dims[1] as usize);
-    if w.buf.bytes < w.row_bytes * nd
-        || dense_variant(rows, nd, kd, b.props.sm_count, b.options.gemm_variant)? != 3
-    {
-        return Ok(false); // the unfused launch takes it (or reports it)
+    if w.buf.bytes < w.row_bytes * nd {
+        return Ok(false); // the unfused launch reports it
     }
     let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
     if !moe::runs_direct_mmv(b.weights.of(plan, index, 0)?, r.inputs[1].rows, k) {
@@ -411,7 +414,6 @@ fn expert_downs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<bool, 
     }
     let (x, y) = (b.view(plan, &sh.inputs[0])?, b.view(plan, &sh.outputs[0])?);
     let dense = GemmArgs::dense((wptr, row_bytes), x, y, (rows, nd, kd), (0, 0, 0));
-    let gx_d = mmv_grid_x(ty, nd, kd, 4 * b.props.sm_count);
     let mut a = MultiGemvArgs {
         seg: [eg.a; GEMV_MULTI_SEGS],
         block_end: [gx_r as i32 + gx_d as i32; GEMV_MULTI_SEGS],

@@ -473,6 +473,30 @@ pub(crate) fn runs_gemv(b: &CudaBackend, w: &DevWeight, m: usize) -> Result<bool
     Ok(dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)? == 3)
 }
 
+/// The grid width of the dense projection of node weight `w` (M rows) when it runs on `mmv_<t>`
+/// (what the down pair of `fused.rs` replaces, bit for bit): not cuBLAS, not the SIMT GEMM, the
+/// GEMV variant with mmv's K; None otherwise.
+pub(crate) fn runs_mmv(
+    b: &CudaBackend,
+    w: &DevWeight,
+    m: usize,
+) -> Result<Option<u32>, EngineError> {
+    if w.dims.len() != 2 || cublas_operands(b, w, m).is_some() {
+        return Ok(None);
+    }
+    let (k, n) = (w.dims[0] as usize, w.dims[1] as usize);
+    if (w.ty == GgmlType::F32 && m > 8) || !use_mmv(w.ty, k) {
+        return Ok(None);
+    }
+    let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
+    Ok((v == 3).then(|| dense_mmv_grid_x(b, w.ty, n, k)))
+}
+
+/// grid.x of a dense `mmv_<t>` launch: every row step, at most four blocks per multiprocessor.
+fn dense_mmv_grid_x(b: &CudaBackend, ty: GgmlType, n: usize, k: usize) -> u32 {
+    mmv_grid_x(ty, n, k, 4 * b.props.sm_count)
+}
+
 /// A dense projection on the engine's kernels. F32 weights (the MoE router) with more than 8
 /// rows run on the f32 SIMT GEMM: exact to f32 like the CPU reference, so near-tied experts are
 /// picked the same way (the tensor-core kernels round operands to f16); up to 8 rows,
@@ -519,7 +543,7 @@ fn dense_gemm(
     }
     let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
     if v == 3 && use_mmv(ty, k) {
-        let gx = mmv_grid_x(ty, n, k, 4 * b.props.sm_count);
+        let gx = dense_mmv_grid_x(b, ty, n, k);
         // SAFETY: as for the SIMT GEMM, with grid (row steps, M): the kernel's grid-stride loop
         // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
