@@ -662,7 +662,7 @@ impl<'a> Builder<'a> {
         self.matmul(il, "ffn_down_shexp", Category::SharedExpert, sg, sd);
         // The routed experts' combine comes after the shared expert (which does not read it), so
         // that it, the shared gate, both adds and the next norm are consecutive nodes: the CUDA
-        // backend runs the five as one launch at decode (cuda/ops/fused.rs).
+        // backend runs the five as one launch (cuda/ops/fused.rs).
         let moe = self.top(a.moe, nr);
         self.node(
             format!("blk.{il}.moe_combine"),

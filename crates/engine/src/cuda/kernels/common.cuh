@@ -24,7 +24,7 @@ typedef unsigned long long u64;
 #define TALLY_INF __int_as_float(0x7f800000)
 
 // Programmatic dependent launch (Hopper). The host launches every kernel with programmatic
-// stream serialization (launch.rs; TALLY_NO_PDL=1 turns it off), which lets this grid be
+// stream serialization (launch.rs; TALLY_PDL=off turns it off), which lets this grid be
 // scheduled before the previous grid in the stream has finished. So every kernel's first
 // statement is pdl_enter() or pdl_enter_prefetch(...) (a test checks each __global__ in these
 // sources):
