@@ -223,6 +223,23 @@ pub struct DeltaArgs {
     pub hv: i32,
     pub dk: i32,
     pub dv: i32,
+    /// The fused decode prologue (delta.cu's DeltaArgs; `kx == 0`: off).
+    pub kx: DPtr,
+    pub ldkx: i64,
+    pub qx: DPtr,
+    pub ldqx: i64,
+    pub keps: f32,
+    pub kscale: f32,
+    pub qeps: f32,
+    pub qscale: f32,
+    pub gb: DPtr,
+    pub ldgb: i64,
+    pub ga: DPtr,
+    pub ldga: i64,
+    pub dt_bias: DPtr,
+    pub ssm_a: DPtr,
+    pub beta_out: DPtr,
+    pub g_out: DPtr,
 }
 
 #[repr(C)]
@@ -519,7 +536,8 @@ pub fn layout_asserts(source: &str) -> String {
         "conv" => layout!(ConvSiluArgs { x, ldx, state, lds, w, y, ldy, t as T, c as C, k as K }),
         "delta" => layout!(DeltaArgs {
             q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, state, o, ldo, work, t as T, r as R,
-            hk as Hk, hv as Hv, dk, dv
+            hk as Hk, hv as Hv, dk, dv, kx, ldkx, qx, ldqx, keps, kscale, qeps, qscale, gb, ldgb,
+            ga, ldga, dt_bias, ssm_a, beta_out, g_out
         }),
         "attention" => layout!(AttnArgs {
             q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_offset, scale,

@@ -42,6 +42,9 @@ pub struct CudaOptions {
     /// Fused launches on the plain path (gate/up/SwiGlu, add + RMS norm; `ops/fused.rs`): on
     /// unless `TALLY_NO_FUSE` is set (to `1`; any other value is an error).
     pub fuse: bool,
+    /// The delta step's fused prologue (`ops/fused.rs`), one of the fused launches: off with
+    /// every other under `TALLY_NO_FUSE=1`, alone under `TALLY_NO_FUSE=delta` (to measure it).
+    pub fuse_delta: bool,
     /// Programmatic dependent launch (sm_90+): kernels launched with programmatic stream
     /// serialization, so the next kernel's launch and block start overlap this one's tail (in
     /// streams and in captured graphs). `TALLY_PDL=small` (the default): for plans of at most
@@ -58,7 +61,29 @@ pub struct CudaOptions {
     /// programmatic dependent launch, while it still runs), a MoE GEMV's once its expert is
     /// known. On unless `TALLY_PREFETCH=off` (compiled away: `-DTALLY_NO_PREFETCH`).
     pub prefetch: bool,
+    /// `TALLY_GEMV_BLOCKS=G,G4,M,V` (each 1 to 4): the blocks per multiprocessor that the
+    /// launch bounds of `gemv_<t>`, `gemv4_<t>`, `gemv_multi_<t>` and `mmv_<t>` / `mmv_multi_<t>`
+    /// ask ptxas to fit (register budget 65536 / (256 x blocks)); default 2 each. An experiment
+    /// switch (compiled in: `-DGEMV_MIN_BLOCKS=..` and friends); a lower register budget can
+    /// make a kernel spill.
+    pub gemv_blocks: [u8; 4],
+    /// A dense GEMV (or mmv) of 2 to [`GEMV_BLOCK_ROWS_MAX`] rows runs all its rows in each
+    /// block (grid.y = 1: every weight row read once for all of them), not one block per row
+    /// (grid.y = M): on unless `TALLY_GEMV_ROWS=grid`. The sums are the same either way.
+    pub gemv_rows_in_block: bool,
 }
+
+/// The most rows a dense GEMV block takes at once ([`CudaOptions::gemv_rows_in_block`]): the
+/// GEMV's whole range (`dense_variant` sends at most 8 rows of a K % 64 == 0 product to it).
+pub const GEMV_BLOCK_ROWS_MAX: usize = 8;
+
+/// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
+const GEMV_BLOCK_MACROS: [&str; 4] = [
+    "GEMV_MIN_BLOCKS",
+    "GEMV4_MIN_BLOCKS",
+    "GEMV_MULTI_MIN_BLOCKS",
+    "MMV_MIN_BLOCKS",
+];
 
 impl Default for CudaOptions {
     fn default() -> Self {
@@ -69,9 +94,12 @@ impl Default for CudaOptions {
             decode_graph: true,
             gemv_rw: None,
             fuse: true,
+            fuse_delta: true,
             pdl: PdlMode::Small,
             decode_splits_per_sm: DECODE_SPLITS_PER_SM,
             prefetch: true,
+            gemv_blocks: [2; 4],
+            gemv_rows_in_block: true,
         }
     }
 }
@@ -122,8 +150,18 @@ impl CudaOptions {
         }
         match get("TALLY_NO_FUSE").as_deref() {
             None | Some("") | Some("0") => {}
-            Some("1") => o.fuse = false,
-            Some(v) => return Err(bad("TALLY_NO_FUSE", v, "1 (or 0 / unset: fused)")),
+            Some("1") => {
+                o.fuse = false;
+                o.fuse_delta = false;
+            }
+            Some("delta") => o.fuse_delta = false,
+            Some(v) => {
+                return Err(bad(
+                    "TALLY_NO_FUSE",
+                    v,
+                    "1, delta (the delta step's prologue only), or 0 / unset: fused",
+                ));
+            }
         }
         match get("TALLY_PDL").as_deref() {
             None | Some("") | Some("small") => {}
@@ -135,6 +173,22 @@ impl CudaOptions {
             None | Some("") | Some("on") => {}
             Some("off") => o.prefetch = false,
             Some(v) => return Err(bad("TALLY_PREFETCH", v, "on or off")),
+        }
+        if let Some(v) = get("TALLY_GEMV_BLOCKS").filter(|v| !v.is_empty()) {
+            let want = "four blocks per multiprocessor, 1 to 4 each, as G,G4,M,V (e.g. 3,2,3,3)";
+            let parts: Vec<Option<u8>> = v
+                .split(',')
+                .map(|p| p.trim().parse::<u8>().ok().filter(|n| (1..=4).contains(n)))
+                .collect();
+            match parts.as_slice() {
+                [Some(a), Some(b), Some(c), Some(d)] => o.gemv_blocks = [*a, *b, *c, *d],
+                _ => return Err(bad("TALLY_GEMV_BLOCKS", &v, want)),
+            }
+        }
+        match get("TALLY_GEMV_ROWS").as_deref() {
+            None | Some("") | Some("block") => {}
+            Some("grid") => o.gemv_rows_in_block = false,
+            Some(v) => return Err(bad("TALLY_GEMV_ROWS", v, "block or grid")),
         }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
@@ -171,6 +225,11 @@ impl CudaOptions {
         if !self.prefetch {
             d.push("-DTALLY_NO_PREFETCH".to_string());
         }
+        for (m, &b) in GEMV_BLOCK_MACROS.iter().zip(&self.gemv_blocks) {
+            if b != 2 {
+                d.push(format!("-D{m}={b}"));
+            }
+        }
         d
     }
 
@@ -192,7 +251,14 @@ impl CudaOptions {
                 Some(r) => format!("gemv_rw={r}"),
                 None => "gemv_rw=auto".into(),
             },
-            format!("fuse={}", on(self.fuse)),
+            format!(
+                "fuse={}",
+                match (self.fuse, self.fuse_delta) {
+                    (true, true) => "on",
+                    (true, false) => "on-but-delta",
+                    _ => "off",
+                }
+            ),
             format!("decode_splits_per_sm={}", self.decode_splits_per_sm),
             format!(
                 "pdl={}",
@@ -203,6 +269,18 @@ impl CudaOptions {
                 }
             ),
             format!("prefetch={}", on(self.prefetch)),
+            format!(
+                "gemv_rows={}",
+                if self.gemv_rows_in_block {
+                    "block"
+                } else {
+                    "grid"
+                }
+            ),
+            format!(
+                "gemv_blocks={}",
+                self.gemv_blocks.map(|b| b.to_string()).join(",")
+            ),
         ]
     }
 }
@@ -234,7 +312,9 @@ mod tests {
                 "fuse=on",
                 "decode_splits_per_sm=1",
                 "pdl=small",
-                "prefetch=on"
+                "prefetch=on",
+                "gemv_rows=block",
+                "gemv_blocks=2,2,2,2"
             ]
         );
     }
@@ -252,10 +332,43 @@ mod tests {
             ("TALLY_PREFETCH", "off"),
         ])
         .expect("options");
-        assert!(!o.fuse);
+        assert!(!o.fuse && !o.fuse_delta);
+        assert!(
+            !opts(&[("TALLY_GEMV_ROWS", "grid")])
+                .expect("grid")
+                .gemv_rows_in_block
+        );
+        let e = opts(&[("TALLY_GEMV_ROWS", "rows")])
+            .expect_err("rows")
+            .to_string();
+        assert!(
+            e.contains("TALLY_GEMV_ROWS=rows") && e.contains("block or grid"),
+            "{e}"
+        );
+        let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
+        assert!(d.fuse && !d.fuse_delta);
+        assert!(d.describe().contains(&"fuse=on-but-delta".to_string()));
+        let e = opts(&[("TALLY_NO_FUSE", "2")]).expect_err("2").to_string();
+        assert!(e.contains("TALLY_NO_FUSE=2") && e.contains("delta"), "{e}");
         assert!(!o.pdl_for(1));
         assert!(!o.prefetch && o.defines() == ["-DTALLY_NO_PREFETCH"]);
         assert!(opts(&[]).expect("defaults").defines().is_empty());
+        let b = opts(&[("TALLY_GEMV_BLOCKS", "3,2,3,1")]).expect("options");
+        assert_eq!(
+            b.defines(),
+            [
+                "-DGEMV_MIN_BLOCKS=3",
+                "-DGEMV_MULTI_MIN_BLOCKS=3",
+                "-DMMV_MIN_BLOCKS=1"
+            ]
+        );
+        for v in ["3", "3,3,3", "3,3,3,5", "0,2,2,2", "a,b,c,d", "3,3,3,3,3"] {
+            let e = opts(&[("TALLY_GEMV_BLOCKS", v)]).expect_err(v).to_string();
+            assert!(
+                e.contains("TALLY_GEMV_BLOCKS") && e.contains("1 to 4"),
+                "{v}: {e}"
+            );
+        }
         let d = opts(&[]).expect("defaults");
         assert!(d.pdl_for(1) && d.pdl_for(PDL_MAX_TOKENS) && !d.pdl_for(PDL_MAX_TOKENS + 1));
         let all = opts(&[("TALLY_PDL", "all")]).expect("options");

@@ -77,6 +77,8 @@ __device__ __forceinline__ void pdl_enter_prefetch(const L2Ranges& r) {
     pdl_enter();
 }
 
+// softplus as the delta gates compute it (elementwise.cu, and delta.cu's fused prologue).
+__device__ __forceinline__ float gates_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 __device__ __forceinline__ float tally_silu(float x) { return x / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float tally_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 

@@ -671,10 +671,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) delta_rule_chunk_scan(Delta
 // (value head, 32 columns), 128 threads: warp w owns columns 8w..8w+7; lane = column (l & 7) x
 // row quarter (l >> 3), each thread DK/4 rows of its column in registers.
 
+// The fused prologue's L2 norm of one key head's row x (DK values) into s_out: norm_rows' code
+// for a group of DK at its block size for that group (128 threads, ops/norm.rs norm_threads;
+// this kernel's block), thread i element i, so every value is norm_rows' bit for bit.
+template <int DK>
+__device__ __forceinline__ void delta_l2_row(const float* x, float eps, float scale, float* s_out, float* red) {
+    const int tid = threadIdx.x;
+    const float v = tid < DK ? x[tid] : 0.0f;
+    float ss = 0.0f;
+    if (tid < DK) ss += v * v;
+    ss = block_sum(ss, red);
+    const float s = rsqrtf(ss + eps) * scale;
+    if (tid < DK) s_out[tid] = v * s;
+}
+
 template <int DK>
 __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
     constexpr int RQ = DK / 4;
-    __shared__ float ks[128], qs[128];
+    __shared__ float ks[128], qs[128], red[32];
     const int h = blockIdx.x, n0 = blockIdx.y * DELTA_NS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int col = n0 + 8 * warp + (lane & 7), rq = lane >> 3;
@@ -685,14 +699,29 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
     for (int r = 0; r < RQ; ++r) S[r] = st[(i64)(rq * RQ + r) * dv];
     for (int t = 0; t < T; ++t) {
         const bool out = t >= q0;
+        float decay, b;
         __syncthreads();
-        if (tid < DK) {
-            ks[tid] = a.k[(i64)t * a.ldk + kh * DK + tid];
-            if (out) qs[tid] = a.q[(i64)(t - q0) * a.ldq + kh * DK + tid];
+        if (a.kx) {  // the fused prologue (T = R = 1, checked by the host)
+            delta_l2_row<DK>(a.kx + kh * DK, a.keps, a.kscale, ks, red);
+            delta_l2_row<DK>(a.qx + kh * DK, a.qeps, a.qscale, qs, red);
+            // delta_gates' expressions for (t, h).
+            const float bv = a.gb[(i64)t * a.ldgb + h], av = a.ga[(i64)t * a.ldga + h];
+            b = 1.0f / (1.0f + expf(-bv));
+            const float gv = a.ssm_a[h] * gates_softplus(av + a.dt_bias[h]);
+            if (blockIdx.y == 0 && tid == 0) {
+                a.beta_out[(i64)t * a.ldb + h] = b;
+                a.g_out[(i64)t * a.ldg + h] = gv;
+            }
+            decay = expf(gv);
+        } else {
+            if (tid < DK) {
+                ks[tid] = a.k[(i64)t * a.ldk + kh * DK + tid];
+                if (out) qs[tid] = a.q[(i64)(t - q0) * a.ldq + kh * DK + tid];
+            }
+            decay = expf(a.g[(i64)t * a.ldg + h]);
+            b = a.beta[(i64)t * a.ldb + h];
         }
         __syncthreads();
-        const float decay = expf(a.g[(i64)t * a.ldg + h]);
-        const float b = a.beta[(i64)t * a.ldb + h];
         const float vj = a.v[(i64)t * a.ldv + (i64)h * dv + col];
         float kv = 0.0f;
 #pragma unroll
@@ -720,7 +749,7 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
 
 extern "C" __global__ void __launch_bounds__(128) delta_rule_step(DeltaArgs a) {
     pdl_enter();
-    if (!delta_shape_ok(a)) return;
+    if (!delta_shape_ok(a) || (a.kx && (a.T != 1 || a.R != 1))) return;
     if (a.dk == 128) delta_step_body<128>(a);
     else if (a.dk == 64) delta_step_body<64>(a);
 }

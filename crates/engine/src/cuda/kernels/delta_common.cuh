@@ -13,6 +13,21 @@ struct DeltaArgs {
     float* o; i64 ldo;           // [R, Hv*dv]
     float* work;                 // delta_work_floats(T, Hk, Hv, dk, dv) floats (chunked path only)
     i32 T, R, Hk, Hv, dk, dv;
+    // The decode prologue (delta_rule_step only, one token; ops/fused.rs; off when kx is null):
+    // the delta gates and the q and k L2 norms before the step, in the same launch. Each block
+    // computes what it reads (its value head's gates, its key head's normed q and k) with the
+    // unfused kernels' expressions, and block (h, 0) stores the gates, so they equal delta_gates'
+    // outputs bit for bit. The norms run in place in the plan (their input is their output), so
+    // their normed q and k are not stored: the host fuses only where no later node reads them.
+    const float* kx; i64 ldkx;   // [1, Hk*dk] the k L2 norm's input (and output view)
+    const float* qx; i64 ldqx;   // [1, Hk*dk] the q L2 norm's
+    float keps, kscale, qeps, qscale;
+    const float* gb; i64 ldgb;   // [1, Hv] delta gates' beta logits
+    const float* ga; i64 ldga;   // [1, Hv] alpha
+    const float* dt_bias;        // [Hv]
+    const float* ssm_a;          // [Hv] (= -exp(A_log))
+    float* beta_out;             // [1, Hv] the gates' outputs (the views g and beta above)
+    float* g_out;
 };
 
 

@@ -65,8 +65,6 @@ struct DeltaGatesArgs {
     i32 T, H;
 };
 
-__device__ __forceinline__ float gates_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
 extern "C" __global__ void __launch_bounds__(256) delta_gates(DeltaGatesArgs a) {
     pdl_enter();
     const i64 total = (i64)a.T * a.H;

@@ -234,6 +234,15 @@ __device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, in
     __syncthreads();
 }
 
+// The rows of one GEMV / mmv block (gemm_block_rows' max_rows): a MoE block takes its tile's
+// rows; a dense one row (grid.y = M, one block per x row) or, launched with grid.y = 1, all M
+// rows (the host does so for a few rows, e.g. a verification step: each weight row then comes
+// from DRAM once for all x rows, and the grid has 1/M of the blocks). Either way each row
+// runs the same code on the same pieces in the same order: the same bits.
+__device__ __forceinline__ int gemv_max_rows(const GemmArgs& a) {
+    return a.tile_expert ? 0x7fffffff : (gridDim.y == 1 ? a.M : 1);
+}
+
 // The preamble of both tensor-core bodies: the argument checks (K a multiple of the K step and
 // of the block), the block's first column n0, its rows (gemm_block_rows) and the row tables.
 // False: the block writes nothing (block-uniform).
@@ -743,7 +752,7 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     const bool live = nb < a.N;  // warp-uniform; every warp still takes part in the barriers
     const u8* w;
     int start, rows;
-    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
+    if (!gemm_block_rows(a, gemv_max_rows(a), w, start, rows)) return;  // block-uniform
     if (a.tile_expert) {  // the expert is known now: stream the block's rows into L2
         const L2Ranges pr = gemv_block_range(a, w, bx, RW);
         l2_prefetch(pr.p[0], pr.bytes[0]);
@@ -837,7 +846,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
     int start, rows;
-    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;
+    if (!gemm_block_rows(a, gemv_max_rows(a), w, start, rows)) return;
     const u8* wrow[RW];
     gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
@@ -1044,6 +1053,21 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 
 // Blocks per SM the BM = 32 kernels are compiled for: 3 (<= 80 registers) where that fits
 // without spilling; the Q6_K decode needs more registers.
+// Blocks per multiprocessor that the decode kernels' launch bounds ask for (register budget
+// 65536 / (256 x blocks)): 2 by default; TALLY_GEMV_BLOCKS (options.rs) overrides each family,
+// an experiment switch (at 3, the 80-register budget makes several types' kernels spill).
+#ifndef GEMV_MIN_BLOCKS
+#define GEMV_MIN_BLOCKS 2
+#endif
+#ifndef GEMV4_MIN_BLOCKS
+#define GEMV4_MIN_BLOCKS 2
+#endif
+#ifndef GEMV_MULTI_MIN_BLOCKS
+#define GEMV_MULTI_MIN_BLOCKS 2
+#endif
+#ifndef MMV_MIN_BLOCKS
+#define MMV_MIN_BLOCKS 2
+#endif
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
 #define TALLY_GEMM_KERNELS(name, T)                                                                  \
@@ -1062,15 +1086,15 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_s32(GemmArgs a) { pdl_enter(); \
         gemm_swap_body<T, 4>(a);                                                                     \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_##name(GemmArgs a) {                \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) gemv_##name(GemmArgs a) {                \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
         gemv_body<T>(a);                                                                             \
     } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv4_##name(GemmArgs a) {               \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemv4_##name(GemmArgs a) {               \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
         gemv_body<T, 4>(a);                                                                          \
     } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemv_multi_##name(MultiGemvArgs m) {     \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MULTI_MIN_BLOCKS) gemv_multi_##name(MultiGemvArgs m) {     \
         pdl_enter_prefetch(gemv_multi_range(m));                                                     \
         gemv_multi_body<T>(m);                                                                       \
     }
@@ -1163,7 +1187,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
     const int steps = (a.N + rows_per_step - 1) / rows_per_step;
     const u8* w;
     int start, rows;
-    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
+    if (!gemm_block_rows(a, gemv_max_rows(a), w, start, rows)) return;  // block-uniform
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const bool split = a.layout == 1;
     const int pp = active ? p : 0;  // idle threads read piece 0 and add nothing
@@ -1278,11 +1302,11 @@ __device__ __forceinline__ void mmv_multi_body(const MultiGemvArgs& m) {
 }
 
 #define TALLY_MMV_KERNEL(name, T)                                                               \
-    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_##name(GemmArgs a) {       \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_MIN_BLOCKS) mmv_##name(GemmArgs a) {       \
         pdl_enter_prefetch(mmv_dense_range<T>(a, blockIdx.x, gridDim.x));                       \
         mmv_body<T>(a, blockIdx.x, gridDim.x);                                                  \
     }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) mmv_multi_##name(MultiGemvArgs m) { \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_MIN_BLOCKS) mmv_multi_##name(MultiGemvArgs m) { \
         pdl_enter_prefetch(mmv_multi_range<T>(m));                                              \
         mmv_multi_body<T>(m);                                                                   \
     }

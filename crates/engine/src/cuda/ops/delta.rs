@@ -102,8 +102,45 @@ pub fn geometry_asserts() -> String {
     s
 }
 
+/// The fused decode prologue of a one-token step (`ops/fused.rs`): the delta gates' and the q
+/// and k L2 norms' inputs and parameters, and the gates' outputs (delta.cu's DeltaArgs).
+#[derive(Debug, Clone, Copy)]
+pub struct Prologue {
+    /// The k and q norms' input views (pointer, row stride).
+    pub kx: (u64, i64),
+    pub qx: (u64, i64),
+    /// (eps, scale) of the k and q norms.
+    pub k_norm: (f32, f32),
+    pub q_norm: (f32, f32),
+    /// The gates' beta logits and alpha views.
+    pub gb: (u64, i64),
+    pub ga: (u64, i64),
+    /// The gates' weights (at least Hv values each).
+    pub dt_bias: u64,
+    pub ssm_a: u64,
+    /// The gates' outputs (the step's beta and g views).
+    pub beta_out: u64,
+    pub g_out: u64,
+}
+
 pub fn delta_rule(b: &mut CudaBackend, node: &Node, io: &Io, h: Heads) -> Result<(), EngineError> {
+    delta_rule_with(b, node, io, h, None)
+}
+
+/// [`delta_rule`], with the fused prologue for a one-token step.
+pub fn delta_rule_with(
+    b: &mut CudaBackend,
+    node: &Node,
+    io: &Io,
+    h: Heads,
+    prologue: Option<Prologue>,
+) -> Result<(), EngineError> {
     let (t, r) = (node.inputs[1].rows, node.inputs[0].rows);
+    if prologue.is_some() && (t != 1 || r != 1) {
+        return Err(EngineError::Internal(format!(
+            "the delta rule's fused prologue is for one-token steps; got T = {t}, R = {r}"
+        )));
+    }
     let Heads {
         k_heads,
         v_heads,
@@ -121,7 +158,7 @@ pub fn delta_rule(b: &mut CudaBackend, node: &Node, io: &Io, h: Heads) -> Result
     } else {
         0
     };
-    let a = DeltaArgs {
+    let mut a = DeltaArgs {
         q: io.ins[0].0,
         ldq: io.ins[0].1,
         k: io.ins[1].0,
@@ -142,14 +179,45 @@ pub fn delta_rule(b: &mut CudaBackend, node: &Node, io: &Io, h: Heads) -> Result
         hv: v_heads as i32,
         dk: k_dim as i32,
         dv: v_dim as i32,
+        kx: 0,
+        ldkx: 0,
+        qx: 0,
+        ldqx: 0,
+        keps: 0.0,
+        kscale: 0.0,
+        qeps: 0.0,
+        qscale: 0.0,
+        gb: 0,
+        ldgb: 0,
+        ga: 0,
+        ldga: 0,
+        dt_bias: 0,
+        ssm_a: 0,
+        beta_out: 0,
+        g_out: 0,
     };
+    if let Some(p) = prologue {
+        (a.kx, a.ldkx) = p.kx;
+        (a.qx, a.ldqx) = p.qx;
+        (a.keps, a.kscale) = p.k_norm;
+        (a.qeps, a.qscale) = p.q_norm;
+        (a.gb, a.ldgb) = p.gb;
+        (a.ga, a.ldga) = p.ga;
+        a.dt_bias = p.dt_bias;
+        a.ssm_a = p.ssm_a;
+        a.beta_out = p.beta_out;
+        a.g_out = p.g_out;
+    }
     let s = b.cu_stream();
     let slices = (v_dim as i64 / DELTA_NS) as u32;
     if !chunked {
         // SAFETY: DeltaArgs mirrors delta.cu's struct (layout asserted at kernel build). Grid
         // (Hv, dv / DELTA_NS) as the kernel was built for; q, k, v, g, beta, o are the node's
         // views (R or T rows) and state its Hv x dk*dv view (real, or the replay's staged copy)
-        // in buffers `prepare` sized; the step path reads no workspace (work = 0).
+        // in buffers `prepare` sized; the step path reads no workspace (work = 0). With the
+        // prologue (T = R = 1, checked above): kx, qx, gb, ga are one-row views, dt_bias and
+        // ssm_a weights of at least Hv values, beta_out and g_out the beta and g views
+        // (ops/fused.rs checks each).
         return unsafe {
             launch(
                 b.kernels.delta_rule_step,

@@ -1,9 +1,10 @@
 //! Launches that run several consecutive plan nodes at once, on the plain path only (the
 //! executor asks for them when no hook watches the nodes: [`crate::exec::Hook::fuses`]; the
 //! ledger's observe and replay runs, and `tally check`, dispatch node by node). Every fused
-//! launch writes every output of the nodes it covers, with the same arithmetic in the same order
-//! as their own kernels, so buffers and logits are bit-identical to the unfused run (the GPU
-//! scripts compare the two). `TALLY_NO_FUSE=1` turns them off.
+//! launch writes every output of the nodes it covers that a later node reads (all of them but
+//! the in-place q and k norms of the delta step, below), with the same arithmetic in the same
+//! order as their own kernels, so logits, and every buffer that is read again, are bit-identical
+//! to the unfused run (the GPU scripts compare the two). `TALLY_NO_FUSE=1` turns them off.
 //!
 //! - gate, up, SwiGlu: two projections of the same input through weights of one type and shape,
 //!   then `silu(gate) * up`. At one row (decode) both run on `gemv_<t>`; its paired mode takes row
@@ -25,12 +26,20 @@
 //!   with the shared-expert gate before that (its dot product and sigmoid in the same block, at
 //!   the shared_gate kernel's block size), and then also with the routed experts' combine before
 //!   that (moe_combine's loop per element, in the same block): five nodes, one launch.
+//! - at one token, the delta gates, the q and k L2 norms and the delta rule's step: one
+//!   `delta_rule_step` launch with its prologue (delta.cu), each block computing its own head's
+//!   gates and normed q and k with the unfused kernels' expressions (at norm_rows' block size for
+//!   those norms, the step's 128 threads). The gates' outputs are stored; the norms' (in place)
+//!   are not, where no later node reads them ([`read_later`]): the conv output they normalise
+//!   is overwritten by the next layer's conv before anything reads it. Two launches fewer per
+//!   linear-attention layer, one of them a single block.
 //! - a norm and the MulSilu that gates its output (the linear-attention output norm and its z
 //!   gate), and two L2 norms of one kind (q and k before the delta rule): one `norm_rows`
 //!   launch, its blocks each running the unfused code on its own (row, group).
 
 use tally_model::{Node, Op, OutLayout, Plan};
 
+use super::delta;
 use super::elementwise::shared_gate_threads;
 use super::matmul::{
     gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv, runs_mmv,
@@ -92,6 +101,12 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     if let Some(nodes) = add_norm_nodes(plan, index) {
         return add_norm(b, plan, index, nodes, None, None);
     }
+    if let Some(nodes) = delta_prologue_nodes(plan, index).filter(|_| b.options.fuse_delta) {
+        let n = delta_prologue(b, plan, index, nodes)?;
+        if n > 0 {
+            return Ok(n);
+        }
+    }
     if let Some((norm, gate)) = norm_gate_nodes(plan, index) {
         return norm_fused(b, plan, index, norm, NormWith::Gate(gate));
     }
@@ -137,6 +152,145 @@ fn norm_pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
         && !overlaps(&b.outputs[0], &a.inputs[0])
         && !overlaps(&b.outputs[0], &a.outputs[0]);
     (e1 == e2 && g1 == g2 && one(a) && one(b) && apart).then_some((a, b))
+}
+
+/// The delta gates at `index`, the q and k L2 norms (in place) and a one-token delta rule that
+/// reads all three outputs: (gates, q norm, k norm, delta rule).
+type DeltaNodes<'p> = (&'p Node, &'p Node, &'p Node, &'p Node);
+fn delta_prologue_nodes(plan: &Plan, index: usize) -> Option<DeltaNodes<'_>> {
+    let n = |i: usize| plan.nodes.get(index + i);
+    let (g, qn, kn, d) = (n(0)?, n(1)?, n(2)?, n(3)?);
+    let in_place = |x: &Node| {
+        matches!(x.op, Op::L2Norm { .. })
+            && x.inputs.len() == 1
+            && x.outputs.len() == 1
+            && x.inputs[0] == x.outputs[0]
+    };
+    let ok = g.op == Op::DeltaGates
+        && g.inputs.len() == 2
+        && g.outputs.len() == 2
+        && in_place(qn)
+        && in_place(kn)
+        && matches!(d.op, Op::DeltaRule { .. })
+        && d.inputs.len() == 6
+        && d.inputs[0] == qn.outputs[0]
+        && d.inputs[1] == kn.outputs[0]
+        && d.inputs[3] == g.outputs[1]
+        && d.inputs[4] == g.outputs[0]
+        && d.inputs[0].rows == 1
+        && d.inputs[1].rows == 1;
+    ok.then_some((g, qn, kn, d))
+}
+
+/// Whether a node from `from` on reads an element of `v` before a node overwrites all of `v`,
+/// or (nothing overwrites it) whether `v` outlives the run (anything but an activation).
+fn read_later(plan: &Plan, from: usize, v: &tally_model::View) -> bool {
+    let covers = |o: &tally_model::View| {
+        o.buf == v.buf
+            && o.row0 <= v.row0
+            && o.row0 + o.rows >= v.row0 + v.rows
+            && o.col0 <= v.col0
+            && o.col0 + o.cols >= v.col0 + v.cols
+    };
+    for node in plan.nodes.iter().skip(from) {
+        if node.inputs.iter().any(|i| overlaps(i, v)) {
+            return true;
+        }
+        if node.outputs.iter().any(covers) {
+            return false;
+        }
+    }
+    plan.buf(v.buf).kind != tally_model::BufKind::Activation
+}
+
+/// The gates, the q and k norms and a one-token delta rule as one `delta_rule_step` launch with
+/// its prologue (delta.cu): the nodes covered (0: nothing launched, when the norms would not run
+/// at the step's block size, a norm's output is read later, or a shape or weight is off; each
+/// node then runs on its own). The gates' outputs are stored; the in-place norms' are not (none
+/// is read later: checked), so the step's q and k views keep the norms' inputs.
+fn delta_prologue(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    (g, qn, kn, d): DeltaNodes<'_>,
+) -> Result<usize, EngineError> {
+    let Op::DeltaRule {
+        k_heads,
+        v_heads,
+        k_dim,
+        v_dim,
+    } = d.op
+    else {
+        return Ok(0);
+    };
+    let (
+        Op::L2Norm {
+            eps: qeps,
+            group: qg,
+            scale: qscale,
+        },
+        Op::L2Norm {
+            eps: keps,
+            group: kg,
+            scale: kscale,
+        },
+    ) = (&qn.op, &kn.op)
+    else {
+        return Ok(0);
+    };
+    let sms = b.props.sm_count;
+    let width = k_heads * k_dim;
+    // norm_rows' block size for these norms must be the step's 128 threads (same reduction).
+    let norm_ok = |x: &tally_model::View, group: usize| {
+        group == k_dim
+            && x.rows == 1
+            && x.cols == width
+            && norm_threads((x.cols / group) as u32, group, sms) == 128
+    };
+    let (qv, kv) = (qn.outputs[0], kn.outputs[0]);
+    let (gb_v, ga_v) = (g.inputs[0], g.inputs[1]);
+    let gates_ok = [gb_v, ga_v, g.outputs[0], g.outputs[1]]
+        .iter()
+        .all(|v| v.rows == 1 && v.cols == v_heads);
+    // The gates' outputs are stored while other blocks read the norms' and the step's inputs.
+    let reads = [qv, kv, d.inputs[2], gb_v, ga_v];
+    let apart = g
+        .outputs
+        .iter()
+        .all(|o| reads.iter().all(|r| !overlaps(o, r)));
+    if !(norm_ok(&qv, *qg) && norm_ok(&kv, *kg) && gates_ok && apart)
+        || read_later(plan, index + 4, &qv)
+        || read_later(plan, index + 4, &kv)
+    {
+        return Ok(0);
+    }
+    let (dt_bias, ssm_a) = (b.weights.of(plan, index, 0)?, b.weights.of(plan, index, 1)?);
+    if dt_bias.elems() < v_heads || ssm_a.elems() < v_heads {
+        return Ok(0); // the unfused gates report it
+    }
+    let (dt_bias, ssm_a) = (dt_bias.buf.ptr, ssm_a.buf.ptr);
+    let gi = io(b, plan, g, Target::Real)?;
+    let di = io(b, plan, d, Target::Real)?;
+    let pro = delta::Prologue {
+        kx: di.ins[1],
+        qx: di.ins[0],
+        k_norm: (*keps, *kscale),
+        q_norm: (*qeps, *qscale),
+        gb: gi.ins[0],
+        ga: gi.ins[1],
+        dt_bias,
+        ssm_a,
+        beta_out: gi.outs[0].0,
+        g_out: gi.outs[1].0,
+    };
+    let heads = delta::Heads {
+        k_heads,
+        v_heads,
+        k_dim,
+        v_dim,
+    };
+    delta::delta_rule_with(b, d, &di, heads, Some(pro))?;
+    Ok(4)
 }
 
 /// Whether two views share an element.
@@ -952,7 +1106,7 @@ mod tests {
                 let plan = build_plan(&cfg, n, 64, &PlanOptions::default()).expect("plan");
                 let (mut triples, mut add2, mut add3, mut pairs, mut i) = (0, 0, 0, 0, 0);
                 let (mut gated, mut norm_pairs, mut gated_adds, mut combined) = (0, 0, 0, 0);
-                let (mut expert_pairs, mut down_pairs) = (0, 0);
+                let (mut expert_pairs, mut down_pairs, mut deltas) = (0, 0, 0);
                 while i < plan.nodes.len() {
                     if let Some((r, sh)) = down_pair_nodes(&plan, i) {
                         assert!(r.name.ends_with("down_exps"), "{}", r.name);
@@ -999,6 +1153,19 @@ mod tests {
                                 i += 2;
                             }
                         }
+                    } else if let Some((g, q, k, d)) = delta_prologue_nodes(&plan, i) {
+                        assert!(g.name.ends_with("ssm_gates"), "{}", g.name);
+                        assert!(q.name.ends_with("ssm_q_l2norm"), "{}", q.name);
+                        assert!(k.name.ends_with("ssm_k_l2norm"), "{}", k.name);
+                        assert!(d.name.ends_with("delta_rule"), "{}", d.name);
+                        // The normed q and k die with the step (the next conv overwrites
+                        // them); its output is read next (the gated norm), its state kept.
+                        assert!(!read_later(&plan, i + 4, &q.outputs[0]), "{}", q.name);
+                        assert!(!read_later(&plan, i + 4, &k.outputs[0]), "{}", k.name);
+                        assert!(read_later(&plan, i + 4, &d.outputs[0]), "{}", d.name);
+                        assert!(read_later(&plan, i + 4, &d.outputs[1]), "{}", d.name);
+                        deltas += 1;
+                        i += 4;
                     } else if let Some((n, g)) = norm_gate_nodes(&plan, i) {
                         assert!(n.name.ends_with("ssm_norm"), "{}", n.name);
                         assert!(g.name.ends_with("ssm_gate_silu"), "{}", g.name);
@@ -1035,7 +1202,13 @@ mod tests {
                 }
                 let layers = cfg.n_layers;
                 let linear = cfg.n_linear_layers();
-                assert_eq!((gated, norm_pairs), (linear, linear), "{preset:?} n={n}");
+                // One token: the gates, q/k norms and step as one launch; more: the norm pair.
+                let one = usize::from(n == 1);
+                assert_eq!(
+                    (gated, norm_pairs, deltas),
+                    (linear, linear * (1 - one), linear * one),
+                    "{preset:?} n={n}"
+                );
                 assert_eq!(
                     (gated_adds, combined),
                     (layers, layers),
