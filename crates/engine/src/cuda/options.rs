@@ -67,15 +67,7 @@ pub struct CudaOptions {
     /// switch (compiled in: `-DGEMV_MIN_BLOCKS=..` and friends); a lower register budget can
     /// make a kernel spill.
     pub gemv_blocks: [u8; 4],
-    /// A dense GEMV (or mmv) of 2 to [`GEMV_BLOCK_ROWS_MAX`] rows runs all its rows in each
-    /// block (grid.y = 1: every weight row read once for all of them), not one block per row
-    /// (grid.y = M): on unless `TALLY_GEMV_ROWS=grid`. The sums are the same either way.
-    pub gemv_rows_in_block: bool,
 }
-
-/// The most rows a dense GEMV block takes at once ([`CudaOptions::gemv_rows_in_block`]): the
-/// GEMV's whole range (`dense_variant` sends at most 8 rows of a K % 64 == 0 product to it).
-pub const GEMV_BLOCK_ROWS_MAX: usize = 8;
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
 const GEMV_BLOCK_MACROS: [&str; 4] = [
@@ -99,7 +91,6 @@ impl Default for CudaOptions {
             decode_splits_per_sm: DECODE_SPLITS_PER_SM,
             prefetch: true,
             gemv_blocks: [2; 4],
-            gemv_rows_in_block: true,
         }
     }
 }
@@ -185,11 +176,6 @@ impl CudaOptions {
                 _ => return Err(bad("TALLY_GEMV_BLOCKS", &v, want)),
             }
         }
-        match get("TALLY_GEMV_ROWS").as_deref() {
-            None | Some("") | Some("block") => {}
-            Some("grid") => o.gemv_rows_in_block = false,
-            Some(v) => return Err(bad("TALLY_GEMV_ROWS", v, "block or grid")),
-        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -270,14 +256,6 @@ impl CudaOptions {
             ),
             format!("prefetch={}", on(self.prefetch)),
             format!(
-                "gemv_rows={}",
-                if self.gemv_rows_in_block {
-                    "block"
-                } else {
-                    "grid"
-                }
-            ),
-            format!(
                 "gemv_blocks={}",
                 self.gemv_blocks.map(|b| b.to_string()).join(",")
             ),
@@ -313,7 +291,6 @@ mod tests {
                 "decode_splits_per_sm=1",
                 "pdl=small",
                 "prefetch=on",
-                "gemv_rows=block",
                 "gemv_blocks=2,2,2,2"
             ]
         );
@@ -333,18 +310,6 @@ mod tests {
         ])
         .expect("options");
         assert!(!o.fuse && !o.fuse_delta);
-        assert!(
-            !opts(&[("TALLY_GEMV_ROWS", "grid")])
-                .expect("grid")
-                .gemv_rows_in_block
-        );
-        let e = opts(&[("TALLY_GEMV_ROWS", "rows")])
-            .expect_err("rows")
-            .to_string();
-        assert!(
-            e.contains("TALLY_GEMV_ROWS=rows") && e.contains("block or grid"),
-            "{e}"
-        );
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);
         assert!(d.describe().contains(&"fuse=on-but-delta".to_string()));

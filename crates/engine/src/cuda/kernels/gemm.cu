@@ -234,15 +234,6 @@ __device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, in
     __syncthreads();
 }
 
-// The rows of one GEMV / mmv block (gemm_block_rows' max_rows): a MoE block takes its tile's
-// rows; a dense one row (grid.y = M, one block per x row) or, launched with grid.y = 1, all M
-// rows (the host does so for a few rows, e.g. a verification step: each weight row then comes
-// from DRAM once for all x rows, and the grid has 1/M of the blocks). Either way each row
-// runs the same code on the same pieces in the same order: the same bits.
-__device__ __forceinline__ int gemv_max_rows(const GemmArgs& a) {
-    return a.tile_expert ? 0x7fffffff : (gridDim.y == 1 ? a.M : 1);
-}
-
 // The preamble of both tensor-core bodies: the argument checks (K a multiple of the K step and
 // of the block), the block's first column n0, its rows (gemm_block_rows) and the row tables.
 // False: the block writes nothing (block-uniform).
@@ -752,7 +743,7 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     const bool live = nb < a.N;  // warp-uniform; every warp still takes part in the barriers
     const u8* w;
     int start, rows;
-    if (!gemm_block_rows(a, gemv_max_rows(a), w, start, rows)) return;  // block-uniform
+    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
     if (a.tile_expert) {  // the expert is known now: stream the block's rows into L2
         const L2Ranges pr = gemv_block_range(a, w, bx, RW);
         l2_prefetch(pr.p[0], pr.bytes[0]);
@@ -846,7 +837,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     if (nb >= a.N) return;  // warp-uniform; no block-wide barriers below
     const u8* w;
     int start, rows;
-    if (!gemm_block_rows(a, gemv_max_rows(a), w, start, rows)) return;
+    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;
     const u8* wrow[RW];
     gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
@@ -1187,7 +1178,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
     const int steps = (a.N + rows_per_step - 1) / rows_per_step;
     const u8* w;
     int start, rows;
-    if (!gemm_block_rows(a, gemv_max_rows(a), w, start, rows)) return;  // block-uniform
+    if (!gemm_block_rows(a, a.tile_expert ? 0x7fffffff : 1, w, start, rows)) return;  // block-uniform
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const bool split = a.layout == 1;
     const int pp = active ? p : 0;  // idle threads read piece 0 and add nothing

@@ -14,7 +14,6 @@ use crate::cuda::consts::{
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
-use crate::cuda::options::GEMV_BLOCK_ROWS_MAX;
 use crate::cuda::{CudaBackend, DevWeight};
 
 /// Rows one `mmv_<t>` block step covers (mmv_rows_per_step in gemm.cu): groups of the pieces
@@ -60,16 +59,6 @@ pub(crate) fn gemv_grid(
         threads /= 2;
     }
     (blocks(n as i64, cols(threads) as u32), threads)
-}
-
-/// grid.y of a dense GEMV / mmv launch of `m` rows: 1 (every row in each block) for 2 to
-/// GEMV_BLOCK_ROWS_MAX rows unless `TALLY_GEMV_ROWS=grid`, else `m` (one block per row).
-pub(crate) fn gemv_grid_rows(b: &CudaBackend, m: usize) -> usize {
-    if b.options.gemv_rows_in_block && m <= GEMV_BLOCK_ROWS_MAX {
-        1
-    } else {
-        m
-    }
 }
 
 /// Whether `gemv_<t>` of `ty` weights takes its integer body (gemm.cu's gemv_int_body: every
@@ -553,27 +542,23 @@ fn dense_gemm(
         };
     }
     let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
-    // Grid rows: one block per x row, or (a few rows) every row in each block (gemm.cu's
-    // gemv_max_rows: grid.y = 1 with M > 1).
-    let gy = gemv_grid_rows(b, m);
     if v == 3 && use_mmv(ty, k) {
         let gx = dense_mmv_grid_x(b, ty, n, k);
-        // SAFETY: as for the SIMT GEMM, with grid (row steps, M or 1): the kernel's grid-stride
-        // loop keeps every block inside the N rows, its rows inside M (gemv_max_rows), and
-        // use_mmv checked K / 32 <= MMV_THREADS.
-        return unsafe { launch(set.mmv, (gx, gy as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
+        // SAFETY: as for the SIMT GEMM, with grid (row steps, M): the kernel's grid-stride loop
+        // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
+        return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 {
         let rw = gemv_rows_per_warp(b, n);
         if rw == 4 {
-            let (gx, threads) = gemv_grid(n, 4, gy, b.props.sm_count, gemv_min_threads(ty, k, 4));
-            let grid = (gx, gy as u32, 1);
+            let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count, gemv_min_threads(ty, k, 4));
+            let grid = (gx, m as u32, 1);
             // SAFETY: as for the SIMT GEMM, with 4 output columns per warp over M rows and at
             // most GEMV_THREADS threads (the kernel's launch bound).
             return unsafe { launch(set.gemv4, grid, (threads, 1, 1), 0, s, &a) };
         }
-        let (gx, threads) = gemv_grid(n, 2, gy, b.props.sm_count, gemv_min_threads(ty, k, 2));
-        let grid = (gx, gy as u32, 1);
+        let (gx, threads) = gemv_grid(n, 2, m, b.props.sm_count, gemv_min_threads(ty, k, 2));
+        let grid = (gx, m as u32, 1);
         // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
         // GEMV_THREADS threads (the kernel's launch bound).
         unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
