@@ -15,22 +15,17 @@ cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 work_dir /tmp/decode-fuse
 t0=$(date +%s)
-summary=()
-row() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
 FILL=pool scripts/gpu/prepare.sh > "$OUT/prepare.log" 2>&1 &
 T=$TALLY_NOPEER
 BASE=$PWD/.carry/bin/tally-base
-MID=/tmp/mid-q4_k_m.gguf
-L4=/tmp/l4.gguf
-"$T" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
-"$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --fill pool --out $L4 > /dev/null 2>&1
+mid_l4_files
 timeout 200 "$T" check --model $MID --backend cuda --tokens 1,100,700 -n 3 > "$OUT/check-mid.log" 2>&1
 row "check mid q4_k_m" "rc=$? ($(( $(date +%s) - t0 )) s)"
 for f in $MID $L4; do
   n=$(basename $f .gguf)
-  timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-new.json" 2> "$OUT/run-$n-new.err"
-  TALLY_NO_FUSE=1 timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-nofuse.json" 2> "$OUT/run-$n-nofuse.err"
-  timeout 120 "$BASE" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-base.json" 2> "$OUT/run-$n-base.err"
+  run_json new $f
+  TALLY_NO_FUSE=1 run_json nofuse $f
+  run_json base $f "$BASE"
   row "logits bits new == nofuse == base, $n" "$(logits_same "$OUT" "$n" new nofuse base)"
 done
 wait

@@ -13,14 +13,9 @@ cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 work_dir /tmp/prefetch
 t0=$(date +%s)
-summary=()
-row() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
 FILL=pool scripts/gpu/prepare.sh > "$OUT/prepare.log" 2>&1 &
 T=$TALLY_NOPEER
-MID=/tmp/mid-q4_k_m.gguf
-L4=/tmp/l4.gguf
-"$T" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
-"$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --fill pool --out $L4 > /dev/null 2>&1
+mid_l4_files
 for pf in on off; do
   TALLY_PREFETCH=$pf timeout 200 "$T" check --model $MID --backend cuda --tokens 1,100,700 -n 3 > "$OUT/check-mid-$pf.log" 2>&1
   row "check mid q4_k_m, prefetch $pf" "rc=$? ($(( $(date +%s) - t0 )) s)"
@@ -28,7 +23,7 @@ done
 for f in $MID $L4; do
   n=$(basename $f .gguf)
   for pf in on off; do
-    TALLY_PREFETCH=$pf timeout 120 "$T" run --model $f --backend cuda --tokens 37 -n 6 -o json > "$OUT/run-$n-$pf.json" 2> "$OUT/run-$n-$pf.err"
+    TALLY_PREFETCH=$pf run_json $pf $f
   done
   row "logits bits on == off, $n" "$(logits_same "$OUT" "$n" on off)"
 done

@@ -156,6 +156,17 @@ pub trait Backend {
         Ok(crate::sample::sample_logits(&logits, step))
     }
 
+    /// The greedy token after each row of `plan`'s logits view (all its rows: one per token of
+    /// a verification plan), after its dispatches: [`crate::sample::argmax`] of each row (largest
+    /// value, lowest id on ties, NaN below everything). The default reads the logits and takes
+    /// the argmax on the host; a GPU backend takes it on the device and downloads only the ids.
+    fn argmax_rows(&mut self, plan: &Plan) -> Result<Vec<u32>, EngineError> {
+        self.barrier()?;
+        let logits = self.read(plan, plan.logits)?;
+        let vocab = plan.logits.cols.max(1);
+        Ok(logits.chunks(vocab).map(crate::sample::argmax).collect())
+    }
+
     /// Copies the leading `bytes` of each named state buffer into snapshot `slot` (replacing
     /// what the slot held); returns the bytes the slot now holds. The buffers must exist (a plan
     /// using them was prepared).
@@ -243,6 +254,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn sample(&mut self, plan: &Plan, step: &SampleStep<'_>) -> Result<u32, EngineError> {
         (**self).sample(plan, step)
+    }
+    fn argmax_rows(&mut self, plan: &Plan) -> Result<Vec<u32>, EngineError> {
+        (**self).argmax_rows(plan)
     }
     fn save_state(&mut self, slot: u64, extents: &[StateExtent]) -> Result<usize, EngineError> {
         (**self).save_state(slot, extents)

@@ -413,6 +413,24 @@ impl<B: Backend> Session<B> {
         self.backend.read(&plan, plan.logits)
     }
 
+    /// [`Session::verify`] for greedy decoding without penalties: the greedy token after each of
+    /// `ids` (the argmax of each logits row, taken where the backend takes it: on a GPU only the
+    /// ids travel, not `ids.len()` rows of the vocabulary).
+    pub fn verify_greedy(&mut self, ids: &[u32]) -> Result<Vec<u32>, EngineError> {
+        let plan = self.start_rows(ids, self.n_past, ids.len())?;
+        self.dispatch_plain(&plan)?;
+        self.backend.argmax_rows(&plan)
+    }
+
+    /// [`Session::decode`] for greedy decoding without penalties: the greedy token after `id`.
+    pub fn decode_greedy(&mut self, id: u32) -> Result<u32, EngineError> {
+        let plan = self.decode_run(id)?;
+        let best = self.backend.argmax_rows(&plan)?;
+        best.first()
+            .copied()
+            .ok_or_else(|| EngineError::Internal("a decode step without a logits row".into()))
+    }
+
     /// Saves the conv and recurrent states into backend slot `slot` (not the KV caches: a
     /// later batch at position `p` writes cache rows `p..` only, so rows before the saved
     /// position stay valid). Restore with [`Session::restore`] at the position saved; returns

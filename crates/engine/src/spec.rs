@@ -275,6 +275,11 @@ fn run<B: Backend>(
             },
         )
     };
+    // Greedy without penalties needs only each row's argmax: the backend takes it (on a GPU the
+    // ids travel instead of k + 1 rows of the vocabulary), the same tokens as `pick` and
+    // `accept_or_resample` give (keep a draft iff it is the argmax; the random draws are still
+    // taken, though greedy decoding uses none).
+    let argmax_only = params.is_greedy() && !params.has_penalties();
     let logits = session.prefill(prompt)?;
     let first = pick(&logits, &seq, rng);
     out.push(first);
@@ -295,8 +300,13 @@ fn run<B: Backend>(
         stats.draft_s += td.elapsed().as_secs_f64();
         if drafts.is_empty() {
             let tv = Instant::now();
-            let logits = session.decode(last)?;
-            let next = pick(&logits, &seq, rng);
+            let next = if argmax_only {
+                rng.next_u64();
+                session.decode_greedy(last)?
+            } else {
+                let logits = session.decode(last)?;
+                pick(&logits, &seq, rng)
+            };
             stats.verify_s += tv.elapsed().as_secs_f64();
             stats.steps += 1;
             out.push(next);
@@ -311,35 +321,43 @@ fn run<B: Backend>(
         batch.push(last);
         batch.extend_from_slice(&drafts);
         let tv = Instant::now();
-        let rows = session.verify(&batch)?;
-        stats.verify_s += tv.elapsed().as_secs_f64();
+        let (kept, next) = if argmax_only {
+            let best = session.verify_greedy(&batch)?;
+            stats.verify_s += tv.elapsed().as_secs_f64();
+            greedy_kept(&drafts, &best, rng)?
+        } else {
+            let rows = session.verify(&batch)?;
+            stats.verify_s += tv.elapsed().as_secs_f64();
+            // Row i scores the token after batch[i] (the history then holds drafts[..i]).
+            let mut kept = 0;
+            let mut next = None;
+            let mut history = seq.clone();
+            for (i, &d) in drafts.iter().enumerate() {
+                let row = &rows[i * vocab..(i + 1) * vocab];
+                let (keep, token) =
+                    accept_or_resample(row, params, &history, d, rng.next_u64(), rng.next_u64());
+                if !keep {
+                    next = Some(token);
+                    break;
+                }
+                kept += 1;
+                history.push(d);
+            }
+            let next = match next {
+                Some(t) => t,
+                None => pick(&rows[drafts.len() * vocab..], &history, rng),
+            };
+            (kept, next)
+        };
         stats.steps += 1;
         stats.drafted += drafts.len();
-        // Row i scores the token after batch[i] (the history then holds drafts[..i]).
-        let mut kept = 0;
-        let mut next = None;
-        let mut history = seq.clone();
-        for (i, &d) in drafts.iter().enumerate() {
-            let row = &rows[i * vocab..(i + 1) * vocab];
-            let (keep, token) =
-                accept_or_resample(row, params, &history, d, rng.next_u64(), rng.next_u64());
-            if !keep {
-                next = Some(token);
-                break;
-            }
-            kept += 1;
-            history.push(d);
-        }
-        let next = match next {
-            Some(t) => t,
-            None => pick(&rows[drafts.len() * vocab..], &history, rng),
-        };
         stats.accepted += kept;
         if kept < drafts.len() {
             // The state holds rejected drafts: back to n0, then the kept tokens again.
             let tr = Instant::now();
             session.restore_recurrent(SPEC_SLOT, n0)?;
-            session.append(&batch[..kept + 1])?;
+            // No logits wanted: the next step's batch starts from the verified token.
+            session.extend_run(&batch[..kept + 1])?;
             stats.recompute_s += tr.elapsed().as_secs_f64();
             stats.recomputes += 1;
         }
@@ -356,6 +374,29 @@ fn run<B: Backend>(
     Ok(())
 }
 
+/// The greedy acceptance of `drafts` against `best`, the argmax after each token of the
+/// verified batch (`best[i]` follows drafts[..i]): the drafts kept (each equal to the argmax
+/// before it) and the token after them, with the random draws [`run`]'s general path takes
+/// (two per draft examined, one for the final pick), so the stream stays where it would be.
+fn greedy_kept(drafts: &[u32], best: &[u32], rng: &mut Rng) -> Result<(usize, u32), EngineError> {
+    if best.len() != drafts.len() + 1 {
+        return Err(EngineError::Internal(format!(
+            "{} greedy tokens for a batch of {}",
+            best.len(),
+            drafts.len() + 1
+        )));
+    }
+    for (i, &d) in drafts.iter().enumerate() {
+        rng.next_u64();
+        rng.next_u64();
+        if d != best[i] {
+            return Ok((i, best[i]));
+        }
+    }
+    rng.next_u64();
+    Ok((drafts.len(), best[drafts.len()]))
+}
+
 /// Plain greedy decoding of `n_gen` tokens after `prompt` (the reference speculative decoding
 /// must reproduce).
 pub fn greedy_plain<B: Backend>(
@@ -367,14 +408,13 @@ pub fn greedy_plain<B: Backend>(
     if n_gen == 0 {
         return Ok(out);
     }
-    let mut logits = session.prefill(prompt)?;
+    let mut t = argmax(&session.prefill(prompt)?);
     loop {
-        let t = argmax(&logits);
         out.push(t);
         if out.len() == n_gen {
             return Ok(out);
         }
-        logits = session.decode(t)?;
+        t = session.decode_greedy(t)?;
     }
 }
 

@@ -35,6 +35,16 @@ fn speculative_greedy_is_plain_greedy() {
             let prompt = random_ids(p_len, vocab, seed * 7 + p_len as u64);
             let want = greedy_plain(&mut session(&model, 64), &prompt, n_gen).expect("plain");
             assert_eq!(want.len(), n_gen);
+            // greedy_plain takes the backend's argmax (Session::decode_greedy); the reference
+            // is the logits read back and the host's argmax, step by step.
+            let mut s = session(&model, 64);
+            let mut t = tally_engine::sample::argmax(&s.prefill(&prompt).expect("prefill"));
+            let mut by_logits = vec![t];
+            while by_logits.len() < n_gen {
+                t = tally_engine::sample::argmax(&s.decode(t).expect("decode"));
+                by_logits.push(t);
+            }
+            assert_eq!(want, by_logits, "{preset:?} {quant:?}: decode_greedy");
             let (got, st) = greedy(&mut session(&model, 64), &prompt, n_gen, 3, &mut NoDraft)
                 .expect("no drafts");
             assert_eq!(got, want, "{preset:?} {quant:?}: no drafts");
@@ -71,6 +81,32 @@ fn speculative_greedy_is_plain_greedy() {
                 }
             }
         }
+    }
+}
+
+/// Session::verify_greedy gives each row's argmax of Session::verify's logits (the same batch
+/// on the same state), for batches of 1 to 5 tokens.
+#[test]
+fn verify_greedy_is_the_argmax_of_each_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q4KM, 41);
+    let vocab = model.config.vocab;
+    let prompt = random_ids(7, vocab, 41);
+    for n in 1..=5 {
+        let batch = random_ids(n, vocab, 100 + n as u64);
+        let mut a = session(&model, 64);
+        a.prefill(&prompt).expect("prefill");
+        let rows = a.verify(&batch).expect("verify");
+        assert_eq!(rows.len(), n * vocab);
+        let want: Vec<u32> = rows
+            .chunks(vocab)
+            .map(tally_engine::sample::argmax)
+            .collect();
+        let mut b = session(&model, 64);
+        b.prefill(&prompt).expect("prefill");
+        let got = b.verify_greedy(&batch).expect("verify_greedy");
+        assert_eq!(got, want, "batch of {n}");
+        assert_eq!(b.n_past(), prompt.len() + n);
     }
 }
 

@@ -465,6 +465,10 @@ impl Backend for CudaBackend {
         self.sample_on_device(plan, step)
     }
 
+    fn argmax_rows(&mut self, plan: &Plan) -> Result<Vec<u32>, EngineError> {
+        self.argmax_rows_on_device(plan)
+    }
+
     fn save_state(
         &mut self,
         slot: u64,

@@ -38,39 +38,87 @@ fn argmax(
     sms: u32,
     stream: cudarc::driver::sys::CUstream,
 ) -> Result<i32, EngineError> {
-    let best = at_least(&mut bufs.best, 8, "greedy token")?;
-    // SAFETY: `best` was grown above to at least 8 bytes on this stream's context; the memset
-    // is ordered on the stream before the kernel that reads it.
-    unsafe { cudarc::driver::sys::cuMemsetD32Async(best, 0, 2, stream) }
+    Ok(argmax_rows(k, bufs, (logits, 0), 1, vocab, sms, stream)?[0] as i32)
+}
+
+/// `argmax_token` over each of `rows` rows of `vocab` logits (`logits`: pointer and row stride
+/// in floats), one launch a row into its own packed u64, then one download of the `rows` ids.
+fn argmax_rows(
+    k: crate::cuda::launch::Kernel,
+    bufs: &mut SampleBufs,
+    (logits, ld): (u64, i64),
+    rows: usize,
+    vocab: usize,
+    sms: u32,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<Vec<u32>, EngineError> {
+    let best = at_least(&mut bufs.best, 8 * rows.max(1), "greedy tokens")?;
+    // SAFETY: `best` was grown above to at least 8 * rows bytes on this stream's context; the
+    // memset (2 u32 a row) is ordered on the stream before the kernels that read it.
+    unsafe { cudarc::driver::sys::cuMemsetD32Async(best, 0, 2 * rows.max(1), stream) }
         .result()
-        .map_err(|e| EngineError::Cuda(format!("zeroing the greedy token: {e}")))?;
-    let args = ArgmaxArgs {
-        logits,
-        best,
-        vocab: vocab as i32,
-        pad0: 0,
-    };
-    // SAFETY: ArgmaxArgs mirrors sample.cu's struct (layout asserted at kernel build). Blocks of
-    // 256 threads stride over the `vocab` logits of the plan's `[1, vocab]` view; `best` holds
-    // one u64 zeroed above, which each block folds its maximum into with one atomicMax.
-    unsafe {
-        launch(
-            k,
-            (blocks(vocab as i64, 256 * 4).clamp(1, 2 * sms), 1, 1),
-            (256, 1, 1),
-            0,
-            stream,
-            &args,
-        )
-    }?;
-    let mut packed = [0u64; 1];
+        .map_err(|e| EngineError::Cuda(format!("zeroing the greedy tokens: {e}")))?;
+    for r in 0..rows {
+        let args = ArgmaxArgs {
+            logits: logits + 4 * (r as u64) * (ld.max(0) as u64),
+            best: best + 8 * r as u64,
+            vocab: vocab as i32,
+            pad0: 0,
+        };
+        // SAFETY: ArgmaxArgs mirrors sample.cu's struct (layout asserted at kernel build).
+        // Blocks of 256 threads stride over the `vocab` logits of row r of the plan's logits view
+        // (`rows` rows of stride `ld` floats, at least `vocab` wide); `best + 8r` is row r's u64
+        // in the buffer grown and zeroed above, which each block folds its maximum into with one
+        // atomicMax.
+        unsafe {
+            launch(
+                k,
+                (blocks(vocab as i64, 256 * 4).clamp(1, 2 * sms), 1, 1),
+                (256, 1, 1),
+                0,
+                stream,
+                &args,
+            )
+        }?;
+    }
+    let mut packed = vec![0u64; rows];
     if let Some(o) = &bufs.best {
         o.download_at(0, &mut packed, stream)?;
     }
-    Ok((0xffff_ffffu32 - (packed[0] & 0xffff_ffff) as u32) as i32)
+    Ok(packed
+        .iter()
+        .map(|p| 0xffff_ffffu32 - (p & 0xffff_ffff) as u32)
+        .collect())
 }
 
 impl CudaBackend {
+    /// The greedy token after each row of `plan`'s logits view (after its dispatches), taken on
+    /// the device: only the ids are downloaded.
+    pub(crate) fn argmax_rows_on_device(&mut self, plan: &Plan) -> Result<Vec<u32>, EngineError> {
+        let (rows, vocab) = (plan.logits.rows, plan.logits.cols);
+        let view = self.view(plan, &plan.logits)?;
+        let stream = self.cu_stream();
+        let sms = self.props.sm_count.max(1);
+        let mut bufs = std::mem::take(&mut self.sampling);
+        let ids = argmax_rows(
+            self.kernels.argmax_token,
+            &mut bufs,
+            view,
+            rows,
+            vocab,
+            sms,
+            stream,
+        );
+        self.sampling = bufs;
+        let ids = ids?;
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(EngineError::Internal(format!(
+                "device argmax returned id {bad} for a vocabulary of {vocab}"
+            )));
+        }
+        Ok(ids)
+    }
+
     /// One sampling step on the logits of `plan` (after its dispatches); returns the token id.
     pub(crate) fn sample_on_device(
         &mut self,

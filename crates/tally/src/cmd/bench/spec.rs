@@ -29,8 +29,9 @@ pub(super) fn spec_row(
         session.prefill(&prompt)?;
         let t0 = Instant::now();
         let mut t = reference[0];
+        // The plain tgN row's way: the argmax on the backend (a GPU downloads the id only).
         for _ in 1..n {
-            t = tally_engine::sample::argmax(&session.decode(t)?);
+            t = session.decode_greedy(t)?;
         }
         let plain_s = t0.elapsed().as_secs_f64();
         let mut draft: Box<dyn Draft<_>> = match acceptance {
