@@ -10,7 +10,7 @@
 #   +14% on the sum of increments, validation (b)), and any background process collides with a
 #   worker, so the noise gate discards window after window; one thread leaves a core free;
 # - 128 prompt tokens (DEMO_TOKENS): per-node work grows with the prompt, that fixed cost does
-#   not; 5 clean windows per group (DEMO_REPEATS);
+#   not; 5 clean windows per group (DEMO_REPEATS; the gate keeps 6, as many of each run order);
 # - up to 20 re-measured windows per group (DEMO_RETRIES): these VMs switch between speed levels
 #   ~30% apart every second or so, and a switch inside a window makes one run an outlier; with the
 #   default budget of 6, one of the 16 groups ran out in most runs;

@@ -250,13 +250,14 @@ mod tests {
             (d.n_gen, d.series.stats.median_ms, d.tok_s),
             (4, 4.0, Some(1000.0))
         );
-        // 1 warm-up + 5 kept prefill windows, then the same for decode; one run each per window.
-        assert_eq!(a.calls.len(), 12);
-        assert_eq!(b.calls.len(), 12);
+        // 1 warm-up + 6 kept prefill windows (5 asked; as many of each run order), then the
+        // same for decode; one run each per window.
+        assert_eq!(a.calls.len(), 14);
+        assert_eq!(b.calls.len(), 14);
         assert_eq!(ra.prefill.group.series.len(), 1);
         assert_eq!(rb.prefill.group.series[0].subject, 1);
         assert_eq!(a.calls[0], FakeCall::Prefill(RunMode::Plain));
-        assert_eq!(a.calls[6], FakeCall::Decode(4));
+        assert_eq!(a.calls[7], FakeCall::Decode(4));
     }
 
     #[test]
@@ -268,9 +269,10 @@ mod tests {
             ..cfg(4)
         };
         let (ra, rb) = e2e_pair(&mut a, &mut b, &c).unwrap();
-        // 1 warm-up + 5 kept decode windows, and no prefill runs of their own.
-        assert_eq!(a.calls, vec![FakeCall::Decode(4); 6]);
-        assert_eq!(b.calls.len(), 6);
+        // 1 warm-up + 6 kept decode windows (both orders evenly), and no prefill runs of their
+        // own.
+        assert_eq!(a.calls, vec![FakeCall::Decode(4); 7]);
+        assert_eq!(b.calls.len(), 7);
         assert!(ra.prefill.group.windows.is_empty() && ra.prefill_tok_s.is_none());
         assert_eq!(rb.prefill.group.series[0].subject, 1);
         assert_eq!(ra.decode.as_ref().and_then(|d| d.tok_s), Some(1000.0));

@@ -44,7 +44,9 @@ fn default_max_warmup() -> usize {
 /// The noise gate's settings. Every rule below is applied identically to every subject.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NoiseConfig {
-    /// Clean windows wanted per group (each window runs every series once).
+    /// Clean windows wanted per group (each window runs every series once). Under mirrored
+    /// interleaving a group of several series keeps at least half of them (rounded up) in each
+    /// run order, so an odd count keeps one more ([`crate::gate`]'s `orders_balanced`).
     pub windows: usize,
     /// Untimed-for-statistics windows first (recorded as warm-up).
     pub warmup_windows: usize,

@@ -152,6 +152,63 @@ fn forward_and_mirror_interleaving() {
     );
 }
 
+/// Under mirrored interleaving a group keeps as many windows of each run order (at least half
+/// of those asked, rounded up), also when discarded windows shift the parity; forward
+/// interleaving and a group of one series keep exactly the windows asked.
+#[test]
+fn mirrored_groups_keep_both_orders_evenly() {
+    let count = |rec: &GroupRecord| {
+        let even = rec.kept().filter(|w| w.seq % 2 == 0).count();
+        (even, rec.kept().count() - even)
+    };
+    let entries = [plain(0, "a"), observe(0, "a")];
+    for spikes in [vec![], vec![2], vec![0, 2], vec![4, 6]] {
+        let mut a = fake("a");
+        a.faults.spike_prefills = spikes.clone();
+        let mut gate = Gate::new(
+            NoiseConfig {
+                max_retries: 6,
+                ..cfg()
+            },
+            Box::new(NoProbe),
+        )
+        .unwrap();
+        let rec = gate
+            .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+            .unwrap();
+        assert!(!rec.exhausted, "spikes {spikes:?}");
+        let (even, odd) = count(&rec);
+        assert!(
+            even >= 2 && odd >= 2,
+            "spikes {spikes:?}: {even} + {odd} kept"
+        );
+        assert!(orders_balanced(&rec, 3, Interleave::Mirror));
+    }
+    // Forward: the windows asked, whatever their parity.
+    let mut a = fake("a");
+    let mut gate = Gate::new(
+        NoiseConfig {
+            interleave: Interleave::Forward,
+            ..cfg()
+        },
+        Box::new(NoProbe),
+    )
+    .unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    assert_eq!(rec.kept().count(), 3);
+    assert_eq!(count(&rec), (2, 1));
+    assert!(!orders_balanced(&rec, 3, Interleave::Mirror));
+    // One series: no order to balance.
+    let mut a = fake("a");
+    let mut gate = Gate::new(cfg(), Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &[plain(0, "a")], "t")
+        .unwrap();
+    assert_eq!(rec.kept().count(), 3);
+}
+
 /// A subject whose `time_op` returns scripted sample sets.
 struct Scripts {
     engine: EngineInfo,
@@ -375,9 +432,12 @@ fn window_levels_take_out_a_host_that_switches_speed() {
         replay(0, "a", 1),
         replay(0, "a", 2),
     ];
+    // Forward order: mirrored windows would keep 3 + 3 (both run orders evenly), and with as
+    // many slow windows as fast ones no level is the typical one.
     let cfg = NoiseConfig {
         windows: 5,
         max_retries: 4,
+        interleave: Interleave::Forward,
         ..cfg()
     };
     let mut a = switching();
