@@ -167,16 +167,14 @@ pub fn compile(src: &Source, arch: &str, defines: &[String]) -> Result<Vec<u8>, 
     })?;
     let mut opts = options(arch, &include);
     opts.extend_from_slice(defines);
-    let (maj, min) = nvrtc_version();
-    let key = tally_model::rng::hash_str(&format!("{text}\n{opts:?}\nnvrtc {maj}.{min}"));
-    let dir = cache_dir();
-    let path = dir.join(format!("{}-{arch}-{key:016x}.cubin", src.name));
+    let path = cache_path(src.name, &text, &opts, arch);
     if let Ok(bytes) = std::fs::read(&path)
         && !bytes.is_empty()
     {
         return Ok(bytes);
     }
     let cubin = compile_uncached(src.name, &text, &opts)?;
+    let dir = cache_dir();
     // The cache is an optimisation: failing to write it is not an error.
     if std::fs::create_dir_all(&dir).is_ok() {
         let tmp = path.with_extension("tmp");
@@ -185,6 +183,73 @@ pub fn compile(src: &Source, arch: &str, defines: &[String]) -> Result<Vec<u8>, 
         }
     }
     Ok(cubin)
+}
+
+/// The cache file of one compilation: keyed by the source text, the options (all but the
+/// header directory: the headers come with the compiler, whose version is in the key, so a
+/// cache filled on a machine with the same NVRTC release, `tally kernels --arch`, serves a GPU
+/// host whose headers live elsewhere) and the NVRTC version.
+fn cache_path(name: &str, text: &str, opts: &[String], arch: &str) -> PathBuf {
+    let keyed: Vec<&String> = opts
+        .iter()
+        .filter(|o| !o.starts_with("--include-path="))
+        .collect();
+    let (maj, min) = nvrtc_version();
+    let key = tally_model::rng::hash_str(&format!("{text}\n{keyed:?}\nnvrtc {maj}.{min}"));
+    cache_dir().join(format!("{name}-{arch}-{key:016x}.cubin"))
+}
+
+/// One source's entry in the kernel cache after [`precompile`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Cached {
+    pub source: &'static str,
+    pub path: PathBuf,
+    /// Whether it was already in the cache.
+    pub was_cached: bool,
+    pub bytes: usize,
+    /// Seconds spent compiling (0 when it was cached).
+    pub compile_s: f64,
+}
+
+/// Compiles every kernel source for `arch` with `defines` into the disk cache (what the
+/// backend does at its first use), without a GPU: NVRTC alone. The first run on a new machine
+/// otherwise waits for this (about a minute on a GPU host).
+pub fn precompile(arch: &str, defines: &[String]) -> Result<Vec<Cached>, EngineError> {
+    // SAFETY: probing for the library has no preconditions.
+    if !unsafe { nvrtc_sys::is_culib_present() } {
+        return Err(EngineError::Unsupported(
+            "NVRTC (libnvrtc.so) was not found: add the CUDA toolkit's lib directory to LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    let include = cuda_include_dir().ok_or_else(|| {
+        EngineError::Cuda(
+            "CUDA headers not found: set TALLY_CUDA_INCLUDE to the directory holding cuda_fp16.h"
+                .into(),
+        )
+    })?;
+    let mut out = Vec::new();
+    for src in SOURCES {
+        let text = source_text(src)?;
+        let mut opts = options(arch, &include);
+        opts.extend_from_slice(defines);
+        let path = cache_path(src.name, &text, &opts, arch);
+        let was_cached = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
+        let t0 = std::time::Instant::now();
+        let bytes = compile(src, arch, defines)?.len();
+        out.push(Cached {
+            source: src.name,
+            path,
+            was_cached,
+            bytes,
+            compile_s: if was_cached {
+                0.0
+            } else {
+                t0.elapsed().as_secs_f64()
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// What NVRTC compiles for `src`: its text with the local headers inlined, then the host's checks:

@@ -108,6 +108,27 @@ pub struct CudaBackend {
     trace: Option<trace::StepTrace>,
 }
 
+/// The NVRTC architecture the backend compiles for on a device of compute capability `cc`
+/// (sm_90a on Hopper: wgmma and setmaxnreg need the `a` target).
+fn arch_of(cc: (i32, i32)) -> String {
+    if cc == (9, 0) {
+        "sm_90a".to_string()
+    } else {
+        format!("sm_{}{}", cc.0, cc.1)
+    }
+}
+
+/// The architecture the backend would compile for on device 0.
+pub fn device_arch() -> Result<String, EngineError> {
+    if let Some(why) = unavailable_reason() {
+        return Err(EngineError::Unsupported(format!(
+            "CUDA backend unavailable: {why} (name the architecture, e.g. --arch sm_90a)"
+        )));
+    }
+    let ctx = CudaContext::new(0).map_err(cuda_err)?;
+    Ok(arch_of(ctx.compute_capability().map_err(cuda_err)?))
+}
+
 fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
     ctx.attribute(a).map(i64::from).unwrap_or(0)
 }
@@ -137,11 +158,7 @@ impl CudaBackend {
             memory_bytes: ctx.total_mem().map_err(cuda_err)? as u64,
             cc,
         };
-        let arch = if cc == (9, 0) {
-            "sm_90a".to_string()
-        } else {
-            format!("sm_{}{}", cc.0, cc.1)
-        };
+        let arch = arch_of(cc);
         // Programmatic dependent launch needs sm_90 (griddepcontrol); older parts launch plainly.
         let kernels = Kernels::load(
             &ctx,

@@ -6,6 +6,7 @@ pub mod common;
 pub mod generate;
 pub mod graph;
 pub mod info;
+pub mod kernels;
 pub mod ledger;
 pub mod machine;
 pub mod measure;
