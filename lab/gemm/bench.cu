@@ -70,6 +70,14 @@ struct CudaBackend {
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
     }
+    void launch_xperm(const XPermArgs& a) {
+        x_f16_perm<<<unsigned((int64_t(a.M) * (a.K / 8) + 255) / 256), 256>>>(a);
+        CK(cudaGetLastError());
+    }
+    void xperm(const XPermArgs& a) {
+        launch_xperm(a);
+        CK(cudaDeviceSynchronize());
+    }
     void release() {
         for (void* p : owned) CK(cudaFree(p));
         owned.clear();
@@ -153,9 +161,14 @@ static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const st
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     GemmArgs a = d.args;
+    // The wgmma tiles' x conversion (x_f16_perm) runs before every launch and is timed with it.
+    auto go = [&]() {
+        if (d.has_xperm) b.launch_xperm(d.xperm);
+        b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+    };
     for (int i = 0; i < 3; i++) {
         a.w = wcopies[size_t(i) % wcopies.size()];
-        b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+        go();
     }
     CK(cudaDeviceSynchronize());
     std::vector<float> ts;
@@ -166,7 +179,7 @@ static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const st
             CK(cudaEventRecord(e0));
             for (int i = 0; i < 20; i++) {
                 a.w = wcopies[size_t(i + 3) % wcopies.size()];
-                b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+                go();
             }
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
@@ -182,12 +195,32 @@ static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const st
     for (int i = 0; i < 20; i++) {
         a.w = wcopies[size_t(i + 3) % wcopies.size()];
         CK(cudaEventRecord(e0));
-        b.launch_gemm(f, d.gx, d.gy, d.threads, d.smem, a);
+        go();
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         ts.push_back(ms);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return median(ts);
+}
+
+// The wgmma tiles' x conversion alone (median of 20 launches).
+static double time_xperm(CudaBackend& b, const DevCase& d) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(e0));
+        b.launch_xperm(d.xperm);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 3) ts.push_back(ms);
     }
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
@@ -244,6 +277,7 @@ static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std:
                           ref::type_name(c.type), variant_name(v), s.M, cr.rel, (long long)cr.nonfinite, (long long)cr.unwritten);
             g_failures.push_back(f);
         }
+        const double xperm_ms = d.has_xperm ? time_xperm(b, d) : 0.0;
         const double ms = time_launches(b, gemm_fn(c.type, v), d, wc);
         // Bytes the op needs: weights of the experts it touches (all of W for dense), x, y.
         double wneed = wbytes;
@@ -266,9 +300,11 @@ static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std:
             best.bytes = bytes;
             best.pass = cr.pass;
         }
-        std::printf("  time %-22s %-5s %-4s M=%-6d N=%-6d K=%-5d %9.4f ms %7.1f TFLOP/s %7.0f GB/s (needs %.1f MB) rel=%.2e%s\n", shape,
-                    ref::type_name(c.type), variant_name(v), s.M, c.N, c.K, ms, flops / (ms * 1e-3) / 1e12,
+        std::printf("  time %-22s %-5s %-4s M=%-6d N=%-6d K=%-5d %9.4f ms %7.1f TFLOP/s %7.0f GB/s (needs %.1f MB) rel=%.2e%s",
+                    shape, ref::type_name(c.type), variant_name(v), s.M, c.N, c.K, ms, flops / (ms * 1e-3) / 1e12,
                     bytes / (ms * 1e-3) / 1e9, bytes / 1e6, cr.rel, cr.pass ? "" : " CHECK FAILED");
+        if (d.has_xperm) std::printf(" (x_f16_perm alone %.4f ms)", xperm_ms);
+        std::printf("\n");
         std::fflush(stdout);
         b.release();
     }
@@ -325,6 +361,10 @@ int main(int argc, char** argv) {
     // --moe: timings of the routed-expert shapes only, every type of the downloaded mixes
     // (issue 10's per-byte comparison at the kernel level), no correctness matrix.
     bool moe_only = false;
+    // --wg: the wgmma tiles (gemm_<t>_w32/_w64/_w128): their correctness cases (every type),
+    // then the prefill shapes of the 35B model at 512 and 8192 tokens (MoE and dense) against
+    // the tiles the engine runs there today.
+    bool wg_only = false;
     std::string moe_type;  // --only TYPE: that type at T = 512 only (one kernel to profile)
     for (int i = 1; i < argc; i++) {
         const std::string s = argv[i];
@@ -333,6 +373,7 @@ int main(int argc, char** argv) {
         if (s == "--only-time") do_check = false;
         if (s == "--decode") decode_only = true;
         if (s == "--moe") moe_only = true;
+        if (s == "--wg") wg_only = true;
     }
     const auto t_start = std::chrono::steady_clock::now();
     cudaDeviceProp prop;
@@ -352,7 +393,7 @@ int main(int argc, char** argv) {
                                                                  variant_smem(t, v)));
                 std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
             }
-            for (int v : {V_S16, V_S32}) {
+            for (int v : {V_S16, V_S32, V_W32, V_W64, V_W128}) {
                 cudaFuncAttributes fa;
                 CK(cudaFuncGetAttributes(&fa, gemm_fn(t, v)));
                 int blocks = 0;
@@ -376,6 +417,78 @@ int main(int argc, char** argv) {
     CudaBackend b;
     ref::Rng rng(7);
     int fails = 0;
+    if (wg_only) {
+        int n = 0, nf = 0;
+        if (do_check) {
+            std::printf("== wgmma tiles: correctness (every type)\n");
+            for (const GemmCase& c : correctness_cases(false)) {
+                if (!variant_wg(c.variant)) continue;
+                const CaseResult r = run_case(b, c, rng, false);
+                n++;
+                if (!r.pass) {
+                    nf++;
+                    char f[200];
+                    std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld", c.name.c_str(),
+                                  ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
+                                  (long long)r.unwritten);
+                    g_failures.push_back(f);
+                }
+            }
+            std::printf("  %d cases, %d failed\n", n, nf);
+        }
+        if (do_time && nf == 0) {
+            const std::vector<int> moe_v = {V_M128, V_M64, V_M32, V_S32, V_W32, V_W64, V_W128};
+            for (int T : {512, 8192}) {
+                for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K}) {
+                    if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
+                    if (T == 8192 && moe_type.empty() && t != ref::Q4_K && t != ref::Q6_K) continue;
+                    GemmCase c;
+                    c.E = 256;
+                    c.topk = 8;
+                    c.M = T;
+                    c.type = t;
+                    if (t != ref::Q6_K) {
+                        c.N = 512;
+                        c.K = 2048;
+                        time_shape(b, "moe gate/up", c, moe_v, rng);
+                    }
+                    c.pair_input = true;
+                    c.N = 2048;
+                    c.K = 512;
+                    time_shape(b, "moe down", c, moe_v, rng);
+                }
+                g_wcache.clear();
+            }
+            struct D {
+                const char* name;
+                int N, K, type;
+            };
+            const D ds[] = {{"dense qkv", 8192, 2048, ref::Q4_K}, {"dense qkv", 8192, 2048, ref::Q6_K},
+                            {"dense z-gate", 4096, 2048, ref::Q4_K}, {"dense out", 2048, 4096, ref::Q4_K},
+                            {"dense beta/alpha", 32, 2048, ref::Q4_K}, {"dense shexp g/u", 512, 2048, ref::Q4_K},
+                            {"dense q", 8192, 2048, ref::Q8_0}};
+            for (int M : {512, 8192}) {
+                for (const D& d : ds) {
+                    if (!moe_type.empty() && moe_type != ref::type_name(d.type)) continue;
+                    GemmCase c;
+                    c.type = d.type;
+                    c.M = M;
+                    c.N = d.N;
+                    c.K = d.K;
+                    time_shape(b, d.name, c, {V_M128, V_M64, V_M32, V_W32, V_W64, V_W128}, rng);
+                }
+                g_wcache.clear();
+            }
+        }
+        std::printf("\n== SUMMARY (wgmma tiles)\n");
+        for (size_t i = 0; i < g_failures.size() && i < 40; i++) std::printf("  FAIL %s\n", g_failures[i].c_str());
+        std::printf("%-16s %-6s %6s %5s %5s | %-4s %8s %6s %6s | all variants (ms)\n", "shape", "type", "M", "N", "K", "best", "ms",
+                    "TFLOP/s", "GB/s");
+        for (const TimeRow& r : g_rows)
+            std::printf("%-16s %-6s %6lld %5lld %5lld | %-4s %8.4f %6.1f %6.0f | %s\n", r.shape.c_str(), r.type.c_str(), r.M, r.N, r.K,
+                        r.best.c_str(), r.ms, r.tflops, r.gbps, r.others.c_str());
+        return g_failures.empty() ? 0 : 1;
+    }
     if (moe_only) {
         const std::vector<int> tc = {V_M128, V_M64, V_M32, V_S16, V_S32};
         for (int T : {512, 8192}) {

@@ -18,22 +18,26 @@ typedef void (*GemmFn)(GemmArgs);
 // Kernel variants: the three tensor-core tile heights and the GEMV (every type: the correctness
 // matrix runs these N_VARIANTS), then the f32 SIMT GEMMs (F32 weights, dense only: simt_cases).
 // V_S16 / V_S32: the swapped tiles (gemm_<t>_s16 / _s32: weights on the MMA's A side).
+// V_W32 / V_W64 / V_W128: the swapped tile on wgmma (gemm_<t>_w32 / _w64 / _w128, gemm_wg.cuh).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
-       V_S16 = 8, V_S32 = 9 };
+       V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12 };
 inline const char* variant_name(int v) {
-    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32"};
+    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
+inline bool variant_wg(int v) { return v == V_W32 || v == V_W64 || v == V_W128; }
 inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32; }
 // Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
 // SIMT kernels, the dense block tile's rows (= its columns).
 inline int variant_bm(int v) {
-    return v == V_M128 ? 128 : v == V_M64 ? 64 : v == V_M32 || v == V_S32 ? 32 : v == V_S16 ? 16 : v == V_SIMT ? SIMT_BM
+    return v == V_M128 || v == V_W128 ? 128 : v == V_M64 || v == V_W64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
+           : v == V_S16 ? 16 : v == V_SIMT ? SIMT_BM
            : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
     if (variant_swap(v)) return size_t(SWP_SMEM_BYTES(type, variant_bm(v)));
+    if (variant_wg(v)) return size_t(WG_SMEM_BYTES(type, variant_bm(v)));
     return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
 #define LAB_KERNELS(name)                                                                      \
@@ -45,6 +49,9 @@ inline size_t variant_smem(int type, int v) {
         case V_GEMV4: return gemv4_##name;                                                     \
         case V_S16: return gemm_##name##_s16;                                                  \
         case V_S32: return gemm_##name##_s32;                                                  \
+        case V_W32: return gemm_##name##_w32;                                                  \
+        case V_W64: return gemm_##name##_w64;                                                  \
+        case V_W128: return gemm_##name##_w128;                                                \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -249,6 +256,10 @@ inline CaseResult check_case(const Setup& s, const std::vector<float>& y, bool q
 // Device-side buffers and arguments of a case.
 struct DevCase {
     GemmArgs args{};
+    // The wgmma tiles: x converted by x_f16_perm first (done once by upload_case; the bench
+    // times it with every launch).
+    XPermArgs xperm{};
+    bool has_xperm = false;
     unsigned gx = 0, gy = 0;
     int threads = 0;
     size_t smem = 0, y_elems = 0;
@@ -306,6 +317,20 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
         d.threads = SIMT_THREADS;
     }
     d.smem = variant_smem(c.type, c.variant);
+    if (variant_wg(c.variant)) {
+        XPermArgs& xp = d.xperm;
+        xp.x = a.x;
+        xp.ldx = a.ldx;
+        xp.M = s.x_rows;
+        xp.K = c.K;
+        xp.ldo = c.K;
+        xp.kquant = qt_is_kquant(c.type) ? 1 : 0;
+        xp.out = b.template alloc<u16>(size_t(s.x_rows) * size_t(c.K));
+        d.has_xperm = true;
+        b.xperm(xp);
+        a.xh = xp.out;
+        a.ldxh = c.K;
+    }
     return d;
 }
 
@@ -325,7 +350,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
     for (int t : ref::ALL_TYPES) {
-        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32}) {
+        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128}) {
             GemmCase c;
             c.type = t;
             c.variant = v;

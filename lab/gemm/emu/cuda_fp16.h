@@ -73,6 +73,19 @@ inline void land(const Pending& q) {
     std::memcpy(q.dst, q.src, q.src_n);
     std::memset(static_cast<char*>(q.dst) + q.src_n, 0, q.n - q.src_n);
 }
+// A wgmma not yet performed (the emulator's tensor cores): the thread's two A rows (g, g + 8)
+// as the warp supplied them at issue, the B descriptor, and where the accumulators live. It is
+// performed when the thread waits for its group at the latest, or at a random earlier point
+// (reading the x tile then), like cp.async.
+struct PendingMma {
+    float* d;
+    int n;  // columns (BT)
+    double a[2][16];
+    uint64_t desc;
+    unsigned group;
+    int t;  // lane % 4
+};
+void land_mma(const PendingMma& q);
 struct Fiber {
     ucontext_t ctx;
     char* stack = nullptr;
@@ -82,6 +95,8 @@ struct Fiber {
     unsigned ops = 0;  // warp collectives issued (selects the exchange slot parity)
     std::vector<Pending> pending;
     unsigned committed = 0;
+    std::vector<PendingMma> mmas;
+    unsigned mma_committed = 0;
 };
 
 struct State {
@@ -93,7 +108,7 @@ struct State {
     ucontext_t sched;
     std::function<void()> body;
     std::mt19937 order_rng{12345};
-    alignas(16) unsigned char dyn_smem[kDynSmemBytes];
+    alignas(1024) unsigned char dyn_smem[kDynSmemBytes];
 };
 inline State& st() {
     static State* s = new State();
@@ -176,6 +191,8 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                     f.ops = 0;
                     f.pending.clear();
                     f.committed = 0;
+                    f.mmas.clear();
+                    f.mma_committed = 0;
                     getcontext(&f.ctx);
                     f.ctx.uc_stack.ss_sp = f.stack;
                     f.ctx.uc_stack.ss_size = kStackBytes;
@@ -204,6 +221,10 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                         if (!f.pending.empty() && (s.order_rng() & 3) == 0) {  // early landing
                             for (const Pending& q : f.pending) land(q);
                             f.pending.clear();
+                        }
+                        if (!f.mmas.empty() && (s.order_rng() & 3) == 0) {  // early tensor cores
+                            for (const PendingMma& q : f.mmas) land_mma(q);
+                            f.mmas.clear();
                         }
                         if (f.done) live--;
                     }
@@ -387,3 +408,77 @@ inline void mma_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
     emu::syncwarp();
     for (int i = 0; i < 4; i++) c[i] = d[i];
 }
+
+// ---- Hopper's warpgroup MMA (gemm_wg.cuh) ------------------------------------------------------
+// Shared-window addresses are offsets into the dynamic buffer (itself 1024-byte aligned there).
+inline unsigned smem_u32(const void* p) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(emu::st().dyn_smem), q = reinterpret_cast<uintptr_t>(p);
+    if (q < lo || q >= lo + emu::kDynSmemBytes) { std::fprintf(stderr, "emu: smem_u32 outside shared memory\n"); std::exit(4); }
+    return unsigned(q - lo);
+}
+inline uint64_t wg_desc(unsigned addr) {
+    return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (1ull << 62);
+}
+inline void wg_fence() {}
+inline void fence_proxy_async() {}
+inline void wg_commit() { emu::st().fibers[emu::tid()].mma_committed++; }
+template <int N>
+inline void wg_wait() {
+    emu::Fiber& f = emu::st().fibers[emu::tid()];
+    std::vector<emu::PendingMma> keep;
+    for (const emu::PendingMma& q : f.mmas) {
+        if (q.group + N < f.mma_committed) {
+            emu::land_mma(q);
+        } else {
+            keep.push_back(q);
+        }
+    }
+    f.mmas.swap(keep);
+}
+// B (16 x n, f16, K-major, 128-byte swizzle) element (k, col) of the descriptor: row col of
+// 128 bytes in 8-row groups of 1024 (the stride byte offset), the 16-byte chunk bits [4:6] of the
+// address XOR its row bits [7:9].
+inline double emu_wg_b(uint64_t desc, int k, int col) {
+    const unsigned start = unsigned(desc & 0x3FFFu) << 4, sbo = unsigned((desc >> 32) & 0x3FFFu) << 4;
+    if ((desc >> 62) != 1 || sbo != 1024) { std::fprintf(stderr, "emu: unexpected wgmma descriptor\n"); std::exit(4); }
+    if ((start & 0x380u) != 0) { std::fprintf(stderr, "emu: wgmma B start not inside the first row of a 1024-byte atom\n"); std::exit(4); }
+    const unsigned addr = start + unsigned(col / 8) * 1024u + unsigned(col % 8) * 128u + 2u * unsigned(k);
+    const unsigned phys = addr ^ (((addr >> 7) & 7u) << 4);
+    if (phys + 2 > emu::kDynSmemBytes) { std::fprintf(stderr, "emu: wgmma B outside shared memory\n"); std::exit(4); }
+    uint16_t h;
+    std::memcpy(&h, emu::st().dyn_smem + phys, 2);
+    return ref::hf16_to_f64(h);
+}
+inline void emu::land_mma(const emu::PendingMma& q) {
+    for (int j = 0; j < q.n / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int col = 8 * j + 2 * q.t + (e & 1);
+            double acc = q.d[4 * j + e];
+            for (int k = 0; k < 16; k++) acc += q.a[e >> 1][k] * emu_wg_b(q.desc, k, col);
+            q.d[4 * j + e] = float(acc);
+        }
+}
+template <int BT>
+struct Wgmma {
+    // A fragment as mma.m16n8k16's (rows 16w.. of the 64 from warp w): the warp's lanes exchange
+    // theirs so each thread keeps its own two rows; the product itself happens later.
+    static void mma(float (&d)[BT / 2], const unsigned (&a)[4], uint64_t desc) {
+        uint64_t mine[4] = {a[0], a[1], a[2], a[3]};
+        auto sl = emu::exchange(mine, sizeof(mine));
+        const int l = emu::tid() % 32, g = l / 4;
+        emu::PendingMma q{};
+        q.d = d;
+        q.n = BT;
+        q.desc = desc;
+        q.t = l % 4;
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 16; k++) {
+                const int r = g + 8 * h, lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+                q.a[h][k] = emu_h(unsigned(sl[lane][reg]), k % 2);
+            }
+        emu::syncwarp();
+        emu::Fiber& f = emu::st().fibers[emu::tid()];
+        q.group = f.mma_committed;
+        f.mmas.push_back(q);
+    }
+};

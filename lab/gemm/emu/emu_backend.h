@@ -54,6 +54,9 @@ struct EmuBackend {
     void dequant(const DequantRowsArgs& a, unsigned gx, unsigned gy) {
         emu::launch({gx, gy, 1}, {256, 1, 1}, [&] { dequant_rows(a); });
     }
+    void xperm(const XPermArgs& a) {
+        emu::launch({unsigned((int64_t(a.M) * (a.K / 8) + 255) / 256), 1, 1}, {256, 1, 1}, [&] { x_f16_perm(a); });
+    }
     void release() {
         for (const auto& [m, len] : owned) munmap(m, len);
         owned.clear();

@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired|swap|wg]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -461,6 +461,8 @@ int main(int argc, char** argv) {
     };
     // "swap": only the swapped tiles (gemm_<t>_s16 / _s32) of the correctness matrix, every type.
     const bool only_swap = argc > 1 && std::string(argv[1]) == "swap";
+    // "wg": only the wgmma tiles (gemm_<t>_w32 / _w64 / _w128) of the correctness matrix, every type.
+    const bool only_wg = argc > 1 && std::string(argv[1]) == "wg";
     // "gemv": only the GEMV kernels (gemv_<t>, mmv_<t>) of the correctness matrix, every type.
     const bool only_gemv = argc > 1 && std::string(argv[1]) == "gemv";
     ref::Rng rng(20260101);
@@ -476,9 +478,9 @@ int main(int argc, char** argv) {
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }
-    if (only_swap) {
+    if (only_swap || only_wg) {
         for (const GemmCase& c : correctness_cases(true)) {
-            if (!variant_swap(c.variant)) continue;
+            if (only_swap ? !variant_swap(c.variant) : !variant_wg(c.variant)) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);
         }

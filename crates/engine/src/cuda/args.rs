@@ -330,6 +330,10 @@ pub struct GemmArgs {
     pub ldy2: i64,
     pub y3: DPtr,
     pub ldy3: i64,
+    /// The wgmma tiles only (`gemm_<t>_w<BT>`; 0 otherwise): x as f16 in their K order
+    /// (`x_f16_perm`), `ldxh` halves a row.
+    pub xh: DPtr,
+    pub ldxh: i64,
 }
 
 /// `MultiGemvArgs` of gemm.cu (`gemv_multi_<t>`): segment `s` is a `gemv_<t>` argument set
@@ -381,6 +385,8 @@ impl GemmArgs {
             ldy2: 0,
             y3: 0,
             ldy3: 0,
+            xh: 0,
+            ldxh: 0,
         }
     }
 }
@@ -409,6 +415,21 @@ pub struct CastF16Args {
     pub m: i32,
     pub k: i32,
     pub out: DPtr,
+}
+
+/// `XPermArgs` of gemm_wg.cuh (`x_f16_perm`: x as f16 in the wgmma tiles' K order).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct XPermArgs {
+    pub x: DPtr,
+    pub ldx: i64,
+    pub out: DPtr,
+    pub ldo: i64,
+    pub m: i32,
+    pub k: i32,
+    /// 1 for the K-quants (Q4_K, Q5_K, Q6_K: their pieces' element order), else 0.
+    pub kquant: i32,
+    pub pad0: i32,
 }
 
 #[repr(C)]
@@ -547,11 +568,12 @@ pub fn layout_asserts(source: &str) -> String {
             layout!(GemmArgs {
                 w, w_row_bytes, w_expert_bytes, x, ldx, y, ldy, m as M, n as N, k as K,
                 sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head,
-                n_expert, w2, y2, ldy2, y3, ldy3
+                n_expert, w2, y2, ldy2, y3, ldy3, xh, ldxh
             }),
             layout!(MultiGemvArgs { seg, block_end, rw, n_seg, pad0 }),
             layout!(DequantF16Args { w, row_bytes, ty as type, k as K, n as N, out, layout, head_dim, n_head }),
             layout!(CastF16Args { x, ldx, m as M, k as K, out }),
+            layout!(XPermArgs { x, ldx, out, ldo, m as M, k as K, kquant, pad0 }),
             layout!(DequantRowsArgs {
                 w, row_bytes, ty as type, k as K, n_rows_w, row_ids, row0, n_rows, out, ldo, err
             }),

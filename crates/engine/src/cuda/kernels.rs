@@ -47,6 +47,8 @@ pub struct GemmSet {
     pub mmv_multi: Kernel,
     /// The swapped tile `gemm_<t>_s32` (weights on the MMA's A side, tiles of 32 x rows).
     pub swap: Kernel,
+    /// The swapped tile on wgmma, `gemm_<t>_w128` (tiles of 128 x rows; x from `x_f16_perm`).
+    pub wg128: Kernel,
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -80,6 +82,8 @@ pub struct Kernels {
     pub dequant_rows: Kernel,
     pub dequant_f16: Kernel,
     pub cast_f16_rows: Kernel,
+    /// x as f16 in the wgmma tiles' K order (gemm_wg.cuh), before `GemmSet::wg128`.
+    pub x_f16_perm: Kernel,
     pub sample_token: Kernel,
     pub argmax_token: Kernel,
     /// The modules the handles point into (kept alive with them).
@@ -181,6 +185,7 @@ impl Kernels {
                 mmv: k(format!("mmv_{t}"))?,
                 mmv_multi: k(format!("mmv_multi_{t}"))?,
                 swap: k(format!("gemm_{t}_s32"))?,
+                wg128: k(format!("gemm_{t}_w128"))?,
             });
         }
         let gemm_sets: [GemmSet; 16] = sets
@@ -212,6 +217,7 @@ impl Kernels {
             dequant_rows: gemm.get("dequant_rows")?,
             dequant_f16: gemm.get("dequant_f16")?,
             cast_f16_rows: gemm.get("cast_f16_rows")?,
+            x_f16_perm: gemm.get("x_f16_perm")?,
             sample_token: m("sample")?.get("sample_token")?,
             argmax_token: m("sample")?.get("argmax_token")?,
             _modules: Vec::new(),

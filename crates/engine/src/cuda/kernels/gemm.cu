@@ -94,6 +94,10 @@ struct GemmArgs {
     i64 ldy2;
     float* y3;
     i64 ldy3;
+    // The wgmma tiles (gemm_<t>_w<BT>, gemm_wg.cuh) only: x as f16 in their K order (x_f16_perm),
+    // ldxh halves a row (a multiple of 8); null otherwise.
+    const u16* xh;
+    i64 ldxh;
 };
 
 // gemv_multi_<t>: up to GEMV_MULTI_SEGS dense projections of ONE input (same x, M and K, weights
@@ -569,6 +573,8 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
         }
     }
 }
+
+#include "gemm_wg.cuh"
 
 // Piece p's 32 x values of row xr (its two segments, piece_seg0 / piece_seg1) and each
 // segment's sum, in the order both f32 GEMV bodies (gemv_body, mmv_body) add them.
@@ -1061,6 +1067,19 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 #endif
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
+// The wgmma tiles of 32 and 64 x rows: lab variants (nvcc builds), not compiled into the engine.
+#ifdef TALLY_NVRTC
+#define TALLY_WG_LAB_KERNELS(name, T)
+#else
+#define TALLY_WG_LAB_KERNELS(name, T)                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_w32(GemmArgs a) { pdl_enter(); \
+        gemm_wg_body<T, 32>(a);                                                                      \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w64(GemmArgs a) { pdl_enter(); \
+        gemm_wg_body<T, 64>(a);                                                                      \
+    }
+#endif
+
 #define TALLY_GEMM_KERNELS(name, T)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name(GemmArgs a) { pdl_enter();          \
         gemm_body<T, 128>(a);                                                                        \
@@ -1076,6 +1095,10 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_s32(GemmArgs a) { pdl_enter(); \
         gemm_swap_body<T, 4>(a);                                                                     \
+    }                                                                                                \
+    TALLY_WG_LAB_KERNELS(name, T)                                                                    \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w128(GemmArgs a) { pdl_enter(); \
+        gemm_wg_body<T, 128>(a);                                                                     \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) gemv_##name(GemmArgs a) {                \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \

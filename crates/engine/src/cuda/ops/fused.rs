@@ -695,6 +695,8 @@ fn paired_launch(
         ldy2: ui.outs[0].1,
         y3,
         ldy3,
+        xh: 0,
+        ldxh: 0,
     };
     // Paired mode: one output column (2 weight rows) per warp.
     Ok(Some(PairedLaunch {

@@ -207,6 +207,37 @@ pub(crate) fn swap_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
     (2 * bt * SWP_LDS * 2 + 8 * bt + SWP_STAGES * GEMM_THREADS as i64 * 2 * slot) as u32
 }
 
+/// x rows per tile of the wgmma tile the engine runs (`gemm_<t>_w128`).
+pub(crate) const WG_BT: i64 = 128;
+
+/// Stages of the wgmma tile's ring (`WG_STAGES(t)` in gemm_wg.cuh): 4 for weight slots of up to
+/// 32 bytes a piece, 3 up to 64, else 2.
+fn wg_stages(ty: GgmlType) -> i64 {
+    match gemm_slot_bytes(ty) {
+        s if s <= 32 => 4,
+        s if s <= 64 => 3,
+        _ => 2,
+    }
+}
+
+/// Dynamic shared memory of the wgmma tile (`WG_SMEM_BYTES(t, bt)` in gemm_wg.cuh): 1024 bytes
+/// of alignment slack, S x stages of bt rows of 128 halves, two row tables, S ring stages of
+/// two weight pieces per thread.
+pub(crate) fn wg_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
+    let (s, slot) = (wg_stages(ty), gemm_slot_bytes(ty));
+    (1024 + s * 2 * bt * 128 + 8 * bt + s * GEMM_THREADS as i64 * 2 * slot) as u32
+}
+
+/// Whether a MoE projection whose tiles hold about `mean` rows per expert runs on the wgmma tile
+/// `gemm_<t>_w128`: from 100 rows per expert (prefill of a few thousand tokens) where K is a
+/// multiple of its K step. Measured in lab/gemm (`gemm_bench --wg`, H200, 8,192 tokens over
+/// 256 experts, docs/results/2026-12-04-h200-wgmma): Q4_K gate/up (K = 2048) 0.80 ms against
+/// 1.06 (m64) and 1.13 (m128); the down projection (K = 512, four K steps) only for Q6_K
+/// (1.94 against 2.11 for m128); the Q4_K down stays on m64 (1.27 against 1.46).
+pub(crate) fn use_wg(ty: GgmlType, k: usize, mean: f64) -> bool {
+    mean > 100.0 && k as i64 % SWP_BK == 0 && (k >= 1024 || ty == GgmlType::Q6_K)
+}
+
 /// Whether a MoE projection whose tiles hold up to 32 rows runs on the swapped tile rather than
 /// `gemm_<t>_m32`. Measured in lab/gemm (`gemm_bench --moe`, H200, pp512 routing, 4,096 pairs
 /// over 256 experts; docs/results/2026-12-02-h200-moe-swap): faster for gate/up (K = 2048) on
@@ -238,6 +269,12 @@ pub fn geometry_asserts() -> String {
             swap_smem_bytes(ty, SWAP_BT),
             ty.name()
         );
+        s += &format!(
+            "static_assert(WG_SMEM_BYTES({}, {WG_BT}) == {}, \"wgmma-tile smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            wg_smem_bytes(ty, WG_BT),
+            ty.name()
+        );
         for k in [32usize, 512, 2048, 4096, 8192] {
             s += &format!(
                 "static_assert(mmv_rows_per_step({}, {k}) == {}, \"mmv rows per step of {} K {k} differs from matmul.rs\");\n",
@@ -258,6 +295,10 @@ pub(crate) const CUBLAS_WORKSPACE: usize = 32 << 20;
 /// or None when it runs on the engine's own kernels: F32 weights (the router stays exact) and
 /// shapes the operand kernels do not take stay there.
 pub(crate) fn cublas_operands(b: &CudaBackend, w: &DevWeight, m: usize) -> Option<(usize, usize)> {
+    // A forced kernel variant (an experiment) means the engine's own kernels.
+    if b.options.gemm_variant.is_some() {
+        return None;
+    }
     let min_m = b.options.cublas_min_m?;
     let (k, n) = (*w.dims.first()? as usize, *w.dims.get(1)? as usize);
     let block = w.ty.block_elems();

@@ -165,7 +165,7 @@ pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, E
             },
         ),
         Op::MatMul { .. } => matmul::work_bytes(b, plan, index)?,
-        Op::MoeMatMul { k, .. } => moe::work_bytes(b, plan, index, *k)?,
+        Op::MoeMatMul { k, pair_input } => moe::work_bytes(b, plan, index, *k, *pair_input)?,
         Op::Attention {
             n_head,
             n_head_kv,
@@ -216,6 +216,7 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
             max_dynamic_smem(f, matmul::gemm_smem_bytes(*ty, bm))?;
         }
         max_dynamic_smem(set.swap, matmul::swap_smem_bytes(*ty, matmul::SWAP_BT))?;
+        max_dynamic_smem(set.wg128, matmul::wg_smem_bytes(*ty, matmul::WG_BT))?;
     }
     // dk = 128 covers every supported key dimension.
     max_dynamic_smem(k.delta_rule_chunk_prep, delta::prep_smem_bytes(128))?;

@@ -7,11 +7,11 @@ use tally_model::{Node, Plan};
 
 use super::Io;
 use super::matmul::{
-    SWAP_BT, TILE_BM, gemm_smem_bytes, gemv_grid, gemv_min_threads, mmv_grid_x, swap_smem_bytes,
-    use_mmv, use_swap,
+    SWAP_BT, TILE_BM, WG_BT, gemm_smem_bytes, gemv_grid, gemv_min_threads, mmv_grid_x,
+    swap_smem_bytes, use_mmv, use_swap, use_wg, wg_smem_bytes,
 };
 use crate::EngineError;
-use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs};
+use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs, XPermArgs};
 use crate::cuda::consts::{
     GEMM_BK, GEMM_BN, GEMM_THREADS, MMV_THREADS, MOE_ROUTE_MAX_E, MOE_ROUTE_THREADS, SWP_BN,
 };
@@ -20,40 +20,60 @@ use crate::cuda::launch::{blocks, launch};
 use crate::cuda::{CudaBackend, DevWeight};
 
 /// Rows per MoE tile for `pairs` (token, expert) pairs over `experts`: 1 (GEMV) when experts
-/// get about one row each (decode), else the tensor-core tile nearest the mean rows per expert.
+/// get about one row each (decode), 32 up to 40 rows per expert, else 64 (where the wgmma tile
+/// does not take the projection: `use_wg`). The 128-row f16-staged tile is not used for experts:
+/// at 256 rows per expert (8,192 tokens) it was slower than the 64-row one for both the Q4_K
+/// gate/up (1.13 against 1.06 ms) and the down projection (1.45 against 1.27 ms; lab/gemm
+/// `--wg`, docs/results/2026-12-04-h200-wgmma).
 pub(crate) fn moe_bm(pairs: usize, experts: usize) -> i64 {
     let mean = pairs as f64 / experts.max(1) as f64;
     if mean <= 2.0 {
         1
     } else if mean <= 40.0 {
         32
-    } else if mean <= 100.0 {
-        64
     } else {
-        128
+        64
     }
 }
 
 /// The MoE routing tables in the workspace for `pairs` (token, expert) pairs over `experts`
 /// experts, weight rows of `k` elements: the tile height, and (i32 each) counts[E], sorted[P],
-/// tile expert / start / rows [max_tiles] each, err[2]. Made only by [`tables`], which both the
-/// plan's workspace ([`work_bytes`]) and the launch use.
+/// tile expert / start / rows [max_tiles] each, err[2]; for the wgmma tile, then (256-byte
+/// aligned) the input's `x_rows` rows as f16 in its K order (`x_f16_perm`). Made only by
+/// [`tables`], which both the plan's workspace ([`work_bytes`]) and the launch use.
 pub(crate) struct MoeTables {
     bm: i64,
     max_tiles: usize,
     experts: usize,
     pairs: usize,
+    /// Runs on `gemm_<t>_w128` (`use_wg`): x is converted first, `x_rows` x `k` halves.
+    wg: bool,
+    x_rows: usize,
+    k: usize,
 }
 
 impl MoeTables {
-    pub(crate) fn new(pairs: usize, experts: usize, k: usize) -> MoeTables {
+    pub(crate) fn new(
+        pairs: usize,
+        experts: usize,
+        k: usize,
+        ty: GgmlType,
+        x_rows: usize,
+    ) -> MoeTables {
+        let mean = pairs as f64 / experts.max(1) as f64;
+        let wg = k as i64 % GEMM_BK == 0 && use_wg(ty, k, mean);
         // The tensor-core tiles step through K in 64s; other K go through the GEMV.
         let bm = if k as i64 % GEMM_BK != 0 {
             1
+        } else if wg {
+            WG_BT
         } else {
             moe_bm(pairs, experts)
         };
         MoeTables {
+            wg,
+            x_rows,
+            k,
             bm,
             // Each expert's rows in ceil(count / bm) tiles: at most ceil(pairs / bm) +
             // min(experts, pairs), exactly `pairs` for one-row tiles (decode launched 256 + 8
@@ -72,45 +92,59 @@ impl MoeTables {
     pub(crate) fn direct(&self) -> bool {
         self.bm <= 1
     }
+    fn table_bytes(&self) -> usize {
+        4 * (self.experts + self.pairs + 3 * self.max_tiles + 2)
+    }
     pub(crate) fn bytes(&self) -> usize {
         if self.direct() {
             return 0;
         }
-        4 * (self.experts + self.pairs + 3 * self.max_tiles + 2)
+        if self.wg {
+            return self.table_bytes().div_ceil(256) * 256 + 2 * self.x_rows * self.k;
+        }
+        self.table_bytes()
     }
-    /// (counts, sorted, tile expert, tile start, tile rows, err) from the workspace base.
-    fn addresses(&self, base: u64) -> [u64; 6] {
+    /// (counts, sorted, tile expert, tile start, tile rows, err, f16 x or 0) from the
+    /// workspace base.
+    fn addresses(&self, base: u64) -> [u64; 7] {
         let counts = base;
         let sorted = counts + 4 * self.experts as u64;
         let t_exp = sorted + 4 * self.pairs as u64;
         let t_start = t_exp + 4 * self.max_tiles as u64;
         let t_rows = t_start + 4 * self.max_tiles as u64;
         let err = t_rows + 4 * self.max_tiles as u64;
-        [counts, sorted, t_exp, t_start, t_rows, err]
+        let xh = if self.wg {
+            base + (self.table_bytes().div_ceil(256) * 256) as u64
+        } else {
+            0
+        };
+        [counts, sorted, t_exp, t_start, t_rows, err, xh]
     }
 }
 
 /// The routing tables of a MoE projection of `tokens` tokens with `k` experts each over the
-/// expert weight `w` (`[K, N, E]`): the one place their shape is decided.
-fn tables(w: &DevWeight, tokens: usize, k: usize) -> MoeTables {
+/// expert weight `w` (`[K, N, E]`), its input one row per token or (`pair_input`) per pair:
+/// the one place their shape is decided.
+fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool) -> MoeTables {
     let (kk, e) = (
         w.dims[0] as usize,
         w.dims.get(2).copied().unwrap_or(1) as usize,
     );
-    MoeTables::new(tokens * k, e, kk)
+    let x_rows = if pair_input { tokens * k } else { tokens };
+    MoeTables::new(tokens * k, e, kk, w.ty, x_rows)
 }
 
 /// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `gemv_<t>`
 /// with one-row tiles read straight from the ids (what the paired gate/up launch of `fused.rs`
 /// replaces, bit for bit).
 pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
-    w.dims.len() == 3 && tables(w, tokens, k).direct() && !use_mmv(w.ty, w.dims[0] as usize)
+    w.dims.len() == 3 && tables(w, tokens, k, false).direct() && !use_mmv(w.ty, w.dims[0] as usize)
 }
 
 /// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `mmv_<t>`
 /// with one-row tiles read straight from the ids (no routing launch).
 pub(crate) fn runs_direct_mmv(w: &DevWeight, tokens: usize, k: usize) -> bool {
-    w.dims.len() == 3 && tables(w, tokens, k).direct() && use_mmv(w.ty, w.dims[0] as usize)
+    w.dims.len() == 3 && tables(w, tokens, k, false).direct() && use_mmv(w.ty, w.dims[0] as usize)
 }
 
 /// Workspace bytes of node `index` (`Op::MoeMatMul` with `k` experts per token): its tables.
@@ -119,9 +153,10 @@ pub fn work_bytes(
     plan: &Plan,
     index: usize,
     k: usize,
+    pair_input: bool,
 ) -> Result<usize, EngineError> {
     let w = b.weights.of(plan, index, 0)?;
-    Ok(tables(w, plan.nodes[index].inputs[1].rows, k).bytes())
+    Ok(tables(w, plan.nodes[index].inputs[1].rows, k, pair_input).bytes())
 }
 
 /// One `Op::MoeMatMul` launch's arguments (its routing tables made, when it needs them).
@@ -135,6 +170,8 @@ pub(crate) struct ExpertGemm {
     pub pairs: usize,
     pub bm: i64,
     pub max_tiles: usize,
+    /// The wgmma tile's x conversion (launched before it), when the tiles run on it.
+    pub xperm: Option<XPermArgs>,
 }
 
 impl ExpertGemm {
@@ -161,6 +198,39 @@ pub fn moe_matmul(
     let (a, set, ty, kk, n, bm, max_tiles) =
         (eg.a, eg.set, eg.ty, eg.kk, eg.n, eg.bm, eg.max_tiles);
     let s = b.cu_stream();
+    if let Some(xp) = eg.xperm {
+        // SAFETY: XPermArgs mirrors gemm_wg.cuh's struct (layout asserted at kernel build).
+        // One thread per 16-byte output chunk (grid ceil(rows * K / 8 / 256) of 256): it reads
+        // the node's input view (x_rows rows of K, ld ldx) and writes x_rows x K halves at
+        // `out`, the f16 part of the workspace that `tables.bytes()` sized (K % 128 == 0:
+        // use_wg).
+        unsafe {
+            launch(
+                b.kernels.x_f16_perm,
+                (blocks(xp.m as i64 * (xp.k as i64 / 8), 256), 1, 1),
+                (256, 1, 1),
+                0,
+                s,
+                &xp,
+            )
+        }?;
+        let grid = (blocks(n as i64, SWP_BN as u32), max_tiles as u32, 1);
+        // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
+        // views), with the x rows read from the converted copy `xh` (x_rows x K halves, ld K,
+        // 16-byte aligned: 256-byte offset in the workspace, K % 128 == 0), SWP_BN columns per
+        // block, tiles of bm = WG_BT rows, and the dynamic shared memory gemm_wg.cuh's own size
+        // for (type, WG_BT) (asserted at kernel build), which `configure` raised the limit to.
+        return unsafe {
+            launch(
+                set.wg128,
+                grid,
+                (GEMM_THREADS, 1, 1),
+                wg_smem_bytes(ty, WG_BT),
+                s,
+                &a,
+            )
+        };
+    }
     if let Some(gx) = eg.mmv_grid_x(b.props.sm_count) {
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
         // is the max_tiles = T*k one-row tiles, tile t being pair t (tile_start null) whose
@@ -252,7 +322,7 @@ pub(crate) fn expert_gemm(
     let ty = w.ty;
     let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
     let tokens = node.inputs[1].rows;
-    let tables = tables(w, tokens, k);
+    let tables = tables(w, tokens, k, pair_input);
     let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
     })?;
@@ -272,8 +342,8 @@ pub(crate) fn expert_gemm(
     let s = b.cu_stream();
     // One-row tiles: tile t is pair t with expert ids[t]; the kernels read the ids directly (no
     // moe_route launch, no tables: decode ran three 5 us single-block routing launches per layer).
-    let [counts, sorted, t_exp, t_start, t_rows, err] = if tables.direct() {
-        [0, 0, ids.0, 0, 0, 0]
+    let [counts, sorted, t_exp, t_start, t_rows, err, xh] = if tables.direct() {
+        [0, 0, ids.0, 0, 0, 0, 0]
     } else {
         tables.addresses(b.workspace(tables.bytes())?)
     };
@@ -332,7 +402,22 @@ pub(crate) fn expert_gemm(
         ldy2: 0,
         y3: 0,
         ldy3: 0,
+        xh,
+        ldxh: if tables.wg { kk as i64 } else { 0 },
     };
+    let xperm = tables.wg.then(|| XPermArgs {
+        x: io.ins[0].0,
+        ldx: io.ins[0].1,
+        out: xh,
+        ldo: kk as i64,
+        m: tables.x_rows as i32,
+        k: kk as i32,
+        kquant: i32::from(matches!(
+            ty,
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+        )),
+        pad0: 0,
+    });
     Ok(ExpertGemm {
         a,
         set,
@@ -342,6 +427,7 @@ pub(crate) fn expert_gemm(
         pairs,
         bm,
         max_tiles,
+        xperm,
     })
 }
 

@@ -1,0 +1,292 @@
+#pragma once
+// gemm_<t>_w<BT> (BT = 32, 64, 128): the swapped tile (gemm_swap_body) on Hopper's warpgroup MMA
+// (wgmma, sm_90a), for MoE tiles of any height and dense projections of many rows.
+//
+// As in the swapped tile, the weights are the MMA's A operand and never pass through shared
+// memory as f16: lane (g, t) of warp w decodes piece 4kt + t of weight rows n0 + 16w + g and
+// + 8 with the shared Piece<T> front end straight into registers, which are exactly the A
+// fragments of wgmma .m64nBTk16 (each warp of a warpgroup supplies 16 rows of the 64, laid out
+// as mma.m16n8k16's A; K permuted inside each 128-step as in gemm_swap_body). The BT x rows are
+// the B operand, f16 in shared memory, K-major with the 128-byte swizzle: per stage two halves
+// of [BT rows][64 halves] (128 bytes a row, 16-byte chunk c of row r at chunk c ^ (r & 7)), each
+// half 1024-byte aligned, read by the tensor cores through a matrix descriptor (no ldmatrix).
+// x arrives already in that K order as f16 (GemmArgs::xh, written by x_f16_perm), so its rows
+// move by 16-byte cp.async straight into the swizzled stage, through the same S-deep ring as
+// the weight bytes: no registers, no conversion and no load latency inside the K loop.
+// Block: 256 threads = 2 warpgroups, 128 weight rows x BT x rows; accumulators BT / 2 f32 per
+// thread.
+//
+// Pipeline per K step kt (WG_BK = 128 = 4 pieces of every row), stage kt % S:
+//   wgmma.fence; 8 wgmma (k16 blocks kk) from the A registers of step kt and x stage kt; commit
+//   (the tensor cores run while the thread goes on);
+//   cp.async of step kt + S - 1 (the thread's weight pieces, its x chunks) into the stage step
+//   kt - 1 used (its MMAs were waited for before the last barrier);
+//   wait for step kt + 1's copies, decode its weights into the other set of A registers;
+//   fence.proxy.async (cp.async writes are generic-proxy, the tensor cores read through the
+//   async proxy); wgmma.wait_group 0; __syncthreads.
+// So the decode of step kt + 1 overlaps the MMAs of step kt and the copies run S - 1 steps
+// ahead. The loop is unrolled by two: the two A register sets are named, not indexed at run time.
+//
+// Grid: (ceil(N / 128), tiles) as for the other tiles (dense: ceil(M / BT); MoE: moe_route with
+// bm = BT). 256 threads, dynamic smem WG_SMEM_BYTES(t, BT) (> 48 KB: raise the limit first).
+// Preconditions: those of gemm_<t>, with K % 128 == 0, xh 16-byte aligned and ldxh % 8 == 0
+// (else nothing is written). Precision: as gemm_<t> (f16 operands, f32 accumulation). S =
+// WG_STAGES(t): 4 for weight slots of up to 32 bytes a piece, 3 up to 64, else 2.
+#define WG_BK SWP_BK
+#define WG_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : GEMM_SLOT_BYTES(t) <= 64 ? 3 : 2)
+// 1024 bytes of alignment slack, S x stages of two 1024-aligned halves, two row tables, the ring.
+#define WG_SMEM_BYTES(t, bt) \
+    (1024 + WG_STAGES(t) * 2 * (bt) * 128 + 8 * (bt) + WG_STAGES(t) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+
+// x_f16_perm: x (f32, M rows of K, leading dimension ldx) as f16 in the wgmma tiles' K order:
+// out[m][128 s + k'] = x[m][128 s + k] where, inside each 128-step, element 4i + e (e < 4) of
+// piece tq (of the four a step holds) sits at k' = 16i + 8 (e / 2) + 2 tq + e % 2; piece tq's
+// elements are those of Piece<T> (K-quants: 64 (tq / 2) + 16 (tq % 2) + [0, 16) and + 32;
+// the other formats: 32 tq + [0, 32)), so `kquant` picks the order. One thread per 16-byte
+// chunk of the output (k' = 8c .. 8c + 7: one pair of consecutive x values from each of the
+// four pieces, i = c / 2, e / 2 = c % 2): grid ceil(M * K / 8 / 256), 256 threads; out rows of
+// ldo halves, 16-byte aligned (the tiles copy them in 16-byte chunks).
+struct XPermArgs {
+    const float* x;
+    i64 ldx;
+    u16* out;
+    i64 ldo;
+    i32 M;
+    i32 K;
+    i32 kquant;
+    i32 pad0;
+};
+// Natural K (inside the 128-step) of the first of the pair at permuted position kp (even).
+__device__ __forceinline__ int x_perm_source(int kp, bool kquant) {
+    const int i = kp >> 4, tq = (kp >> 1) & 3, pe = 4 * i + 2 * ((kp >> 3) & 1) + (kp & 1);
+    const int seg0 = kquant ? 64 * (tq >> 1) + 16 * (tq & 1) : 32 * tq;
+    return (pe < 16 ? seg0 : seg0 + (kquant ? 32 : 16)) + (pe & 15);
+}
+extern "C" __global__ void __launch_bounds__(256) x_f16_perm(XPermArgs a) {
+    pdl_enter();
+    const i64 q = static_cast<i64>(blockIdx.x) * 256 + threadIdx.x;
+    const int per_row = a.K / 8;
+    if (a.K % 128 != 0 || q >= static_cast<i64>(a.M) * per_row) return;
+    const int m = static_cast<int>(q / per_row), kc = static_cast<int>(q % per_row);
+    const int s = kc >> 4, kp = 8 * (kc & 15);
+    const float* xr = a.x + static_cast<i64>(m) * a.ldx + 128 * s;
+    const bool kq = a.kquant != 0, vec = (reinterpret_cast<u64>(xr) & 7u) == 0;
+    u32 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float* p = xr + x_perm_source(kp + 2 * j, kq);
+        const float2 v = vec ? *reinterpret_cast<const float2*>(p) : make_float2(p[0], p[1]);
+        w[j] = pack_f16x2(v.x, v.y);
+    }
+    *reinterpret_cast<uint4*>(a.out + static_cast<i64>(m) * a.ldo + 128 * s + kp) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The hardware primitives (the CPU emulator in lab/gemm/emu supplies its own).
+#ifndef TALLY_EMU
+// Shared-window address of a shared-memory pointer.
+__device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+// Matrix descriptor of a K-major f16 operand with the 128-byte swizzle: start address, leading
+// byte offset 16 (unused with this swizzle), stride byte offset 1024 (8 rows of 128 bytes).
+__device__ __forceinline__ u64 wg_desc(u32 addr) {
+    return static_cast<u64>((addr & 0x3FFFFu) >> 4) | (static_cast<u64>(16 >> 4) << 16) |
+           (static_cast<u64>(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Generic-proxy shared-memory stores made visible to the async proxy (the tensor cores).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// d (64 x BT, f32) += a (64 x 16 f16, this thread's fragment) * b (16 x BT f16, descriptor).
+template <int BT>
+struct Wgmma;
+template <>
+struct Wgmma<16> {
+    static __device__ __forceinline__ void mma(float (&d)[8], const u32 (&a)[4], u64 desc) {
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+    }
+};
+
+template <>
+struct Wgmma<32> {
+    static __device__ __forceinline__ void mma(float (&d)[16], const u32 (&a)[4], u64 desc) {
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+    }
+};
+
+template <>
+struct Wgmma<64> {
+    static __device__ __forceinline__ void mma(float (&d)[32], const u32 (&a)[4], u64 desc) {
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+    }
+};
+
+template <>
+struct Wgmma<128> {
+    static __device__ __forceinline__ void mma(float (&d)[64], const u32 (&a)[4], u64 desc) {
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+    }
+};
+#endif  // TALLY_EMU
+
+template <int T, int BT>
+__device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
+    constexpr int BN = SWP_BN, BK = WG_BK, S = WG_STAGES(T), SW = Piece<T>::SLOT_WORDS;
+    constexpr int XC = BT * 16 / GEMM_THREADS;  // 16-byte x chunks per thread per stage
+    constexpr int XSTAGE = 2 * BT * 128;        // bytes of one x stage
+    static_assert(BT == 16 || BT == 32 || BT == 64 || BT == 128, "BT");
+    static_assert(BN == 128 && GEMM_THREADS == 256, "two warpgroups of 64 weight rows");
+    static_assert(BK == 128, "four pieces per row per step");
+    static_assert(SW * 4 == GEMM_SLOT_BYTES(T), "GEMM_SLOT_BYTES");
+    static_assert(XC >= 1 && XC * GEMM_THREADS == BT * 16, "whole x chunks per thread");
+
+    TALLY_DYNAMIC_SMEM(smem);
+    u8* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);
+    u8* Xs = base;                                                  // [S][2][BT][128 bytes]
+    i32* s_xrow = reinterpret_cast<i32*>(base + S * XSTAGE);       // [BT] input row (valid)
+    i32* s_yrow = s_xrow + BT;                                      // [BT] output row or -1
+    u32* ring = reinterpret_cast<u32*>(s_yrow + BT);                // [S][2][SW/4][threads] x 16 B
+
+    if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
+    int n0;
+    const u8* w;
+    if (!gemm_tile_begin<T, BK>(a, BN, BT, n0, w, s_xrow, s_yrow)) return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+
+    // Weight rows of this lane (clamped; rows past N are computed and not stored).
+    const int r0 = n0 + 16 * warp + g;
+    const u8* wrow0 = w + static_cast<i64>(min(r0, a.N - 1)) * a.w_row_bytes;
+    const u8* wrow1 = w + static_cast<i64>(min(r0 + 8, a.N - 1)) * a.w_row_bytes;
+    // x copies: chunk j = tid + 256 i of a stage is row j / 16, 16-byte chunk c = j % 16 (k' 8c..
+    // 8c + 7: half c / 8, chunk c % 8 swizzled by the row).
+    const u16* xsrc[XC];
+    u32 xdst[XC];
+#pragma unroll
+    for (int i = 0; i < XC; i++) {
+        const int j = tid + GEMM_THREADS * i, r = j >> 4, c = j & 15;
+        xsrc[i] = a.xh + static_cast<i64>(s_xrow[r]) * a.ldxh + 8 * c;
+        xdst[i] = static_cast<u32>((c >> 3) * (BT * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+    }
+
+    u32 ha0[16], ha1[16], hb0[16], hb1[16];
+    float acc[BT / 2];
+#pragma unroll
+    for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+
+    auto slot = [&](int kt, int j) {
+        return Slot{ring + (kt % S) * (2 * SW * GEMM_THREADS) + j * (SW * GEMM_THREADS) + 4 * tid, 4 * GEMM_THREADS};
+    };
+    // Step kt's copies into ring slot / x stage `slot_of` % S.
+    auto issue = [&](int kt, int slot_of) {
+        Piece<T> pc;
+        pc.issue_async(slot(slot_of, 0), wrow0, 4 * kt + t);
+        pc.issue_async(slot(slot_of, 1), wrow1, 4 * kt + t);
+        u8* X = Xs + (slot_of % S) * XSTAGE;
+#pragma unroll
+        for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
+    };
+    auto decode_w = [&](int kt, u32 (&h0)[16], u32 (&h1)[16]) {
+        const int p = 4 * kt + t;
+        Piece<T> pc;
+        uint4 o[4];
+        pc.from_slot(slot(kt, 0), wrow0, p);
+        pc.to_f16(p, o);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h0[4 * i] = o[i].x;
+            h0[4 * i + 1] = o[i].y;
+            h0[4 * i + 2] = o[i].z;
+            h0[4 * i + 3] = o[i].w;
+        }
+        pc.from_slot(slot(kt, 1), wrow1, p);
+        pc.to_f16(p, o);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h1[4 * i] = o[i].x;
+            h1[4 * i + 1] = o[i].y;
+            h1[4 * i + 2] = o[i].z;
+            h1[4 * i + 3] = o[i].w;
+        }
+    };
+    // The 8 k16 blocks of step kt: A {rows g, g + 8} x {k' 2t.., 8 + 2t..} from h0/h1; B from
+    // x stage kt % S, half kk / 4, 32 bytes further per k16 block inside the swizzled rows.
+    auto mma = [&](int kt, const u32 (&h0)[16], const u32 (&h1)[16]) {
+        const u32 xa = smem_u32(Xs + (kt % S) * XSTAGE);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            const u32 af[4] = {h0[2 * kk], h1[2 * kk], h0[2 * kk + 1], h1[2 * kk + 1]};
+            Wgmma<BT>::mma(acc, af, wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)));
+        }
+    };
+    const int KT = a.K / BK;
+    // One step: the MMAs of step kt run while the thread copies step kt + S - 1 and decodes
+    // step kt + 1. Past the end, step indices are clamped to KT - 1 (the copies carry the last
+    // step again into stages nobody reads any more; the last decode is unused): no branches
+    // between the MMAs and the barrier. One cp.async group per step, so waiting until S - 2
+    // groups remain pending means step kt + 1 has landed.
+    auto step = [&](int kt, const u32 (&c0)[16], const u32 (&c1)[16], u32 (&n0)[16], u32 (&n1)[16]) {
+        wg_fence();
+        mma(kt, c0, c1);
+        wg_commit();
+        issue(min(kt + S - 1, KT - 1), kt + S - 1);
+        cp_async_commit();
+        cp_async_wait<S - 2>();
+        decode_w(min(kt + 1, KT - 1), n0, n1);
+        // Measured free on the H200 (lab/gemm, docs/results/2026-12-04-h200-wgmma: the same
+        // times without it): this thread's landed x copies, to the async proxy.
+        fence_proxy_async();
+        wg_wait<0>();
+        __syncthreads();
+    };
+
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) {
+        issue(min(i, KT - 1), i);
+        cp_async_commit();
+    }
+    cp_async_wait<S - 2>();
+    decode_w(0, ha0, ha1);
+    fence_proxy_async();
+    __syncthreads();
+    for (int kt = 0; kt < KT; kt += 2) {
+        step(kt, ha0, ha1, hb0, hb1);
+        if (kt + 1 < KT) step(kt + 1, hb0, hb1, ha0, ha1);
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: acc[4j + e] is weight row r0 + 8 (e >> 1) (output column), token 8j + 2t + (e & 1).
+    const bool split = a.layout == 1;
+#pragma unroll
+    for (int j = 0; j < BT / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int yr = s_yrow[8 * j + 2 * t + (e & 1)];
+            const int n = r0 + 8 * (e >> 1);
+            if (yr < 0 || n >= a.N) continue;
+            a.y[static_cast<i64>(yr) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[4 * j + e];
+        }
+    }
+}
