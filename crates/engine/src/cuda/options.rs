@@ -22,9 +22,10 @@ pub enum PdlMode {
 /// error, not a silent default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaOptions {
-    /// `TALLY_GEMM=cublas`: dense projections of at least this many rows go through cuBLAS
-    /// (`TALLY_GEMM_CUBLAS_MIN_M`, default 128); `None` (unset or `kernels`): the engine's own
-    /// kernels.
+    /// Dense projections of at least this many rows go through cuBLAS on weights decoded to f16
+    /// (`TALLY_GEMM_CUBLAS_MIN_M`, default 128; the default since it measured +25% at pp512 and
+    /// +42% at pp8192 on the H200, docs/results/2026-12-04-h200-wgmma); `None`
+    /// (`TALLY_GEMM=kernels`): the engine's own kernels at every M.
     pub cublas_min_m: Option<usize>,
     /// `TALLY_GEMM_VARIANT=0..3`: forces one kernel of every quantised dense projection (BM 128,
     /// 64, 32 tensor-core tiles, or the GEMV), for experiments. A tile on a shape it cannot run
@@ -80,7 +81,7 @@ const GEMV_BLOCK_MACROS: [&str; 4] = [
 impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
-            cublas_min_m: None,
+            cublas_min_m: Some(128),
             gemm_variant: None,
             prefill_graph: true,
             decode_graph: true,
@@ -108,8 +109,8 @@ impl CudaOptions {
         };
         let mut o = CudaOptions::default();
         match get("TALLY_GEMM").as_deref() {
-            None | Some("") | Some("kernels") => {}
-            Some("cublas") => {
+            Some("kernels") => o.cublas_min_m = None,
+            None | Some("") | Some("cublas") => {
                 o.cublas_min_m = Some(match get("TALLY_GEMM_CUBLAS_MIN_M") {
                     None => 128,
                     Some(v) => v
@@ -276,13 +277,13 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_the_engines_kernels_with_graphs() {
+    fn defaults_are_cublas_from_128_rows_with_graphs() {
         let o = opts(&[]).expect("defaults");
         assert_eq!(o, CudaOptions::default());
         assert_eq!(
             o.describe(),
             [
-                "gemm=kernels",
+                "gemm=cublas(min_m=128)",
                 "gemm_variant=auto",
                 "prefill_graph=on",
                 "decode_graph=on",
@@ -349,6 +350,12 @@ mod tests {
                 .expect("options")
                 .cublas_min_m,
             Some(128)
+        );
+        assert_eq!(
+            opts(&[("TALLY_GEMM", "kernels")])
+                .expect("options")
+                .cublas_min_m,
+            None
         );
     }
 
