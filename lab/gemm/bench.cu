@@ -353,6 +353,27 @@ static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& 
     return median(ts);
 }
 
+// The correctness matrix's cases that `keep` selects (every type, full check): each failure goes
+// to g_failures; returns (cases run, cases failed).
+template <class Keep>
+static std::pair<int, int> check_matrix(CudaBackend& b, ref::Rng& rng, Keep keep, bool quiet_pass) {
+    int n = 0, nf = 0;
+    for (const GemmCase& c : correctness_cases(false)) {
+        if (!keep(c)) continue;
+        const CaseResult r = run_case(b, c, rng, quiet_pass);
+        n++;
+        if (!r.pass) {
+            nf++;
+            char f[200];
+            std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld padding_written=%lld",
+                          c.name.c_str(), ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
+                          (long long)r.unwritten, (long long)r.poison_bad);
+            g_failures.push_back(f);
+        }
+    }
+    return {n, nf};
+}
+
 int main(int argc, char** argv) {
     bool do_check = true, do_time = true;
     // --decode: the GEMV kernels only (gemv_<t>, mmv_<t>): their correctness cases, then the
@@ -418,22 +439,11 @@ int main(int argc, char** argv) {
     ref::Rng rng(7);
     int fails = 0;
     if (wg_only) {
-        int n = 0, nf = 0;
+        int nf = 0;
         if (do_check) {
             std::printf("== wgmma tiles: correctness (every type)\n");
-            for (const GemmCase& c : correctness_cases(false)) {
-                if (!variant_wg(c.variant)) continue;
-                const CaseResult r = run_case(b, c, rng, false);
-                n++;
-                if (!r.pass) {
-                    nf++;
-                    char f[200];
-                    std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld", c.name.c_str(),
-                                  ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
-                                  (long long)r.unwritten);
-                    g_failures.push_back(f);
-                }
-            }
+            const auto [n, failed] = check_matrix(b, rng, [](const GemmCase& c) { return variant_wg(c.variant); }, false);
+            nf = failed;
             std::printf("  %d cases, %d failed\n", n, nf);
         }
         if (do_time && nf == 0) {
@@ -521,22 +531,11 @@ int main(int argc, char** argv) {
     }
     if (decode_only) {
         mmv_max_blocks = 3;
-        int n = 0, nf = 0;
         if (do_check) {
             std::printf("== gemv / mmv correctness (every type)\n");
-            for (const GemmCase& c : correctness_cases(false)) {
-                if (c.variant != V_GEMV && c.variant != V_MMV && c.variant != V_GEMV4) continue;
-                const CaseResult r = run_case(b, c, rng, true);
-                n++;
-                if (!r.pass) {
-                    nf++;
-                    char f[200];
-                    std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld", c.name.c_str(),
-                                  ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
-                                  (long long)r.unwritten);
-                    g_failures.push_back(f);
-                }
-            }
+            const auto [n, nf] = check_matrix(
+                b, rng, [](const GemmCase& c) { return c.variant == V_GEMV || c.variant == V_MMV || c.variant == V_GEMV4; },
+                true);
             std::printf("  %d cases, %d failed\n", n, nf);
         }
         mmv_max_blocks = 4 * prop.multiProcessorCount;
@@ -625,19 +624,7 @@ int main(int argc, char** argv) {
         const int route_fails = run_route_cases(b, rng, true);
         note(route_fails == 0, "moe_route: " + std::to_string(route_fails) + " failing cases (see above)");
         std::printf("== gemm / gemv correctness matrix (every type x variant; full check)\n");
-        int n = 0, nf = 0;
-        for (const GemmCase& c : correctness_cases(false)) {
-            const CaseResult r = run_case(b, c, rng, true);
-            n++;
-            if (!r.pass) {
-                nf++;
-                char f[200];
-                std::snprintf(f, sizeof(f), "correctness %s %s %s rel=%.3e nonfinite=%lld unwritten=%lld padding_written=%lld",
-                              c.name.c_str(), ref::type_name(c.type), variant_name(c.variant), r.rel, (long long)r.nonfinite,
-                              (long long)r.unwritten, (long long)r.poison_bad);
-                g_failures.push_back(f);
-            }
-        }
+        auto [n, nf] = check_matrix(b, rng, [](const GemmCase&) { return true; }, true);
         std::printf("== f32 SIMT gemm (F32 weights, dense; bound %.0e)\n", kSimtBound);
         for (const GemmCase& c : simt_cases()) {
             const CaseResult r = run_case(b, c, rng, false);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One call on a fresh GPU machine: the opt-in cuBLAS path, checked and measured against the
-# defaults before it becomes the default.
+# One call on a fresh GPU machine: the cuBLAS path (the default since 2026-12-04), checked and
+# measured against the engine's own kernels (TALLY_GEMM=kernels).
 #   TALLY_GEMM=cublas      dense projections through cuBLAS (docs/cuda.md)
 # (Decode graphs are the default now: scripts/gpu/reshape.sh checks and measures them.)
 # Steps:
@@ -28,14 +28,14 @@ done
 wait
 for round in 1 2; do
   for mode in default new; do
-    if [ $mode = new ]; then export TALLY_GEMM=cublas; else unset TALLY_GEMM; fi
+    if [ $mode = new ]; then export TALLY_GEMM=cublas; else export TALLY_GEMM=kernels; fi
     timeout 150 "$TALLY_NOPEER" bench --model "$BIG" --backend cuda -p 512,2048,8192 -n 128 -r 5 \
       --out-dir "/tmp/ab-$mode-$round" > "$OUT/ab-bench-$mode-$round.txt" 2>&1
     echo "bench $mode round $round rc=$?"
   done
 done
 for mode in own cublas; do
-  if [ $mode = cublas ]; then export TALLY_GEMM=cublas; else unset TALLY_GEMM; fi
+  if [ $mode = cublas ]; then export TALLY_GEMM=cublas; else export TALLY_GEMM=kernels; fi
   timeout 120 "$TALLY_NOPEER" opbench --model "$BIG" --backend cuda -p 512 --out-dir "/tmp/ab-op-$mode" \
     > "$OUT/ab-opbench-$mode.txt" 2>&1
   echo "opbench $mode rc=$?"

@@ -434,6 +434,34 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
 #endif
 #define SWP_SMEM_BYTES(t, bt) (2 * (bt) * SWP_LDS * 2 + 8 * (bt) + SWP_STAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
 
+// The swapped tiles' A side of one K step: piece p of weight rows wrow0 and wrow1, read back from
+// the thread's two ring slots, as f16 pairs in piece order (h0[i] = elements 2i, 2i + 1 of row 0's
+// piece: o[0..1] its first segment, o[2..3] its second; h1 likewise for row 1).
+template <int T>
+__device__ __forceinline__ void swap_decode(const Slot& s0, const Slot& s1, const u8* wrow0, const u8* wrow1, int p,
+                                            u32 (&h0)[16], u32 (&h1)[16]) {
+    Piece<T> pc;
+    uint4 o[4];
+    pc.from_slot(s0, wrow0, p);
+    pc.to_f16(p, o);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        h0[4 * i] = o[i].x;
+        h0[4 * i + 1] = o[i].y;
+        h0[4 * i + 2] = o[i].z;
+        h0[4 * i + 3] = o[i].w;
+    }
+    pc.from_slot(s1, wrow1, p);
+    pc.to_f16(p, o);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        h1[4 * i] = o[i].x;
+        h1[4 * i + 1] = o[i].y;
+        h1[4 * i + 2] = o[i].z;
+        h1[4 * i + 3] = o[i].w;
+    }
+}
+
 template <int T, int NT8>
 __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     constexpr int BT = 8 * NT8, BN = SWP_BN, BK = SWP_BK, LDS = SWP_LDS, S = SWP_STAGES;
@@ -496,29 +524,7 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
             *reinterpret_cast<u32*>(row + 16 * i4 + 8 + 2 * tq) = pack_f16x2(xr[i].z, xr[i].w);
         }
     };
-    auto decode_w = [&](int kt) {
-        const int p = 4 * kt + t;
-        Piece<T> pc;
-        uint4 o[4];
-        pc.from_slot(slot(kt, 0), wrow0, p);
-        pc.to_f16(p, o);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h0[4 * i] = o[i].x;
-            h0[4 * i + 1] = o[i].y;
-            h0[4 * i + 2] = o[i].z;
-            h0[4 * i + 3] = o[i].w;
-        }
-        pc.from_slot(slot(kt, 1), wrow1, p);
-        pc.to_f16(p, o);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h1[4 * i] = o[i].x;
-            h1[4 * i + 1] = o[i].y;
-            h1[4 * i + 2] = o[i].z;
-            h1[4 * i + 3] = o[i].w;
-        }
-    };
+    auto decode_w = [&](int kt) { swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1); };
     auto compute = [&](int buf) {
         const u16* X = Xs + buf * BT * LDS + (((lane >> 4) << 3) + (lane & 7)) * LDS + ((lane >> 3) & 1) * 8;
 #pragma unroll

@@ -209,27 +209,7 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
         for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
     };
     auto decode_w = [&](int kt, u32 (&h0)[16], u32 (&h1)[16]) {
-        const int p = 4 * kt + t;
-        Piece<T> pc;
-        uint4 o[4];
-        pc.from_slot(slot(kt, 0), wrow0, p);
-        pc.to_f16(p, o);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h0[4 * i] = o[i].x;
-            h0[4 * i + 1] = o[i].y;
-            h0[4 * i + 2] = o[i].z;
-            h0[4 * i + 3] = o[i].w;
-        }
-        pc.from_slot(slot(kt, 1), wrow1, p);
-        pc.to_f16(p, o);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h1[4 * i] = o[i].x;
-            h1[4 * i + 1] = o[i].y;
-            h1[4 * i + 2] = o[i].z;
-            h1[4 * i + 3] = o[i].w;
-        }
+        swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
     };
     // The 8 k16 blocks of step kt: A {rows g, g + 8} x {k' 2t.., 8 + 2t..} from h0/h1; B from
     // x stage kt % S, half kk / 4, 32 bytes further per k16 block inside the swizzled rows.

@@ -460,3 +460,41 @@ pub fn combine(b: &CudaBackend, node: &Node, io: &Io, k: usize) -> Result<(), En
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which tile each prefill size gets, and where the wgmma tile's f16 copy of x lies: after
+    /// the routing tables, 256-byte aligned, inside the workspace the tables ask for.
+    #[test]
+    fn tiles_by_rows_per_expert_and_the_wgmma_copy_of_x() {
+        // 8,192 tokens of the 35B model: 65,536 pairs over 256 experts, 256 rows each.
+        let gate = MoeTables::new(65536, 256, 2048, GgmlType::Q4_K, 8192);
+        assert!(gate.wg && gate.bm == WG_BT);
+        let base = 0x1000_0000u64;
+        let a = gate.addresses(base);
+        assert_eq!(a[6] % 256, 0);
+        assert!(
+            a[6] >= a[5] + 8,
+            "the copy must not overlap the error counters"
+        );
+        assert_eq!(gate.bytes() as u64, a[6] - base + 2 * 8192 * 2048);
+        // The down projections (K = 512): Q6_K on the wgmma tile (its x one row per pair),
+        // Q4_K on the 64-row tile without a copy.
+        let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536);
+        assert!(d6.wg && d6.bytes() >= 2 * 65536 * 512);
+        let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536);
+        assert!(!d4.wg && d4.bm == 64 && d4.addresses(base)[6] == 0);
+        assert_eq!(d4.bytes(), d4.table_bytes());
+        // 512 tokens: 16 rows per expert, the 32-row tiles.
+        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512);
+        assert!(!p512.wg && p512.bm == 32);
+        // Decode: one-row tiles read from the ids, no tables at all.
+        let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1);
+        assert!(one.direct() && one.bytes() == 0);
+        // K not a multiple of the tiles' K step: the GEMV, whatever the rows.
+        let odd = MoeTables::new(65536, 256, 2000, GgmlType::F32, 8192);
+        assert!(odd.direct() && !odd.wg);
+    }
+}
