@@ -149,6 +149,10 @@ fn cache_dir() -> PathBuf {
 
 fn nvrtc_version() -> (c_int, c_int) {
     let (mut major, mut minor) = (0, 0);
+    // SAFETY: probing for the library has no preconditions (without it there is no version).
+    if !unsafe { nvrtc_sys::is_culib_present() } {
+        return (0, 0);
+    }
     // SAFETY: nvrtcVersion writes two ints through valid pointers.
     unsafe {
         let _ = nvrtc_sys::nvrtcVersion(&mut major, &mut minor);
@@ -253,6 +257,26 @@ pub fn precompile(arch: &str, defines: &[String]) -> Result<Vec<Cached>, EngineE
     Ok(out)
 }
 
+/// The sources whose compilation for `arch` with `defines` is not in the disk cache yet (what the
+/// backend's first use will compile), and the cache folder.
+pub fn uncached_sources(
+    arch: &str,
+    defines: &[String],
+) -> Result<(Vec<&'static str>, PathBuf), EngineError> {
+    let include = cuda_include_dir().unwrap_or_default();
+    let mut missing = Vec::new();
+    for src in SOURCES {
+        let text = source_text(src)?;
+        let mut opts = options(arch, &include);
+        opts.extend_from_slice(defines);
+        let path = cache_path(src.name, &text, &opts, arch);
+        if !std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+            missing.push(src.name);
+        }
+    }
+    Ok((missing, cache_dir()))
+}
+
 /// What NVRTC compiles for `src`: its text with the local headers inlined, then the host's checks:
 /// every argument struct's layout against its Rust mirror (`args::layout_asserts`) and the
 /// launch geometry the host computes against the kernel's own formulas
@@ -335,6 +359,21 @@ fn get_cubin(prog: nvrtc_sys::nvrtcProgram) -> Result<Vec<u8>, EngineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache filled on one machine serves another with the same NVRTC release: the header
+    /// directory is not part of the key; the source text and every other option are.
+    #[test]
+    fn the_cache_key_leaves_out_the_header_directory_only() {
+        let here = options("sm_90a", Path::new("/opt/cu13/nvidia/cu13/include"));
+        let there = options("sm_90a", Path::new("/usr/local/cuda/include"));
+        let key = |text: &str, opts: &[String]| cache_path("gemm", text, opts, "sm_90a");
+        assert_eq!(key("x", &here), key("x", &there));
+        assert_ne!(key("x", &here), key("y", &here));
+        let mut other = here.clone();
+        other.push("-DTALLY_NO_PREFETCH".into());
+        assert_ne!(key("x", &here), key("x", &other));
+        assert_ne!(key("x", &here), cache_path("gemm", "x", &here, "sm_89"));
+    }
 
     #[test]
     fn includes_are_inlined_once() {

@@ -129,6 +129,16 @@ pub fn device_arch() -> Result<String, EngineError> {
     Ok(arch_of(ctx.compute_capability().map_err(cuda_err)?))
 }
 
+/// Whether opening the CUDA backend now will compile kernels first (a cache miss: a new machine,
+/// NVRTC release or tally build): the device's architecture, the sources to compile and the
+/// cache folder; `None` when every kernel is cached or there is no usable device.
+pub fn pending_compile() -> Option<(String, Vec<&'static str>, std::path::PathBuf)> {
+    let arch = device_arch().ok()?;
+    let defines = CudaOptions::from_env().ok()?.defines();
+    let (missing, dir) = compile::uncached_sources(&arch, &defines).ok()?;
+    (!missing.is_empty()).then_some((arch, missing, dir))
+}
+
 fn attr(ctx: &CudaContext, a: sys::CUdevice_attribute) -> i64 {
     ctx.attribute(a).map(i64::from).unwrap_or(0)
 }

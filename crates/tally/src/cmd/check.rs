@@ -282,7 +282,7 @@ pub fn main(a: Args) -> Result<()> {
     let mut cpu = Session::new(model.clone(), backend::open("cpu", model.clone(), 0)?, ctx)?;
     let mut dut = Session::new(
         model.clone(),
-        backend::open(&a.backend, model.clone(), 0)?,
+        super::common::open_backend(&a.backend, model.clone(), 0)?,
         ctx,
     )?;
     // Every activation and scratch buffer NaN before each run: an output a kernel forgets to

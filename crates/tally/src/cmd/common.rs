@@ -35,6 +35,32 @@ fn test_truncate_hook(path: &Path) {
 #[cfg(not(debug_assertions))]
 fn test_truncate_hook(_: &Path) {}
 
+/// On the CUDA backend's first use with this NVRTC release and build, says on stderr that its
+/// kernels are about to be compiled (up to about a minute on a GPU host) and how to do that
+/// ahead of time, so the pause is not silent. Nothing for other backends or when all is cached.
+pub fn compile_note(backend_name: &str) {
+    if backend_name == "cuda"
+        && let Some((arch, missing, dir)) = tally_engine::cuda::pending_compile()
+    {
+        eprintln!(
+            "note: compiling {} CUDA kernel source(s) for {arch} into {} (first use with this NVRTC \
+             and build: up to about a minute; `tally kernels --arch {arch}` does this ahead of time)",
+            missing.len(),
+            dir.display()
+        );
+    }
+}
+
+/// Opens a backend by name (`tally_engine::backend::open`), after [`compile_note`].
+pub fn open_backend(
+    name: &str,
+    model: Arc<Model>,
+    threads: usize,
+) -> Result<Box<dyn tally_engine::Backend>> {
+    compile_note(name);
+    Ok(backend::open(name, model, threads)?)
+}
+
 /// tally on `backend` as a ledger subject, with state for `max_ctx` positions.
 pub fn tally_subject(
     model: &Arc<Model>,
@@ -43,7 +69,7 @@ pub fn tally_subject(
     max_ctx: usize,
     prune: bool,
 ) -> Result<TallySubject<Box<dyn tally_engine::Backend>>> {
-    let b = backend::open(backend_name, model.clone(), threads)?;
+    let b = open_backend(backend_name, model.clone(), threads)?;
     let mut s = Session::new(model.clone(), b, max_ctx)?;
     s.opts.prune_last_layer = prune;
     // The measuring commands analyse one plan of the whole prompt (graph export, replay and

@@ -147,7 +147,7 @@ pub fn load(a: &ModelArgs) -> Result<Loaded> {
         .into());
     }
     let ctx = a.ctx.min(model.config.context_length);
-    let backend = tally_engine::backend::open(&a.backend, model.clone(), a.threads)?;
+    let backend = super::common::open_backend(&a.backend, model.clone(), a.threads)?;
     let device = backend.device();
     let session = Session::new(model.clone(), backend, ctx)?;
     Ok(Loaded {

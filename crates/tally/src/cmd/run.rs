@@ -108,7 +108,7 @@ pub fn main(a: Args) -> Result<()> {
         }
     };
     let t_load = Instant::now();
-    let backend = tally_engine::backend::open(&a.backend, model.clone(), a.threads)?;
+    let backend = super::common::open_backend(&a.backend, model.clone(), a.threads)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let device = backend.device();
     let mut s = Session::new(model.clone(), backend, total)?;

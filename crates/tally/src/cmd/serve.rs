@@ -240,6 +240,7 @@ pub fn main(a: Args) -> Result<()> {
     let (cache_entries, cache_bytes) = (a.cache_entries, a.cache_mib << 20);
     let (dev_tx, dev_rx) = mpsc::channel::<String>();
     let m2 = model.clone();
+    super::common::compile_note(&backend_name);
     // The backend is opened on the engine's worker thread: device contexts stay on it.
     let engine = Engine::spawn(
         move || {
