@@ -163,28 +163,55 @@ fn nvrtc_version() -> (c_int, c_int) {
 /// Compiles `src` for `arch` (e.g. `sm_90a`) to CUBIN, with `defines` (`-DNAME` options of
 /// [`super::options::CudaOptions::defines`]) after the usual options, using the disk cache.
 pub fn compile(src: &Source, arch: &str, defines: &[String]) -> Result<Vec<u8>, EngineError> {
-    let text = source_text(src)?;
-    let include = cuda_include_dir().ok_or_else(|| {
+    let j = job(src, arch, defines, &header_dir()?)?;
+    compile_job(src, &j)
+}
+
+/// The CUDA headers' directory, or the error that says how to name it.
+fn header_dir() -> Result<PathBuf, EngineError> {
+    cuda_include_dir().ok_or_else(|| {
         EngineError::Cuda(
             "CUDA headers not found: set TALLY_CUDA_INCLUDE to the directory holding cuda_fp16.h"
                 .into(),
         )
-    })?;
-    let mut opts = options(arch, &include);
+    })
+}
+
+/// One source's compilation: its text, NVRTC options and cache file (what `compile`,
+/// `precompile` and `uncached_sources` all key on).
+struct Job {
+    text: String,
+    opts: Vec<String>,
+    path: PathBuf,
+}
+
+fn job(src: &Source, arch: &str, defines: &[String], include: &Path) -> Result<Job, EngineError> {
+    let text = source_text(src)?;
+    let mut opts = options(arch, include);
     opts.extend_from_slice(defines);
     let path = cache_path(src.name, &text, &opts, arch);
-    if let Ok(bytes) = std::fs::read(&path)
+    Ok(Job { text, opts, path })
+}
+
+impl Job {
+    fn is_cached(&self) -> bool {
+        std::fs::metadata(&self.path).is_ok_and(|m| m.len() > 0)
+    }
+}
+
+/// The job's CUBIN from the cache, or compiled and written there.
+fn compile_job(src: &Source, j: &Job) -> Result<Vec<u8>, EngineError> {
+    if let Ok(bytes) = std::fs::read(&j.path)
         && !bytes.is_empty()
     {
         return Ok(bytes);
     }
-    let cubin = compile_uncached(src.name, &text, &opts)?;
-    let dir = cache_dir();
+    let cubin = compile_uncached(src.name, &j.text, &j.opts)?;
     // The cache is an optimisation: failing to write it is not an error.
-    if std::fs::create_dir_all(&dir).is_ok() {
-        let tmp = path.with_extension("tmp");
+    if std::fs::create_dir_all(cache_dir()).is_ok() {
+        let tmp = j.path.with_extension("tmp");
         if std::fs::write(&tmp, &cubin).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
+            let _ = std::fs::rename(&tmp, &j.path);
         }
     }
     Ok(cubin)
@@ -227,24 +254,16 @@ pub fn precompile(arch: &str, defines: &[String]) -> Result<Vec<Cached>, EngineE
                 .into(),
         ));
     }
-    let include = cuda_include_dir().ok_or_else(|| {
-        EngineError::Cuda(
-            "CUDA headers not found: set TALLY_CUDA_INCLUDE to the directory holding cuda_fp16.h"
-                .into(),
-        )
-    })?;
+    let include = header_dir()?;
     let mut out = Vec::new();
     for src in SOURCES {
-        let text = source_text(src)?;
-        let mut opts = options(arch, &include);
-        opts.extend_from_slice(defines);
-        let path = cache_path(src.name, &text, &opts, arch);
-        let was_cached = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
+        let j = job(src, arch, defines, &include)?;
+        let was_cached = j.is_cached();
         let t0 = std::time::Instant::now();
-        let bytes = compile(src, arch, defines)?.len();
+        let bytes = compile_job(src, &j)?.len();
         out.push(Cached {
             source: src.name,
-            path,
+            path: j.path,
             was_cached,
             bytes,
             compile_s: if was_cached {
@@ -266,11 +285,7 @@ pub fn uncached_sources(
     let include = cuda_include_dir().unwrap_or_default();
     let mut missing = Vec::new();
     for src in SOURCES {
-        let text = source_text(src)?;
-        let mut opts = options(arch, &include);
-        opts.extend_from_slice(defines);
-        let path = cache_path(src.name, &text, &opts, arch);
-        if !std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+        if !job(src, arch, defines, &include)?.is_cached() {
             missing.push(src.name);
         }
     }

@@ -434,32 +434,40 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& a) {
 #endif
 #define SWP_SMEM_BYTES(t, bt) (2 * (bt) * SWP_LDS * 2 + 8 * (bt) + SWP_STAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
 
-// The swapped tiles' A side of one K step: piece p of weight rows wrow0 and wrow1, read back from
-// the thread's two ring slots, as f16 pairs in piece order (h0[i] = elements 2i, 2i + 1 of row 0's
-// piece: o[0..1] its first segment, o[2..3] its second; h1 likewise for row 1).
+// The swapped tiles' weight rows of lane (g, t) in warp `warp` of a block starting at weight row
+// n0: rows r0 = n0 + 16 warp + g and r0 + 8, clamped (rows past N are computed and not stored).
+__device__ __forceinline__ int swap_rows(const GemmArgs& a, const u8* w, int n0, int warp, int g, const u8*& wrow0,
+                                         const u8*& wrow1) {
+    const int r0 = n0 + 16 * warp + g;
+    wrow0 = w + static_cast<i64>(min(r0, a.N - 1)) * a.w_row_bytes;
+    wrow1 = w + static_cast<i64>(min(r0 + 8, a.N - 1)) * a.w_row_bytes;
+    return r0;
+}
+
+// The swapped tiles' A side of one K step for one weight row: piece p, read back from the
+// thread's ring slot, as f16 pairs in piece order (h[i] = elements 2i, 2i + 1: o[0..1] the
+// piece's first segment, o[2..3] its second).
+template <int T>
+__device__ __forceinline__ void swap_decode_row(const Slot& s, const u8* wrow, int p, u32 (&h)[16]) {
+    Piece<T> pc;
+    uint4 o[4];
+    pc.from_slot(s, wrow, p);
+    pc.to_f16(p, o);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        h[4 * i] = o[i].x;
+        h[4 * i + 1] = o[i].y;
+        h[4 * i + 2] = o[i].z;
+        h[4 * i + 3] = o[i].w;
+    }
+}
+
+// Both weight rows of a lane (rows g and g + 8 of its warp's 16: A fragments a0/a2 and a1/a3).
 template <int T>
 __device__ __forceinline__ void swap_decode(const Slot& s0, const Slot& s1, const u8* wrow0, const u8* wrow1, int p,
                                             u32 (&h0)[16], u32 (&h1)[16]) {
-    Piece<T> pc;
-    uint4 o[4];
-    pc.from_slot(s0, wrow0, p);
-    pc.to_f16(p, o);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        h0[4 * i] = o[i].x;
-        h0[4 * i + 1] = o[i].y;
-        h0[4 * i + 2] = o[i].z;
-        h0[4 * i + 3] = o[i].w;
-    }
-    pc.from_slot(s1, wrow1, p);
-    pc.to_f16(p, o);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        h1[4 * i] = o[i].x;
-        h1[4 * i + 1] = o[i].y;
-        h1[4 * i + 2] = o[i].z;
-        h1[4 * i + 3] = o[i].w;
-    }
+    swap_decode_row<T>(s0, wrow0, p, h0);
+    swap_decode_row<T>(s1, wrow1, p, h1);
 }
 
 template <int T, int NT8>
@@ -482,10 +490,8 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     if (!gemm_tile_begin<T, BK>(a, BN, BT, n0, w, s_xrow, s_yrow)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
 
-    // Weight rows of this lane (clamped; rows past N are computed and not stored).
-    const int r0 = n0 + 16 * warp + g;
-    const u8* wrow0 = w + static_cast<i64>(min(r0, a.N - 1)) * a.w_row_bytes;
-    const u8* wrow1 = w + static_cast<i64>(min(r0 + 8, a.N - 1)) * a.w_row_bytes;
+    const u8 *wrow0, *wrow1;
+    const int r0 = swap_rows(a, w, n0, warp, g, wrow0, wrow1);
     // x loader: token rows (tid >> 5) + 8i; float4 i4 (elements 4 i4 .. 4 i4 + 3) of piece tq.
     const int tq = (tid & 31) >> 3, i4 = tid & 7;
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;

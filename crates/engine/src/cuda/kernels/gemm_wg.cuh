@@ -176,10 +176,8 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     if (!gemm_tile_begin<T, BK>(a, BN, BT, n0, w, s_xrow, s_yrow)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
 
-    // Weight rows of this lane (clamped; rows past N are computed and not stored).
-    const int r0 = n0 + 16 * warp + g;
-    const u8* wrow0 = w + static_cast<i64>(min(r0, a.N - 1)) * a.w_row_bytes;
-    const u8* wrow1 = w + static_cast<i64>(min(r0 + 8, a.N - 1)) * a.w_row_bytes;
+    const u8 *wrow0, *wrow1;
+    const int r0 = swap_rows(a, w, n0, warp, g, wrow0, wrow1);
     // x copies: chunk j = tid + 256 i of a stage is row j / 16, 16-byte chunk c = j % 16 (k' 8c..
     // 8c + 7: half c / 8, chunk c % 8 swizzled by the row).
     const u16* xsrc[XC];
