@@ -60,8 +60,9 @@ struct CudaBackend {
         launch_gemm(f, gx, gy, threads, smem, a);
         CK(cudaDeviceSynchronize());
     }
-    void route(const MoeRouteArgs& a) {
-        moe_route<<<1, MOE_ROUTE_THREADS>>>(a);
+    void route(const MoeRouteArgs& a, int blocks) {
+        if (blocks > 1) moe_route_count<<<blocks, MOE_ROUTE_THREADS>>>(a);
+        moe_route<<<blocks, MOE_ROUTE_THREADS>>>(a);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
     }
@@ -317,10 +318,15 @@ static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std:
     g_rows.push_back(best);
 }
 
-static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& rng) {
+// One routing (both launches) of T random tokens; chunk 0: one block, else the engine's rule
+// (ops/moe.rs route_grid: at least 1,024 pairs a block, at most 128 blocks).
+static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& rng, bool blocks_rule) {
     const std::vector<int32_t> ids = ref::route_random(T, k, E, rng);
     const int P = T * k, mt = (P + bm - 1) / bm + E;
     MoeRouteArgs a{};
+    a.chunk = blocks_rule ? std::max(1024, (P + 127) / 128) : P;
+    const int blocks = (P + a.chunk - 1) / a.chunk;
+    a.bcount = blocks > 1 ? b.alloc<i32>(size_t(blocks) * size_t(E + 1)) : nullptr;
     a.ids = b.upload(ids);
     a.n_tokens = T;
     a.k = k;
@@ -339,7 +345,8 @@ static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& 
     std::vector<float> ts;
     for (int i = 0; i < 23; i++) {
         CK(cudaEventRecord(e0));
-        moe_route<<<1, MOE_ROUTE_THREADS>>>(a);
+        if (blocks > 1) moe_route_count<<<blocks, MOE_ROUTE_THREADS>>>(a);
+        moe_route<<<blocks, MOE_ROUTE_THREADS>>>(a);
         CK(cudaGetLastError());
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
@@ -379,6 +386,8 @@ int main(int argc, char** argv) {
     // --decode: the GEMV kernels only (gemv_<t>, mmv_<t>): their correctness cases, then the
     // decode shapes of the 35B model, one x row (and 2, 4, 8 for speculative verification).
     bool decode_only = false;
+    // --head (with --decode): only the output head's timings (1-4 x rows), no checks.
+    bool head_only = false;
     // --moe: timings of the routed-expert shapes only, every type of the downloaded mixes
     // (issue 10's per-byte comparison at the kernel level), no correctness matrix.
     bool moe_only = false;
@@ -386,6 +395,8 @@ int main(int argc, char** argv) {
     // then the prefill shapes of the 35B model at 512 and 8192 tokens (MoE and dense) against
     // the tiles the engine runs there today.
     bool wg_only = false;
+    // --route: moe_route only: its cases (one block and several), then its timings.
+    bool route_only = false;
     std::string moe_type;  // --only TYPE: that type at T = 512 only (one kernel to profile)
     for (int i = 1; i < argc; i++) {
         const std::string s = argv[i];
@@ -393,14 +404,28 @@ int main(int argc, char** argv) {
         if (s == "--no-time") do_time = false;
         if (s == "--only-time") do_check = false;
         if (s == "--decode") decode_only = true;
+        if (s == "--head") head_only = decode_only = true, do_check = false;
         if (s == "--moe") moe_only = true;
         if (s == "--wg") wg_only = true;
+        if (s == "--route") route_only = true;
     }
     const auto t_start = std::chrono::steady_clock::now();
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, %d SMs, L2 %d MB, smem/block opt-in %zu KB, cc %d.%d\n", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20, prop.sharedMemPerBlockOptin >> 10, prop.major, prop.minor);
+    if (route_only) {
+        CudaBackend b;
+        ref::Rng rng(20260101);
+        const int fails = run_route_cases(b, rng, true);
+        for (int T : {512, 8192, 32768}) {
+            const int bm = T == 512 ? 32 : 128;
+            const double one = time_route(b, T, 8, 256, bm, rng, false), many = time_route(b, T, 8, 256, bm, rng, true);
+            std::printf("  moe_route: T=%-5d one block %.4f ms, engine's blocks %.4f ms\n", T, one, many);
+        }
+        std::printf("%s: %d failing route cases\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     {
         // Resource usage of the kernels (what the compiler gave them).
         for (int t : ref::ALL_TYPES) {
@@ -553,16 +578,29 @@ int main(int argc, char** argv) {
                             {"decode q", 8192, 2048, ref::BF16},       {"decode q", 8192, 2048, ref::IQ4_XS},
                             {"decode q", 8192, 2048, ref::MXFP4},
                             {"output head", 248320, 2048, ref::Q6_K}};
+            gemvr_blocks = 2 * prop.multiProcessorCount;
             for (int M : {1, 4}) {
                 for (const D& d : ds) {
+                    if (head_only && d.N != 248320) continue;
                     GemmCase c;
                     c.type = d.type;
                     c.M = M;
                     c.N = d.N;
                     c.K = d.K;
-                    time_shape(b, d.name, c, {V_GEMV, V_GEMV4, V_MMV}, rng);
+                    std::vector<int> vs = {V_GEMV, V_GEMV4, V_MMV};
+                    if (d.type != ref::BF16) vs.push_back(M == 1 ? V_GEMVR : V_GEMVR4);
+                    time_shape(b, d.name, c, vs, rng);
                 }
             }
+            for (int M : {2, 3}) {  // verification batches of k = 1, 2 on the head
+                GemmCase c;
+                c.type = ref::Q6_K;
+                c.M = M;
+                c.N = 248320;
+                c.K = 2048;
+                time_shape(b, "output head", c, {V_GEMV4, V_GEMVR4}, rng);
+            }
+            if (head_only) goto summary;
             GemmCase c;
             c.E = 256;
             c.topk = 8;
@@ -585,6 +623,7 @@ int main(int argc, char** argv) {
                 }
             }
         }
+    summary:
         std::printf("\n== SUMMARY (decode)\n");
         for (size_t i = 0; i < g_failures.size() && i < 30; i++) std::printf("  FAIL %s\n", g_failures[i].c_str());
         std::printf("%-20s %-5s %6s %6s %5s | %-4s %9s %6s %8s | all variants (ms)\n", "shape", "type", "M", "N", "K", "best",
@@ -731,8 +770,11 @@ int main(int argc, char** argv) {
             c.type = ref::Q6_K;
             time_shape(b, "decode moe down", c, {V_GEMV, V_M32}, rng);
         }
-        const double r512 = time_route(b, 512, 8, 256, 32, rng), r8k = time_route(b, 8192, 8, 256, 128, rng);
-        std::printf("  moe_route: T=512 %.4f ms, T=8192 %.4f ms\n", r512, r8k);
+        for (int T : {512, 8192, 32768}) {
+            const int bm = T == 512 ? 32 : 128;
+            const double one = time_route(b, T, 8, 256, bm, rng, false), many = time_route(b, T, 8, 256, bm, rng, true);
+            std::printf("  moe_route: T=%-5d one block %.4f ms, engine's blocks %.4f ms\n", T, one, many);
+        }
         g_wcache.clear();
     }
 

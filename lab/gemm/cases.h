@@ -19,10 +19,13 @@ typedef void (*GemmFn)(GemmArgs);
 // matrix runs these N_VARIANTS), then the f32 SIMT GEMMs (F32 weights, dense only: simt_cases).
 // V_S16 / V_S32: the swapped tiles (gemm_<t>_s16 / _s32: weights on the MMA's A side).
 // V_W32 / V_W64 / V_W128: the swapped tile on wgmma (gemm_<t>_w32 / _w64 / _w128, gemm_wg.cuh).
+// V_GEMVR: the persistent multi-row GEMV (gemvr_<t> at M = 1, gemvr4_<t> up to 4 rows; dense,
+// integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
-       V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12 };
+       V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14 };
 inline const char* variant_name(int v) {
-    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128"};
+    static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
+                              "gemvr", "gemvr4"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
@@ -47,6 +50,8 @@ inline size_t variant_smem(int type, int v) {
         case V_M32: return gemm_##name##_m32;                                                  \
         case V_MMV: return mmv_##name;                                                         \
         case V_GEMV4: return gemv4_##name;                                                     \
+        case V_GEMVR: return gemvr_##name;                                                     \
+        case V_GEMVR4: return gemvr4_##name;                                                   \
         case V_S16: return gemm_##name##_s16;                                                  \
         case V_S32: return gemm_##name##_s32;                                                  \
         case V_W32: return gemm_##name##_w32;                                                  \
@@ -98,6 +103,7 @@ struct GemmCase {
 // Row-step blocks of an mmv launch: small in the correctness cases so the grid-stride loop runs
 // several steps per block; the timed cases set it from the SM count.
 inline int mmv_max_blocks = 3;
+inline int gemvr_blocks = 264;  // V_GEMVR's grid cap at 256 threads (2 per SM of the H200)
 
 // Everything a case needs on the host.
 struct Setup {
@@ -287,7 +293,7 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     a.head_dim = c.head_dim;
     a.n_head = c.n_head;
     const bool mmv = c.variant == V_MMV;
-    const bool gemv = c.variant == V_GEMV || c.variant == V_GEMV4 || mmv;
+    const bool gemv = c.variant == V_GEMV || c.variant == V_GEMV4 || c.variant == V_GEMVR || c.variant == V_GEMVR4 || mmv;
     if (c.E > 0) {
         a.n_expert = c.E;
         a.x_div = c.pair_input ? 1 : c.topk;
@@ -304,7 +310,7 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
         d.gy = unsigned(gemv ? s.M : (s.M + s.bm - 1) / s.bm);
     }
     const int gemv_t = c.gemv_threads > 0 ? c.gemv_threads : GEMV_THREADS;
-    const int gemv_rows = (c.variant == V_GEMV4 ? 4 : 2) * (gemv_t / 32);
+    const int gemv_rows = (c.variant == V_GEMV4 ? 4 : 2) * (gemv_t / 32);  // V_GEMVR: 4, below
     d.gx = unsigned(gemv ? (c.N + gemv_rows - 1) / gemv_rows : (c.N + GEMM_BN - 1) / GEMM_BN);
     d.threads = gemv ? gemv_t : GEMM_THREADS;
     if (mmv) {  // grid-stride over row steps: at most mmv_max_blocks blocks per x row / tile
@@ -317,6 +323,13 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
         d.threads = SIMT_THREADS;
     }
     d.smem = variant_smem(c.type, c.variant);
+    if (c.variant == V_GEMVR || c.variant == V_GEMVR4) {  // engine's gemvr_grid: gemv4's block size, at most 2 blocks/SM at 256
+        const int rows = (c.variant == V_GEMVR ? 4 : 2) * (gemv_t / 32);  // gemvr4: 2 a warp
+        const int groups = (c.N + rows - 1) / rows;
+        d.gx = unsigned(std::min(groups, gemvr_blocks * (GEMV_THREADS / gemv_t)));
+        d.gy = 1;
+        d.smem = size_t(s.M) * size_t(c.K / 8 + c.K / 32) * 16;
+    }
     if (variant_wg(c.variant)) {
         XPermArgs& xp = d.xperm;
         xp.x = a.x;
@@ -651,9 +664,14 @@ bool run_dequant_rows_case(B& b, int type, ref::Rng& rng) {
 
 // moe_route against the host routing.
 template <class B>
-bool run_route_case(B& b, const char* name, std::vector<int32_t> ids, int T, int k, int E, int bm, int max_tiles) {
+bool run_route_case(B& b, const char* name, std::vector<int32_t> ids, int T, int k, int E, int bm, int max_tiles,
+                    int chunk = 0) {
     MoeRouteArgs a{};
     const int P = T * k;
+    // chunk 0: one block (the whole list); else ceil(P / chunk) blocks with per-block counts.
+    a.chunk = chunk > 0 ? chunk : std::max(P, 1);
+    const int blocks = std::max(1, (P + a.chunk - 1) / a.chunk);
+    a.bcount = blocks > 1 ? b.upload(std::vector<int32_t>(size_t(blocks) * size_t(E + 1), -7)) : nullptr;
     a.ids = b.upload(ids);
     a.n_tokens = T;
     a.k = k;
@@ -666,7 +684,7 @@ bool run_route_case(B& b, const char* name, std::vector<int32_t> ids, int T, int
     a.tile_start = b.upload(std::vector<int32_t>(size_t(std::max(max_tiles, 1)), -7));
     a.tile_rows = b.upload(std::vector<int32_t>(size_t(std::max(max_tiles, 1)), -7));
     a.err = b.upload(std::vector<int32_t>{-7, -7});
-    b.route(a);
+    b.route(a, blocks);
     const ref::Routing want = ref::route_host(ids, E, bm, max_tiles);
     auto cmp = [&](const char* what, const int32_t* dev, const std::vector<int32_t>& w) {
         if (w.empty()) return 0;
@@ -688,8 +706,8 @@ bool run_route_case(B& b, const char* name, std::vector<int32_t> ids, int T, int
         std::printf("      err = {%d, %d}, want {%d, %d}\n", err[0], err[1], want.bad, want.uncovered);
         bad++;
     }
-    std::printf("  %s moe_route %-28s T=%-5d k=%d E=%d bm=%-3d max_tiles=%-5d: %d mismatches\n", bad ? "FAIL" : "ok  ", name, T,
-                k, E, bm, max_tiles, bad);
+    std::printf("  %s moe_route %-28s T=%-5d k=%d E=%d bm=%-3d max_tiles=%-5d blocks=%-3d: %d mismatches\n",
+                bad ? "FAIL" : "ok  ", name, T, k, E, bm, max_tiles, blocks, bad);
     b.release();
     return bad == 0;
 }
@@ -711,10 +729,29 @@ int run_route_cases(B& b, ref::Rng& rng, bool big) {
     }
     fails += !run_route_case(b, "max_tiles too small", ref::route_random(64, 8, 256, rng), 64, 8, 256, 32, 40);
     fails += !run_route_case(b, "small E", ref::route_random(50, 4, 16, rng), 50, 4, 16, 8, mt(200, 8, 16));
+    // Several blocks (moe_route_count first): even and uneven chunks, invalid ids, too few tiles.
+    fails += !run_route_case(b, "random 4 blocks", ref::route_random(512, 8, 256, rng), 512, 8, 256, 64,
+                             mt(4096, 64, 256), 1024);
+    fails += !run_route_case(b, "random uneven blocks", ref::route_random(37, 8, 256, rng), 37, 8, 256, 32,
+                             mt(296, 32, 256), 100);
+    fails += !run_route_case(b, "first-k 7 blocks", ref::route_first_k(100, 8), 100, 8, 256, 32, mt(800, 32, 256), 128);
+    {
+        auto ids = ref::route_random(64, 8, 256, rng);
+        ids[3] = -1;
+        ids[100] = 256;
+        ids[300] = 1 << 30;
+        ids[511] = -(1 << 30);
+        fails += !run_route_case(b, "invalid ids 4 blocks", ids, 64, 8, 256, 32, mt(512, 32, 256), 128);
+    }
+    fails += !run_route_case(b, "max_tiles too small 4 blocks", ref::route_random(64, 8, 256, rng), 64, 8, 256, 32, 40,
+                             128);
+    fails += !run_route_case(b, "small E 3 blocks", ref::route_random(50, 4, 16, rng), 50, 4, 16, 8, mt(200, 8, 16), 70);
     if (big) {
         fails += !run_route_case(b, "random pp8192", ref::route_random(8192, 8, 256, rng), 8192, 8, 256, 128,
                                  mt(65536, 128, 256));
         fails += !run_route_case(b, "first-k pp8192", ref::route_first_k(8192, 8), 8192, 8, 256, 32, mt(65536, 32, 256));
+        fails += !run_route_case(b, "random pp8192 64 blocks", ref::route_random(8192, 8, 256, rng), 8192, 8, 256, 128,
+                                 mt(65536, 128, 256), 1024);
     }
     return fails;
 }

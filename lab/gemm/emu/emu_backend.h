@@ -50,7 +50,11 @@ struct EmuBackend {
         }
         emu::launch({gx, gy, 1}, {unsigned(threads), 1, 1}, [&] { f(a); });
     }
-    void route(const MoeRouteArgs& a) { emu::launch({1, 1, 1}, {MOE_ROUTE_THREADS, 1, 1}, [&] { moe_route(a); }); }
+    void route(const MoeRouteArgs& a, int blocks) {
+        if (blocks > 1)
+            emu::launch({unsigned(blocks), 1, 1}, {MOE_ROUTE_THREADS, 1, 1}, [&] { moe_route_count(a); });
+        emu::launch({unsigned(blocks), 1, 1}, {MOE_ROUTE_THREADS, 1, 1}, [&] { moe_route(a); });
+    }
     void dequant(const DequantRowsArgs& a, unsigned gx, unsigned gy) {
         emu::launch({gx, gy, 1}, {256, 1, 1}, [&] { dequant_rows(a); });
     }

@@ -319,6 +319,75 @@ static int test_multi(int type, int M, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
+// gemvr_<t> / gemvr4_<t> (the persistent multi-row GEMV) against gemv4_<t> launched over the
+// same rows (grid.y = M): every output bit-equal, for 1..4 x rows, K up to 4096, N not a
+// multiple of a block's rows, grids smaller than the row groups (each block walks several), and
+// 64-thread blocks. Poisoned outputs.
+typedef void (*GemmFnR)(GemmArgs);
+static GemmFnR gemvr_fn(int type, bool four) {
+    switch (type) {
+#define GEMVR_CASE(T, name) \
+    case T: return four ? gemvr4_##name : gemvr_##name;
+        GEMVR_CASE(ref::Q4_K, q4_k)
+        GEMVR_CASE(ref::Q5_K, q5_k)
+        GEMVR_CASE(ref::Q6_K, q6_k)
+        GEMVR_CASE(ref::Q8_0, q8_0)
+        GEMVR_CASE(ref::Q4_0, q4_0)
+        GEMVR_CASE(ref::Q4_1, q4_1)
+        GEMVR_CASE(ref::Q5_0, q5_0)
+        GEMVR_CASE(ref::Q5_1, q5_1)
+        GEMVR_CASE(ref::IQ4_NL, iq4_nl)
+        GEMVR_CASE(ref::IQ4_XS, iq4_xs)
+        GEMVR_CASE(ref::MXFP4, mxfp4)
+        GEMVR_CASE(ref::Q2_K, q2_k)
+        GEMVR_CASE(ref::Q3_K, q3_k)
+#undef GEMVR_CASE
+        default: return nullptr;
+    }
+}
+static int test_gemvr(int type, ref::Rng& rng) {
+    struct Shape { int M, N, K, threads, grid; };
+    const Shape shapes[] = {{1, 1000, 2048, 256, 5}, {1, 37, 256, 64, 1}, {2, 300, 4096, 128, 3},
+                            {3, 130, 2048, 64, 7}, {4, 257, 1024, 256, 2}, {4, 64, 4096, 64, 64}};
+    int fails = 0;
+    for (const Shape& sh : shapes) {
+        if (sh.K % ref::block_elems(type) != 0) continue;
+        const int64_t rb = ref::row_bytes(type, sh.K);
+        std::vector<float> x(size_t(sh.M) * sh.K);
+        for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+        const std::vector<uint8_t> w = ref::random_weights(type, sh.N, sh.K, rng);
+        EmuBackend b;
+        GemmArgs a{};
+        a.w = b.upload(w);
+        a.w_row_bytes = rb;
+        a.x = b.upload(x);
+        a.ldx = sh.K;
+        a.M = sh.M;
+        a.N = sh.N;
+        a.K = sh.K;
+        a.x_div = 1;
+        a.ldy = sh.N;
+        const size_t ny = size_t(sh.M) * sh.N;
+        float* want = b.alloc<float>(ny);
+        float* got = b.alloc<float>(ny);
+        b.poison(want, ny);
+        b.poison(got, ny);
+        a.y = want;
+        const int cols = 4 * (sh.threads / 32);
+        b.gemm(gemm_fn(type, V_GEMV4), unsigned((sh.N + cols - 1) / cols), unsigned(sh.M), sh.threads, 0, a);
+        a.y = got;
+        const size_t smem = size_t(sh.M) * size_t(sh.K / 8 + sh.K / 32) * 16;
+        b.gemm(gemvr_fn(type, sh.M > 1), unsigned(sh.grid), 1, sh.threads, smem, a);
+        long long bad = 0;
+        for (size_t i = 0; i < ny; i++) bad += std::memcmp(&got[i], &want[i], 4) != 0 || want[i] != want[i];
+        std::printf("  %s gemvr %-5s M=%d N=%-4d K=%-4d threads=%-3d grid=%-2d: %lld of %zu outputs differ\n",
+                    bad ? "FAIL" : "ok  ", ref::type_name(type), sh.M, sh.N, sh.K, sh.threads, sh.grid, bad, ny);
+        fails += bad != 0;
+        b.release();
+    }
+    return fails;
+}
+
 // The decode FFN's side-by-side launches (cuda/ops/fused.rs expert_pairs, expert_downs): the
 // routed experts' paired gate/up (one-row MoE tiles from the ids) and the shared expert's
 // (dense) as two segments of one gemv_multi_<t> launch with grid.y = the tiles, and their down
@@ -468,6 +537,19 @@ int main(int argc, char** argv) {
     ref::Rng rng(20260101);
     EmuBackend b;
     int fails = 0;
+    // "gemvr": the persistent multi-row GEMV against gemv4, every integer format.
+    if (argc > 1 && std::string(argv[1]) == "gemvr") {
+        for (int t : ref::ALL_TYPES)
+            if (gemvr_fn(t, false)) fails += test_gemvr(t, rng);
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
+    // "route": only moe_route (one block and several, with the per-block counts launch).
+    if (argc > 1 && std::string(argv[1]) == "route") {
+        fails += run_route_cases(b, rng, argc > 2 && std::string(argv[2]) == "big");
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "paired") {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K}) {
             for (bool moe : {false, true}) fails += test_paired(t, moe, rng);

@@ -441,12 +441,14 @@ pub struct MoeRouteArgs {
     pub n_expert: i32,
     pub bm: i32,
     pub max_tiles: i32,
+    pub chunk: i32,
     pub counts: DPtr,
     pub sorted_rows: DPtr,
     pub tile_expert: DPtr,
     pub tile_start: DPtr,
     pub tile_rows: DPtr,
     pub err: DPtr,
+    pub bcount: DPtr,
 }
 
 #[repr(C)]
@@ -548,8 +550,8 @@ pub fn layout_asserts(source: &str) -> String {
         "router" => layout!(TopkArgs { logits, ld, ids, ld_ids, w, ld_w, rows, experts, k }),
         "moe" => [
             layout!(MoeRouteArgs {
-                ids, n_tokens, k, n_expert, bm, max_tiles, counts, sorted_rows, tile_expert,
-                tile_start, tile_rows, err
+                ids, n_tokens, k, n_expert, bm, max_tiles, chunk, counts, sorted_rows, tile_expert,
+                tile_start, tile_rows, err, bcount
             }),
             layout!(CombineArgs { y, ldy, w, ldw, out, ldo, rows, cols, k }),
         ]

@@ -32,6 +32,11 @@ pub const GEMV_MULTI_SEGS: usize = 4;
 /// Longest row (K) the integer GEMV takes (gemm.cu's gemv_int_body: its x row in shared memory,
 /// 2.5 bytes per element, 20 KB); the integer formats' longer rows take the f32 GEMV.
 pub const GEMV_QK_MAX: i64 = 8192;
+/// Longest row (K) of the multi-row persistent GEMV (`gemvr_<t>`, `gemvr4_<t>`): its x rows
+/// live in dynamic shared memory, (K / 8 + K / 32) x 16 bytes each (40 KB at 4 rows of 4096).
+pub const GEMVR_K_MAX: i64 = 4096;
+/// Most x rows of `gemvr4_<t>` (`gemvr_<t>` takes one).
+pub const GEMVR_MAX_M: usize = 4;
 /// Weight rows an integer-GEMV block should cover at least: each block quantises the whole x row
 /// once, so the host launches those GEMVs with blocks of at least this many weight rows (on the
 /// H200 the 2-warp blocks of the out projection, 4 weight rows, spent more on that than they
@@ -71,6 +76,8 @@ pub const ATTN_NW: i64 = 8;
 pub const CONV_ROWS: i64 = 32;
 /// Threads per `conv_silu` block (4 channels each).
 pub const CONV_THREADS: u32 = 128;
+/// (row, group) pairs of a `norm_rows_w` block (one warp each).
+pub const NORM_W_GROUPS: i64 = 8;
 /// Threads of the one `moe_route` block.
 pub const MOE_ROUTE_THREADS: u32 = 1024;
 /// Most experts `moe_route` takes.
@@ -94,6 +101,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("MMV_THREADS", MMV_THREADS as i64),
     ("GEMV_MULTI_SEGS", GEMV_MULTI_SEGS as i64),
     ("GEMV_QK_MAX", GEMV_QK_MAX),
+    ("GEMVR_K_MAX", GEMVR_K_MAX),
     ("SIMT_THREADS", SIMT_THREADS as i64),
     ("SIMT_STAGES", SIMT_STAGES),
     ("SIMT_BM", SIMT_TILE),
@@ -113,6 +121,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("ATTN_NW", ATTN_NW),
     ("CONV_ROWS", CONV_ROWS),
     ("CONV_THREADS", CONV_THREADS as i64),
+    ("NORM_W_GROUPS", NORM_W_GROUPS),
     ("MOE_ROUTE_THREADS", MOE_ROUTE_THREADS as i64),
     ("MOE_ROUTE_MAX_E", MOE_ROUTE_MAX_E),
     ("SAMPLE_THREADS", SAMPLE_THREADS as i64),

@@ -40,6 +40,9 @@ pub struct GemmSet {
     pub gemv: Kernel,
     /// The GEMV with 4 rows per warp (the same sums as `gemv`).
     pub gemv4: Kernel,
+    /// The persistent multi-row integer GEMV (`gemvr_<t>`: one x row, `gemvr4_<t>`: up to
+    /// four; the same sums as `gemv4`).
+    pub gemvr: [Kernel; 2],
     /// Up to four GEMVs of one input in one launch (`MultiGemvArgs`; the same sums as `gemv`).
     pub gemv_multi: Kernel,
     pub mmv: Kernel,
@@ -56,6 +59,7 @@ pub const ATTN_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
 pub struct Kernels {
     pub norm_rows: Kernel,
+    pub norm_rows_w: Kernel,
     pub add_rms_norm: Kernel,
     pub rope_neox: Kernel,
     pub kv_store: Kernel,
@@ -65,6 +69,7 @@ pub struct Kernels {
     pub router_topk: Kernel,
     pub router_topk8: Kernel,
     pub moe_route: Kernel,
+    pub moe_route_count: Kernel,
     pub moe_combine: Kernel,
     pub conv_silu: Kernel,
     pub delta_rule_chunk_prep: Kernel,
@@ -181,6 +186,7 @@ impl Kernels {
                 ],
                 gemv: k(format!("gemv_{t}"))?,
                 gemv4: k(format!("gemv4_{t}"))?,
+                gemvr: [k(format!("gemvr_{t}"))?, k(format!("gemvr4_{t}"))?],
                 gemv_multi: k(format!("gemv_multi_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
                 mmv_multi: k(format!("mmv_multi_{t}"))?,
@@ -194,6 +200,7 @@ impl Kernels {
         let (delta, moe, elem) = (m("delta")?, m("moe")?, m("elementwise")?);
         let k = Kernels {
             norm_rows: m("norm")?.get("norm_rows")?,
+            norm_rows_w: m("norm")?.get("norm_rows_w")?,
             add_rms_norm: m("norm")?.get("add_rms_norm")?,
             rope_neox: m("rope")?.get("rope_neox")?,
             kv_store: m("kv_store")?.get("kv_store")?,
@@ -203,6 +210,7 @@ impl Kernels {
             router_topk: m("router")?.get("router_topk")?,
             router_topk8: m("router")?.get("router_topk8")?,
             moe_route: moe.get("moe_route")?,
+            moe_route_count: moe.get("moe_route_count")?,
             moe_combine: moe.get("moe_combine")?,
             conv_silu: m("conv")?.get("conv_silu")?,
             delta_rule_chunk_prep: delta.get("delta_rule_chunk_prep")?,

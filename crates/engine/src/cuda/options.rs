@@ -68,6 +68,15 @@ pub struct CudaOptions {
     /// switch (compiled in: `-DGEMV_MIN_BLOCKS=..` and friends); a lower register budget can
     /// make a kernel spill.
     pub gemv_blocks: [u8; 4],
+    /// Short norm groups (128-thread `norm_rows` blocks) one warp each, `NORM_W_GROUPS` a
+    /// block (`norm_rows_w`, bit for bit the same outputs); `TALLY_NORM=block` runs them one
+    /// block each (`norm_rows`), for A/B runs and digest checks.
+    pub norm_warp: bool,
+    /// Dense integer GEMVs of up to `GEMVR_MAX_M` x rows (the output head at one token; every
+    /// dense GEMV of a verification batch) on the persistent multi-row `gemvr_<t>` /
+    /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
+    /// On unless `TALLY_GEMVR=off`.
+    pub gemvr: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -92,6 +101,8 @@ impl Default for CudaOptions {
             decode_splits_per_sm: DECODE_SPLITS_PER_SM,
             prefetch: true,
             gemv_blocks: [2; 4],
+            norm_warp: true,
+            gemvr: true,
         }
     }
 }
@@ -177,6 +188,16 @@ impl CudaOptions {
                 _ => return Err(bad("TALLY_GEMV_BLOCKS", &v, want)),
             }
         }
+        match get("TALLY_NORM").as_deref() {
+            None | Some("") | Some("warp") => {}
+            Some("block") => o.norm_warp = false,
+            Some(v) => return Err(bad("TALLY_NORM", v, "warp or block")),
+        }
+        match get("TALLY_GEMVR").as_deref() {
+            None | Some("") | Some("on") => {}
+            Some("off") => o.gemvr = false,
+            Some(v) => return Err(bad("TALLY_GEMVR", v, "on or off")),
+        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -260,6 +281,8 @@ impl CudaOptions {
                 "gemv_blocks={}",
                 self.gemv_blocks.map(|b| b.to_string()).join(",")
             ),
+            format!("norm={}", if self.norm_warp { "warp" } else { "block" }),
+            format!("gemvr={}", on(self.gemvr)),
         ]
     }
 }
@@ -292,7 +315,9 @@ mod tests {
                 "decode_splits_per_sm=1",
                 "pdl=small",
                 "prefetch=on",
-                "gemv_blocks=2,2,2,2"
+                "gemv_blocks=2,2,2,2",
+                "norm=warp",
+                "gemvr=on"
             ]
         );
     }
@@ -308,9 +333,12 @@ mod tests {
             ("TALLY_GEMV_RW", "2"),
             ("TALLY_PDL", "off"),
             ("TALLY_PREFETCH", "off"),
+            ("TALLY_NORM", "block"),
+            ("TALLY_GEMVR", "off"),
         ])
         .expect("options");
-        assert!(!o.fuse && !o.fuse_delta);
+        assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr);
+        assert!(opts(&[("TALLY_NORM", "x")]).is_err());
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);
         assert!(d.describe().contains(&"fuse=on-but-delta".to_string()));

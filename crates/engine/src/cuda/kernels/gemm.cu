@@ -698,7 +698,7 @@ __device__ __forceinline__ GemvX& gemv_x_smem() {
 // h ^ 1 (lane ^ 1) the other half of the segment. A segment holding a NaN or an infinity gets
 // dx = NaN, so the outputs that read it are NaN (as the f32 sums would be).
 template <int T>
-__device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xvec, GemvX& sx) {
+__device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xvec, uint4* sq, uint4* sm) {
     const int halves = K / 8;
     for (int base = 0; base < halves; base += static_cast<int>(blockDim.x)) {
         const int h = base + static_cast<int>(threadIdx.x);
@@ -737,9 +737,9 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
         u32 w[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) w[k] = (static_cast<u32>(q[2 * k]) & 0xffffu) | (static_cast<u32>(q[2 * k + 1]) << 16);
-        sx.q[4 * p + (u ^ ((p >> 1) & 3))] = make_uint4(w[0], w[1], w[2], w[3]);
+        sq[4 * p + (u ^ ((p >> 1) & 3))] = make_uint4(w[0], w[1], w[2], w[3]);
         if (half == 0) {
-            u32* m = reinterpret_cast<u32*>(&sx.m[p]);
+            u32* m = reinterpret_cast<u32*>(&sm[p]);
             m[2 * seg] = bad ? 0x7fc00000u : __float_as_uint(dx);
             m[2 * seg + 1] = static_cast<u32>(sum);
         }
@@ -784,7 +784,7 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
             for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
         }
         __syncthreads();  // the previous row's readers are done with sx
-        gemv_quantize_x<T>(a.x + static_cast<i64>(xrow) * a.ldx, a.K, xvec, sx);
+        gemv_quantize_x<T>(a.x + static_cast<i64>(xrow) * a.ldx, a.K, xvec, sx.q, sx.m);
         __syncthreads();
         if (!live) continue;
         float acc[RW];
@@ -826,6 +826,129 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
             }
         }
         gemv_store<RW>(a, paired, acc, lane, nb, yrow);
+    }
+}
+
+// The integer GEMV over up to MR x rows at once, persistent (gemvr_<t>: MR = 1 and 4 weight rows
+// a warp, gemvr4_<t>: MR = 4 and 2 weight rows a warp, which keeps its converted pieces in
+// registers without spilling): dense only, K <= GEMVR_K_MAX, M <= MR. Every x row is quantised
+// once per block into dynamic shared memory (gemv_quantize_x: row j's units at 4 P j, its
+// metadata after all units), then the block walks row groups bx = blockIdx.x, + gridDim.x, ...
+// (gemv_<t>'s or gemv4_<t>'s columns): each weight piece is loaded and converted once and taken
+// against all M rows, and a group's first pieces are loaded before the previous group's sums
+// are reduced. Per (x row, weight row) the pieces, lanes, order and expressions are
+// gemv_int_body's, so every output is gemv_<t>'s and gemv4_<t>'s bit for bit (their sums do not
+// depend on the rows a warp takes): a verification batch's rows equal one-token steps'.
+// Against gemv4_<t> (one block per row group and x row): the head (248,320 rows) quantised x in
+// each of its 7,760 blocks per token and read its 417 MB once per x row.
+// Dynamic shared memory: gemvr_smem_bytes(K, M) = M * (K / 8 + K / 32) * 16.
+template <int T, int MR, int RW>
+__device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
+    if constexpr (qt_has_bytes(T)) {
+        if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
+        if (a.tile_expert || a.M > MR || a.K > GEMVR_K_MAX || a.w2) return;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
+        const int M = a.M, P = a.K / 32;
+        const int groups = (a.N + warps * RW - 1) / (warps * RW);
+        constexpr int ZO = Piece<T>::ZO;
+        TALLY_DYNAMIC_SMEM(gemvr_raw);
+        uint4* sq = reinterpret_cast<uint4*>(gemvr_raw);
+        uint4* sm = sq + 4 * P * M;
+        int bx = static_cast<int>(blockIdx.x);
+        const u8* wrow[RW];
+        gemv_weight_rows<RW>(a, a.w, false, bx * (warps * RW) + warp * RW, wrow);
+        Piece<T> pc[RW];
+        // The first group's first pieces go out before x is quantised.
+        if (lane < P && bx < groups) {
+#pragma unroll
+            for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
+        }
+        const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+        for (int j = 0; j < M; j++)
+            gemv_quantize_x<T>(a.x + static_cast<i64>(j) * a.ldx, a.K, xvec, sq + 4 * P * j, sm + P * j);
+        __syncthreads();
+        // One segment pair's products of x row j (xw, m) with converted piece (b, sc, off).
+        auto dot = [&](const u32 (&xw)[16], const uint4& m, const u32* b, const float* sc, const float* off) {
+            const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
+            const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
+            int d0 = 0, d1 = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                d0 = dp2a_lo(xw[2 * i], b[i], d0);
+                d0 = dp2a_hi(xw[2 * i + 1], b[i], d0);
+                d1 = dp2a_lo(xw[8 + 2 * i], b[4 + i], d1);
+                d1 = dp2a_hi(xw[8 + 2 * i + 1], b[4 + i], d1);
+            }
+            return dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
+                   dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
+        };
+        auto load_x = [&](int j, int p, u32 (&xw)[16]) {
+            const uint4* q = sq + 4 * P * j;
+            const int sw = (p >> 1) & 3;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const uint4 t = q[4 * p + (u ^ sw)];
+                xw[4 * u] = t.x;
+                xw[4 * u + 1] = t.y;
+                xw[4 * u + 2] = t.z;
+                xw[4 * u + 3] = t.w;
+            }
+        };
+        while (bx < groups) {  // no barriers from here on
+            const int nb = bx * (warps * RW) + warp * RW;
+            float acc[MR][RW];
+#pragma unroll
+            for (int j = 0; j < MR; j++)
+#pragma unroll
+                for (int r = 0; r < RW; r++) acc[j][r] = 0.0f;
+            for (int p = lane; p < P; p += 32) {
+                if (p != lane) {
+#pragma unroll
+                    for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
+                }
+                if constexpr (MR == 1) {  // gemv_int_body's order: x once, then row by row
+                    u32 xw[16];
+                    load_x(0, p, xw);
+                    const uint4 m = sm[p];
+#pragma unroll
+                    for (int r = 0; r < RW; r++) {
+                        u32 b[8];
+                        float sc[2], off[2];
+                        pc[r].to_bytes(p, b, sc, off);
+                        acc[0][r] += dot(xw, m, b, sc, off);
+                    }
+                } else {  // every row's piece converted once, then x row by x row
+                    u32 b[RW][8];
+                    float sc[RW][2], off[RW][2];
+#pragma unroll
+                    for (int r = 0; r < RW; r++) pc[r].to_bytes(p, b[r], sc[r], off[r]);
+#pragma unroll
+                    for (int j = 0; j < MR; j++) {
+                        if (j >= M) break;
+                        u32 xw[16];
+                        load_x(j, p, xw);
+                        const uint4 m = sm[P * j + p];
+#pragma unroll
+                        for (int r = 0; r < RW; r++) acc[j][r] += dot(xw, m, b[r], sc[r], off[r]);
+                    }
+                }
+            }
+            // The next group's first pieces, then this group's sums.
+            const int next = bx + static_cast<int>(gridDim.x);
+            if (next < groups) {
+                gemv_weight_rows<RW>(a, a.w, false, next * (warps * RW) + warp * RW, wrow);
+                if (lane < P) {
+#pragma unroll
+                    for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < MR; j++) {
+                if (j >= M) break;
+                gemv_store<RW>(a, false, acc[j], lane, nb, j);
+            }
+            bx = next;
+        }
     }
 }
 
@@ -1119,6 +1242,14 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemv4_##name(GemmArgs a) {               \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
         gemv_body<T, 4>(a);                                                                          \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemvr_##name(GemmArgs a) {               \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
+        gemvr_body<T, 1, 4>(a);                                                                      \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemvr4_##name(GemmArgs a) {              \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
+        gemvr_body<T, 4, 2>(a);                                                                      \
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MULTI_MIN_BLOCKS) gemv_multi_##name(MultiGemvArgs m) {     \
         pdl_enter_prefetch(gemv_multi_range(m));                                                     \

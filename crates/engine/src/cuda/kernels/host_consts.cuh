@@ -16,6 +16,7 @@
 #define MMV_THREADS 256
 #define GEMV_MULTI_SEGS 4
 #define GEMV_QK_MAX 8192
+#define GEMVR_K_MAX 4096
 #define SIMT_THREADS 256
 #define SIMT_STAGES 3
 #define SIMT_BM 64
@@ -35,6 +36,7 @@
 #define ATTN_NW 8
 #define CONV_ROWS 32
 #define CONV_THREADS 128
+#define NORM_W_GROUPS 8
 #define MOE_ROUTE_THREADS 1024
 #define MOE_ROUTE_MAX_E 256
 #define SAMPLE_THREADS 1024

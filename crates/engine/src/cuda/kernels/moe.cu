@@ -5,8 +5,11 @@
 // token, the number of pairs per expert, the pair list grouped by expert, and the tiles of at
 // most `bm` rows the GEMM's blocks take.
 //
-// One block of MOE_ROUTE_THREADS (1024) threads; grid (1, 1, 1); static shared memory only.
-// Pair p = t*k + j (row-major ids). Results:
+// Blocks of MOE_ROUTE_THREADS (1024) threads; static shared memory only. Pair p = t*k + j
+// (row-major ids); block b owns pairs [b chunk, (b + 1) chunk), blocks = ceil(P / chunk) (one
+// block when chunk >= P). With more than one block, moe_route_count runs first over the same
+// grid and writes every block's counts per expert (and of invalid ids) to bcount[b][E + 1].
+// Results:
 //   counts[e]         pairs routed to expert e
 //   sorted_rows[i]    pair ids grouped by expert in increasing expert order; within an expert in
 //                     increasing pair order (stable); entries past the valid pairs are -1
@@ -17,14 +20,16 @@
 //   err[0]            ids outside [0, n_expert) (those pairs are left out of every table)
 //   err[1]            valid pairs that got no tile because max_tiles was too small
 // max_tiles = ceil(T*k / bm) + n_expert always suffices. Out-of-range arguments (n_expert
-// outside 1..MOE_ROUTE_MAX_E, bm < 1, more than MOE_ROUTE_MAX_PAIRS pairs, another block size)
-// leave every tile unused and report all pairs in err[0].
+// outside 1..MOE_ROUTE_MAX_E, bm < 1, more than MOE_ROUTE_MAX_PAIRS pairs, chunk < 1, more than
+// one block without bcount, another block size) leave every tile unused and report all pairs in
+// err[0].
 //
-// Method: warp w owns a contiguous chunk of pairs. Pass 1 counts, per warp and expert, with
-// __match_any_sync over 32 pairs at a time; an exclusive prefix over the warps (in chunk order)
-// and over the experts gives every (warp, expert) its first slot; pass 2 walks the chunks again
+// Method: warp w of block b owns a contiguous part of the block's pairs. Pass 1 counts, per warp
+// and expert, with __match_any_sync over 32 pairs at a time; an exclusive prefix over the
+// experts (of all blocks' counts), over the earlier blocks (bcount) and over the block's warps
+// (in pair order) gives every (block, warp, expert) its first slot; pass 2 walks the pairs again
 // and writes each pair at its slot + its rank among equal ids of lower lanes, which keeps the
-// pair order.
+// pair order. Block 0 writes counts, tiles and err.
 #include "common.cuh"
 
 #define MOE_ROUTE_MAX_PAIRS (1 << 24)
@@ -36,12 +41,14 @@ struct MoeRouteArgs {
     i32 n_expert;        // E, 1..MOE_ROUTE_MAX_E
     i32 bm;              // rows per tile (the GEMM variant's BM)
     i32 max_tiles;       // length of the tile tables (the MoE GEMM's grid.y)
+    i32 chunk;           // pairs per block
     i32* counts;         // [n_expert]
     i32* sorted_rows;    // [n_tokens * k]
     i32* tile_expert;    // [max_tiles]
     i32* tile_start;     // [max_tiles]
     i32* tile_rows;      // [max_tiles]
     i32* err;            // [2]
+    i32* bcount;         // [blocks][n_expert + 1], null with one block
 };
 
 // Exclusive prefix sum over the block (one value per thread; blockDim a multiple of 32, at
@@ -71,20 +78,83 @@ __device__ __forceinline__ int route_block_scan(int v, int* tmp, int& total) {
     return (warp ? tmp[warp - 1] : 0) + x - v;
 }
 
+// Whether the routing arguments are in range (see above), and the pair count.
+__device__ __forceinline__ bool route_args_ok(const MoeRouteArgs& a, i64& P64) {
+    P64 = static_cast<i64>(a.n_tokens) * a.k;
+    const int E = a.n_expert;
+    const bool one = a.chunk >= 1 && P64 <= a.chunk;
+    return a.n_tokens >= 0 && a.k >= 0 && P64 <= MOE_ROUTE_MAX_PAIRS && E >= 1 && E <= MOE_ROUTE_MAX_E &&
+           a.bm >= 1 && a.chunk >= 1 && (one || a.bcount) && blockDim.x == MOE_ROUTE_THREADS &&
+           blockDim.y == 1 && blockDim.z == 1;
+}
+
+// Pass 1 of block blockIdx.x: per-warp counts of its part of the block's pairs into my[e] (this
+// warp's row of the shared table, zeroed), invalid ids into *s_bad. p_begin / p_end: the warp's
+// part.
+__device__ __forceinline__ void route_count_pass(const MoeRouteArgs& a, int P, int& p_begin, int& p_end, i32* tab,
+                                                 int* s_bad) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, E = a.n_expert;
+    const int b0 = min(P, static_cast<int>(blockIdx.x) * a.chunk), b1 = min(P, b0 + a.chunk);
+    const int wchunk = (b1 - b0 + nw - 1) / nw;
+    p_begin = min(b1, b0 + warp * wchunk);
+    p_end = min(b1, p_begin + wchunk);
+    i32* my = tab + warp * E;
+    const u32 lt = (1u << lane) - 1u;
+    int bad = 0;
+    for (int p0 = p_begin; p0 < p_end; p0 += 32) {
+        const int p = p0 + lane;
+        int key = -2;  // -2: past the part; -1: invalid id
+        if (p < p_end) {
+            const int e = a.ids[p];
+            key = (e >= 0 && e < E) ? e : -1;
+        }
+        const u32 peers = __match_any_sync(0xffffffffu, key);
+        if ((peers & lt) == 0) {  // the lowest lane of each group of equal keys
+            if (key >= 0) my[key] += __popc(peers);
+            else if (key == -1) bad += __popc(peers);
+        }
+        __syncwarp();
+    }
+    if (bad) atomicAdd(s_bad, bad);
+}
+
+// Every block's counts per expert and of invalid ids, to bcount[blockIdx.x] (moe_route's first
+// launch when it takes more than one block; the same grid and arguments).
+extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route_count(MoeRouteArgs a) {
+    pdl_enter();
+    __shared__ i32 tab[32 * MOE_ROUTE_MAX_E];
+    __shared__ int s_bad;
+    i64 P64;
+    if (!route_args_ok(a, P64) || !a.bcount) return;  // moe_route reports it
+    const int tid = threadIdx.x, nthr = blockDim.x, nw = nthr >> 5, E = a.n_expert;
+    for (int i = tid; i < nw * E; i += nthr) tab[i] = 0;
+    if (tid == 0) s_bad = 0;
+    __syncthreads();
+    int p_begin, p_end;
+    route_count_pass(a, static_cast<int>(P64), p_begin, p_end, tab, &s_bad);
+    __syncthreads();
+    i32* out = a.bcount + static_cast<i64>(blockIdx.x) * (E + 1);
+    for (int e = tid; e < E; e += nthr) {
+        int c = 0;
+        for (int w = 0; w < nw; w++) c += tab[w * E + e];
+        out[e] = c;
+    }
+    if (tid == 0) out[E] = s_bad;
+}
+
 extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRouteArgs a) {
     pdl_enter();
     __shared__ i32 tab[32 * MOE_ROUTE_MAX_E];  // [warp][expert] count, then first slot
-    __shared__ i32 cnt[MOE_ROUTE_MAX_E], off[MOE_ROUTE_MAX_E], toff[MOE_ROUTE_MAX_E];
+    __shared__ i32 cnt[MOE_ROUTE_MAX_E], off[MOE_ROUTE_MAX_E], toff[MOE_ROUTE_MAX_E], base[MOE_ROUTE_MAX_E];
     __shared__ i32 tmp[32];
     __shared__ i32 s_bad, s_uncovered;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = blockDim.x;
-    const i64 P64 = static_cast<i64>(a.n_tokens) * a.k;
+    const bool lead = blockIdx.x == 0;
+    i64 P64;
     const int E = a.n_expert, bm = a.bm;
-    const bool ok = a.n_tokens >= 0 && a.k >= 0 && P64 <= MOE_ROUTE_MAX_PAIRS && E >= 1 &&
-                    E <= MOE_ROUTE_MAX_E && bm >= 1 && nthr == MOE_ROUTE_THREADS && blockDim.y == 1 &&
-                    blockDim.z == 1;
-    if (!ok) {
+    if (!route_args_ok(a, P64)) {
+        if (!lead) return;
         for (int t = tid; t < a.max_tiles; t += nthr) {
             a.tile_expert[t] = -1;
             a.tile_start[t] = 0;
@@ -101,6 +171,7 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRou
     }
     const int P = static_cast<int>(P64);
     const int nw = nthr >> 5;
+    const int nblocks = (P + a.chunk - 1) / a.chunk;
 
     for (int i = tid; i < nw * E; i += nthr) tab[i] = 0;
     if (tid == 0) {
@@ -109,31 +180,14 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRou
     }
     __syncthreads();
 
-    const int chunk = (P + nw - 1) / nw;
-    const int p_begin = min(P, warp * chunk), p_end = min(P, p_begin + chunk);
+    int p_begin, p_end;
+    route_count_pass(a, P, p_begin, p_end, tab, &s_bad);
     i32* my = tab + warp * E;
     const u32 lt = (1u << lane) - 1u;
-
-    // Pass 1: per-warp counts.
-    int bad = 0;
-    for (int p0 = p_begin; p0 < p_end; p0 += 32) {
-        const int p = p0 + lane;
-        int key = -2;  // -2: past the chunk; -1: invalid id
-        if (p < p_end) {
-            const int e = a.ids[p];
-            key = (e >= 0 && e < E) ? e : -1;
-        }
-        const u32 peers = __match_any_sync(0xffffffffu, key);
-        if ((peers & lt) == 0) {  // the lowest lane of each group of equal keys
-            if (key >= 0) my[key] += __popc(peers);
-            else if (key == -1) bad += __popc(peers);
-        }
-        __syncwarp();
-    }
-    if (bad) atomicAdd(&s_bad, bad);
     __syncthreads();
 
-    // Per expert: prefix over the warps (chunk order), total count.
+    // Per expert: prefix over the warps (pair order); the block's count, the earlier blocks'
+    // (base) and every block's (cnt).
     for (int e = tid; e < E; e += nthr) {
         int run = 0;
         for (int w = 0; w < nw; w++) {
@@ -141,7 +195,22 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRou
             tab[w * E + e] = run;
             run += c;
         }
-        cnt[e] = run;
+        int before = 0, all = run;
+        if (nblocks > 1) {
+            all = 0;
+            for (int b = 0; b < nblocks; b++) {
+                const int c = a.bcount[static_cast<i64>(b) * (E + 1) + e];
+                if (b < static_cast<int>(blockIdx.x)) before += c;
+                all += c;
+            }
+        }
+        base[e] = before;
+        cnt[e] = all;
+    }
+    if (nblocks > 1 && tid == 0) {
+        int bad = 0;
+        for (int b = 0; b < nblocks; b++) bad += a.bcount[static_cast<i64>(b) * (E + 1) + E];
+        s_bad = bad;
     }
     __syncthreads();
 
@@ -151,9 +220,9 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRou
     const int c_ex = route_block_scan(c, tmp, n_valid);
     const int t_ex = route_block_scan((c + bm - 1) / bm, tmp, n_tiles);
     if (tid < E) {
-        off[tid] = c_ex;
+        off[tid] = c_ex + base[tid];
         toff[tid] = t_ex;
-        a.counts[tid] = c;
+        if (lead) a.counts[tid] = c;
     }
     __syncthreads();
 
@@ -171,9 +240,11 @@ extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS) moe_route(MoeRou
         if (key >= 0 && (peers & lt) == 0) my[key] += __popc(peers);
         __syncwarp();
     }
+    if (!lead) return;
     for (int p = n_valid + tid; p < P; p += nthr) a.sorted_rows[p] = -1;
 
-    // Tiles: tile t belongs to the last expert e with toff[e] <= t.
+    // Tiles: tile t belongs to the last expert e with toff[e] <= t (off[e] is the expert's first
+    // slot: base is 0 in block 0).
     int uncovered = 0;
     const int t_hi = max(a.max_tiles, n_tiles);
     for (int t = tid; t < t_hi; t += nthr) {

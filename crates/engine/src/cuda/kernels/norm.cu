@@ -25,10 +25,18 @@ struct NormArgs {
     i32 blocks1;
 };
 
-extern "C" __global__ void norm_rows(NormArgs a) {
-    pdl_enter();
-    __shared__ float red[32];
-    int blk = static_cast<int>(blockIdx.x);
+// One (row, group) of a norm_rows launch: block index blk's views (the second norm's from
+// blocks1 on). ok is false past the last (row, group) of its view.
+struct NormJob {
+    const float* x;
+    float* y;
+    const float* z;
+    const float* w;
+    float scale;
+    bool ok;
+};
+
+__device__ __forceinline__ NormJob norm_job(const NormArgs& a, int blk) {
     const float* X = a.x;
     float* Y = a.y;
     i64 ldx = a.ldx, ldy = a.ldy;
@@ -47,22 +55,68 @@ extern "C" __global__ void norm_rows(NormArgs a) {
     const int groups = cols / a.group;
     const int row = blk / groups;
     const int g = blk % groups;
-    if (row >= rows) return;
-    const float* x = X + (i64)row * ldx + (i64)g * a.group;
-    float* y = Y + (i64)row * ldy + (i64)g * a.group;
-    const float* z = a.gate ? a.gate + (i64)row * a.ldgate + (i64)g * a.group : nullptr;
+    NormJob j;
+    j.ok = row < rows;
+    j.x = X + (i64)row * ldx + (i64)g * a.group;
+    j.y = Y + (i64)row * ldy + (i64)g * a.group;
+    j.z = a.gate ? a.gate + (i64)row * a.ldgate + (i64)g * a.group : nullptr;
+    j.w = a.w;
+    j.scale = scale;
+    return j;
+}
+
+extern "C" __global__ void norm_rows(NormArgs a) {
+    pdl_enter();
+    __shared__ float red[32];
+    const NormJob j = norm_job(a, static_cast<int>(blockIdx.x));
+    if (!j.ok) return;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < a.group; i += blockDim.x) {
-        const float v = x[i];
+        const float v = j.x[i];
         ss += v * v;
     }
     ss = block_sum(ss, red);
     const float denom = a.l2 ? ss : ss / (float)a.group;
-    const float s = rsqrtf(denom + a.eps) * (a.l2 ? scale : 1.0f);
+    const float s = rsqrtf(denom + a.eps) * (a.l2 ? j.scale : 1.0f);
     for (int i = threadIdx.x; i < a.group; i += blockDim.x) {
-        const float v = x[i] * s;
-        const float n = a.w ? v * a.w[i] : v;
-        y[i] = z ? n * tally_silu(z[i]) : n;
+        const float v = j.x[i] * s;
+        const float n = j.w ? v * j.w[i] : v;
+        j.y[i] = j.z ? n * tally_silu(j.z[i]) : n;
+    }
+}
+
+// norm_rows at its 128-thread block size, one warp per (row, group): many short groups (prefill's
+// per-head q/k L2 norms and gated norms: 8,192 tokens x 32 heads of 128) made that many tiny
+// blocks, each mostly launch and barriers. Lane l plays the block's threads l, l + 32, l + 64 and
+// l + 96 (warp w's lane l): it keeps each one's running sum apart, reduces each over the warp as
+// that warp would (warp_sum), then the four as block_sum's second stage does (lanes 0..3 hold the
+// warp sums, the rest 0), so every output is norm_rows' bit for bit at 128 threads.
+// Grid: ceil(blocks / NORM_W_GROUPS) blocks of 32 NORM_W_GROUPS threads.
+extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(NormArgs a) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int blk = static_cast<int>(blockIdx.x) * NORM_W_GROUPS + (threadIdx.x >> 5);
+    const NormJob j = norm_job(a, blk);
+    if (!j.ok) return;
+    float ss[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        ss[w] = 0.0f;
+        for (int i = 32 * w + lane; i < a.group; i += 128) {
+            const float v = j.x[i];
+            ss[w] += v * v;
+        }
+    }
+#pragma unroll
+    for (int w = 0; w < 4; w++) ss[w] = warp_sum(ss[w]);
+    float t = lane == 0 ? ss[0] : lane == 1 ? ss[1] : lane == 2 ? ss[2] : lane == 3 ? ss[3] : 0.0f;
+    t = warp_sum(t);
+    const float denom = a.l2 ? t : t / (float)a.group;
+    const float s = rsqrtf(denom + a.eps) * (a.l2 ? j.scale : 1.0f);
+    for (int i = lane; i < a.group; i += 32) {
+        const float v = j.x[i] * s;
+        const float n = j.w ? v * j.w[i] : v;
+        j.y[i] = j.z ? n * tally_silu(j.z[i]) : n;
     }
 }
 

@@ -10,7 +10,8 @@ use crate::EngineError;
 use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
 use crate::cuda::consts::{
     GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_INT_MIN_ROWS, GEMV_QK_MAX,
-    GEMV_THREADS, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE, SWP_BK, SWP_LDS, SWP_STAGES,
+    GEMV_THREADS, GEMVR_K_MAX, GEMVR_MAX_M, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE,
+    SWP_BK, SWP_LDS, SWP_STAGES,
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
@@ -84,6 +85,35 @@ pub(crate) fn gemv_min_threads(ty: GgmlType, k: usize, weight_rows_per_warp: usi
 /// 2048-row out projection slower, half the blocks). The sums are the same at either.
 pub(crate) fn gemv_rows_per_warp(b: &CudaBackend, n: usize) -> usize {
     b.options.gemv_rw.unwrap_or(if n >= 8192 { 4 } else { 2 })
+}
+
+/// Whether a dense GEMV of `m` x rows over `n` x `k` weights of `ty` runs on the persistent
+/// multi-row `gemvr_<t>` (one row: where gemv4_<t> would, the 248,320-row output head) or
+/// `gemvr4_<t>` (2 to GEMVR_MAX_M rows: a verification batch, whose rows otherwise each read
+/// every weight byte again): integer formats with K <= GEMVR_K_MAX; `TALLY_GEMVR=off` keeps
+/// gemv_<t> / gemv4_<t>.
+pub(crate) fn use_gemvr(b: &CudaBackend, ty: GgmlType, m: usize, n: usize, k: usize) -> bool {
+    b.options.gemvr
+        && gemv_is_int(ty, k)
+        && k as i64 <= GEMVR_K_MAX
+        && (1..=GEMVR_MAX_M).contains(&m)
+        && (m > 1 || gemv_rows_per_warp(b, n) == 4)
+}
+
+/// Blocks and threads of a `gemvr_<t>` (`m` = 1: 4 weight rows a warp) or `gemvr4_<t>` (2)
+/// launch: gemv4_<t>'s or gemv_<t>'s block size for `n` rows, at most as many blocks as two per
+/// multiprocessor at GEMV_THREADS hold (each walks its row groups grid-stride).
+pub(crate) fn gemvr_grid(n: usize, m: usize, sms: u32) -> (u32, u32) {
+    let rw = if m > 1 { 2 } else { 4 };
+    let (groups, threads) = gemv_grid(n, rw, 1, sms, 64);
+    let resident = 2 * sms * (GEMV_THREADS / threads);
+    (groups.min(resident), threads)
+}
+
+/// Dynamic shared memory of `gemvr_<t>` over `m` x rows of `k`: per row, K / 8 16-byte units of
+/// int16 values and K / 32 of metadata (gemm.cu's gemvr_body).
+pub(crate) fn gemvr_smem_bytes(k: usize, m: usize) -> u32 {
+    (m * (k / 8 + k / 32) * 16) as u32
 }
 
 /// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
@@ -589,6 +619,25 @@ fn dense_gemm(
         // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
+    if v == 3 && use_gemvr(b, ty, m, n, k) {
+        let (grid, threads) = gemvr_grid(n, m, b.props.sm_count);
+        let f = set.gemvr[usize::from(m > 1)];
+        // SAFETY: as for the SIMT GEMM, dense, with at most GEMV_THREADS threads (the kernel's
+        // launch bound); use_gemvr checked an integer format, K <= GEMVR_K_MAX and M <= the
+        // kernel's rows (1 or GEMVR_MAX_M), and the dynamic shared memory is gemm.cu's size
+        // for (K, M), at most 40 KB (no opt-in needed). Blocks walk their row groups
+        // grid-stride inside N (the last group's rows are clamped, stores checked).
+        return unsafe {
+            launch(
+                f,
+                (grid, 1, 1),
+                (threads, 1, 1),
+                gemvr_smem_bytes(k, m),
+                s,
+                &a,
+            )
+        };
+    }
     if v == 3 {
         let rw = gemv_rows_per_warp(b, n);
         if rw == 4 {
@@ -646,6 +695,20 @@ mod tests {
         assert_eq!(gemv_grid(512, 1, 8, sms, f), (64, 256));
         assert_eq!(gemv_grid(512, 1, 1, sms, f), (256, 64));
         assert_eq!(gemv_grid(32, 1, 1, sms, f), (16, 64));
+    }
+
+    /// The persistent multi-row GEMV's grids and shared memory on the H200 (132 SMs): the head
+    /// at one row in 264 blocks of 256 threads (each walks ~29 of its 7,760 row groups), the
+    /// out projection of a 4-row verification batch (2,048 rows, 2 a warp) in 512 blocks of 64.
+    #[test]
+    fn gemvr_grids_and_shared_memory() {
+        assert_eq!(gemvr_grid(248320, 1, 132), (264, 256));
+        assert_eq!(gemvr_grid(248320, 4, 132), (264, 256));
+        assert_eq!(gemvr_grid(2048, 4, 132), (512, 64));
+        assert_eq!(gemvr_grid(30, 2, 132), (8, 64));
+        assert_eq!(gemvr_smem_bytes(2048, 1), 5120);
+        // The largest: four rows of GEMVR_K_MAX, under the 48 KB that needs no opt-in.
+        assert_eq!(gemvr_smem_bytes(GEMVR_K_MAX as usize, GEMVR_MAX_M), 40960);
     }
 
     /// The integer body's floor: 16 weight rows a block (8 warps at 2 rows a warp, 4 at 4);

@@ -19,6 +19,11 @@ use crate::cuda::kernels::GemmSet;
 use crate::cuda::launch::{blocks, launch};
 use crate::cuda::{CudaBackend, DevWeight};
 
+/// Fewest pairs a routing block takes (its 32 warps, one round each).
+const ROUTE_MIN_CHUNK: usize = 1024;
+/// Most routing blocks (each reads every block's counts per expert).
+const ROUTE_MAX_BLOCKS: usize = 128;
+
 /// Rows per MoE tile for `pairs` (token, expert) pairs over `experts`: 1 (GEMV) when experts
 /// get about one row each (decode), 32 up to 40 rows per expert, else 64 (where the wgmma tile
 /// does not take the projection: `use_wg`). The 128-row f16-staged tile is not used for experts:
@@ -92,8 +97,21 @@ impl MoeTables {
     pub(crate) fn direct(&self) -> bool {
         self.bm <= 1
     }
+    /// Pairs per routing block and the blocks (`moe_route`'s grid): a block of 1,024 threads
+    /// takes at least 1,024 pairs (one round of its warps), at most 128 blocks.
+    pub(crate) fn route_grid(&self) -> (usize, usize) {
+        let chunk = self.pairs.div_ceil(ROUTE_MAX_BLOCKS).max(ROUTE_MIN_CHUNK);
+        (chunk, self.pairs.div_ceil(chunk).max(1))
+    }
+    /// i32s of the per-block counts (`moe_route_count`), none with one block.
+    fn bcount_len(&self) -> usize {
+        match self.route_grid() {
+            (_, 1) => 0,
+            (_, blocks) => blocks * (self.experts + 1),
+        }
+    }
     fn table_bytes(&self) -> usize {
-        4 * (self.experts + self.pairs + 3 * self.max_tiles + 2)
+        4 * (self.experts + self.pairs + 3 * self.max_tiles + 2 + self.bcount_len())
     }
     pub(crate) fn bytes(&self) -> usize {
         if self.direct() {
@@ -104,21 +122,22 @@ impl MoeTables {
         }
         self.table_bytes()
     }
-    /// (counts, sorted, tile expert, tile start, tile rows, err, f16 x or 0) from the
-    /// workspace base.
-    fn addresses(&self, base: u64) -> [u64; 7] {
+    /// (counts, sorted, tile expert, tile start, tile rows, err, per-block counts or 0, f16 x
+    /// or 0) from the workspace base.
+    fn addresses(&self, base: u64) -> [u64; 8] {
         let counts = base;
         let sorted = counts + 4 * self.experts as u64;
         let t_exp = sorted + 4 * self.pairs as u64;
         let t_start = t_exp + 4 * self.max_tiles as u64;
         let t_rows = t_start + 4 * self.max_tiles as u64;
         let err = t_rows + 4 * self.max_tiles as u64;
+        let bcount = if self.bcount_len() > 0 { err + 8 } else { 0 };
         let xh = if self.wg {
             base + (self.table_bytes().div_ceil(256) * 256) as u64
         } else {
             0
         };
-        [counts, sorted, t_exp, t_start, t_rows, err, xh]
+        [counts, sorted, t_exp, t_start, t_rows, err, bcount, xh]
     }
 }
 
@@ -342,12 +361,13 @@ pub(crate) fn expert_gemm(
     let s = b.cu_stream();
     // One-row tiles: tile t is pair t with expert ids[t]; the kernels read the ids directly (no
     // moe_route launch, no tables: decode ran three 5 us single-block routing launches per layer).
-    let [counts, sorted, t_exp, t_start, t_rows, err, xh] = if tables.direct() {
-        [0, 0, ids.0, 0, 0, 0, 0]
+    let [counts, sorted, t_exp, t_start, t_rows, err, bcount, xh] = if tables.direct() {
+        [0, 0, ids.0, 0, 0, 0, 0, 0]
     } else {
         tables.addresses(b.workspace(tables.bytes())?)
     };
     if !tables.direct() {
+        let (chunk, route_blocks) = tables.route_grid();
         let r = MoeRouteArgs {
             ids: ids.0,
             n_tokens: tokens as i32,
@@ -355,21 +375,40 @@ pub(crate) fn expert_gemm(
             n_expert: e as i32,
             bm: bm as i32,
             max_tiles: max_tiles as i32,
+            chunk: chunk as i32,
             counts,
             sorted_rows: sorted,
             tile_expert: t_exp,
             tile_start: t_start,
             tile_rows: t_rows,
             err,
+            bcount,
         };
-        // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build). One
-        // block of MOE_ROUTE_THREADS, as the kernel requires (it checks); ids is the node's
-        // contiguous T x k i32 view (checked above), the tables lie in the workspace grown
-        // above to `tables.bytes()`, at the offsets `addresses` gives (the same MoeTables).
+        let grid = (route_blocks as u32, 1, 1);
+        if route_blocks > 1 {
+            // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build).
+            // Blocks of MOE_ROUTE_THREADS over ceil(P / chunk) blocks, as the kernel requires;
+            // block b reads ids [b chunk, (b + 1) chunk) of the node's contiguous T x k view
+            // (checked above) and writes bcount[b][0..=E], which `addresses` placed in the
+            // workspace grown above to `tables.bytes()` (blocks x (E + 1) i32s).
+            unsafe {
+                launch(
+                    b.kernels.moe_route_count,
+                    grid,
+                    (MOE_ROUTE_THREADS, 1, 1),
+                    0,
+                    s,
+                    &r,
+                )
+            }?;
+        }
+        // SAFETY: as above; the same grid reads bcount (written by the launch before it on this
+        // stream) and writes the tables at the workspace offsets `addresses` gives (the same
+        // MoeTables, sized by `tables.bytes()`).
         unsafe {
             launch(
                 b.kernels.moe_route,
-                (1, 1, 1),
+                grid,
                 (MOE_ROUTE_THREADS, 1, 1),
                 0,
                 s,
@@ -474,22 +513,38 @@ mod tests {
         assert!(gate.wg && gate.bm == WG_BT);
         let base = 0x1000_0000u64;
         let a = gate.addresses(base);
-        assert_eq!(a[6] % 256, 0);
+        // 64 routing blocks of 1,024 pairs, their counts (257 each) after the error counters
+        // and before the copy.
+        assert_eq!(gate.route_grid(), (1024, 64));
+        assert_eq!(a[6], a[5] + 8);
+        assert_eq!(a[7] % 256, 0);
         assert!(
-            a[6] >= a[5] + 8,
-            "the copy must not overlap the error counters"
+            a[7] >= a[6] + 4 * 64 * 257,
+            "the copy must not overlap the per-block counts"
         );
-        assert_eq!(gate.bytes() as u64, a[6] - base + 2 * 8192 * 2048);
+        assert_eq!(gate.bytes() as u64, a[7] - base + 2 * 8192 * 2048);
         // The down projections (K = 512): Q6_K on the wgmma tile (its x one row per pair),
         // Q4_K on the 64-row tile without a copy.
         let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536);
         assert!(d6.wg && d6.bytes() >= 2 * 65536 * 512);
         let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536);
-        assert!(!d4.wg && d4.bm == 64 && d4.addresses(base)[6] == 0);
+        assert!(!d4.wg && d4.bm == 64 && d4.addresses(base)[7] == 0);
         assert_eq!(d4.bytes(), d4.table_bytes());
+        // 32,768 tokens: at most 128 routing blocks, so 2,048 pairs each.
+        let long = MoeTables::new(262144, 256, 2048, GgmlType::Q4_K, 32768);
+        assert_eq!(long.route_grid(), (2048, 128));
         // 512 tokens: 16 rows per expert, the 32-row tiles.
         let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512);
         assert!(!p512.wg && p512.bm == 32);
+        assert_eq!(p512.route_grid(), (1024, 4));
+        // A short prompt: one routing block, no per-block counts.
+        let short = MoeTables::new(296, 256, 2048, GgmlType::Q4_K, 37);
+        assert_eq!(short.route_grid(), (1024, 1));
+        assert_eq!(short.addresses(base)[6], 0);
+        assert_eq!(
+            short.table_bytes(),
+            4 * (256 + 296 + 3 * short.max_tiles + 2)
+        );
         // Decode: one-row tiles read from the ids, no tables at all.
         let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1);
         assert!(one.direct() && one.bytes() == 0);

@@ -7,6 +7,7 @@ use super::Io;
 use crate::EngineError;
 use crate::cuda::CudaBackend;
 use crate::cuda::args::NormArgs;
+use crate::cuda::consts::NORM_W_GROUPS;
 use crate::cuda::launch::launch;
 
 /// Threads of a norm block over `groups` blocks of `group` values each. A few long rows
@@ -77,7 +78,9 @@ fn norm(
     unsafe { launch_norm_rows(b, &a, groups, threads) }
 }
 
-/// Launches `norm_rows` with `a` over `blocks` blocks of `threads`.
+/// Launches `norm_rows` with `a` over `blocks` blocks of `threads`: at 128 threads as
+/// `norm_rows_w`, a warp per block's work (`NORM_W_GROUPS` of them a block), bit for bit the
+/// same outputs.
 ///
 /// # Safety
 /// `a`'s views and weight must be live device memory of the sizes it states, and `blocks` at
@@ -89,16 +92,14 @@ pub(crate) unsafe fn launch_norm_rows(
     blocks: u32,
     threads: u32,
 ) -> Result<(), EngineError> {
+    let (kernel, grid, block) = if threads == 128 && b.options.norm_warp {
+        let per = NORM_W_GROUPS as u32;
+        (b.kernels.norm_rows_w, blocks.div_ceil(per), 32 * per)
+    } else {
+        (b.kernels.norm_rows, blocks, threads)
+    };
     // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build); the caller
-    // vouches for the memory it points at.
-    unsafe {
-        launch(
-            b.kernels.norm_rows,
-            (blocks, 1, 1),
-            (threads, 1, 1),
-            0,
-            b.cu_stream(),
-            a,
-        )
-    }
+    // vouches for the memory it points at; norm_rows_w's warps past the last (row, group)
+    // return (norm_job), as norm_rows' blocks do.
+    unsafe { launch(kernel, (grid, 1, 1), (block, 1, 1), 0, b.cu_stream(), a) }
 }
