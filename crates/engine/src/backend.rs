@@ -188,6 +188,24 @@ pub trait Backend {
 
     /// Frees snapshot `slot` (nothing if it does not exist).
     fn drop_state(&mut self, _slot: u64) {}
+
+    /// Keeps, from now on, the state after each token of every batch of 2..=`max_tokens`
+    /// tokens for the named conv and recurrent state buffers (a speculative verification's
+    /// rollback points; see [`Backend::restore_token_states`]). False (the default) when the
+    /// backend does not: the caller saves and recomputes instead.
+    fn enable_token_states(
+        &mut self,
+        _extents: &[StateExtent],
+        _max_tokens: usize,
+    ) -> Result<bool, EngineError> {
+        Ok(false)
+    }
+
+    /// Puts the states after token `index` of the last batch (of `batch` tokens) back into the
+    /// live buffers. False when they were not kept (not enabled, or the batch too long).
+    fn restore_token_states(&mut self, _index: usize, _batch: usize) -> Result<bool, EngineError> {
+        Ok(false)
+    }
 }
 
 /// A boxed backend is a backend (so the CLI can choose one at run time).
@@ -266,6 +284,16 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn drop_state(&mut self, slot: u64) {
         (**self).drop_state(slot)
+    }
+    fn enable_token_states(
+        &mut self,
+        extents: &[StateExtent],
+        max_tokens: usize,
+    ) -> Result<bool, EngineError> {
+        (**self).enable_token_states(extents, max_tokens)
+    }
+    fn restore_token_states(&mut self, index: usize, batch: usize) -> Result<bool, EngineError> {
+        (**self).restore_token_states(index, batch)
     }
 }
 

@@ -453,6 +453,47 @@ impl<B: Backend> Session<B> {
         self.backend.save_state(slot, &extents)
     }
 
+    /// Has the backend keep, from now on, the conv and recurrent states after each token of
+    /// every batch of 2..=`max_tokens` tokens, so that a partly rejected verification goes back
+    /// with [`Session::rollback_to_token`] instead of a restore and a recompute. False when the
+    /// backend does not (the CPU) or before the first batch (the states do not exist yet).
+    pub fn enable_token_states(&mut self, max_tokens: usize) -> Result<bool, EngineError> {
+        if self.n_past == 0 {
+            return Ok(false);
+        }
+        let plan = self.plan(1)?;
+        let extents: Vec<_> = self
+            .state_extents(&plan)
+            .into_iter()
+            .filter(|e| !is_kv_cache(&e.name))
+            .collect();
+        self.backend.barrier()?;
+        self.backend.enable_token_states(&extents, max_tokens)
+    }
+
+    /// After a batch of `batch` tokens at position `n0` (the last one run): goes back to the
+    /// state after its token `index` (position `n0 + index + 1`), from the states the backend
+    /// kept ([`Session::enable_token_states`]). The KV rows past it are written again before
+    /// they are read. False, with nothing changed, when the backend did not keep them.
+    pub fn rollback_to_token(
+        &mut self,
+        n0: usize,
+        index: usize,
+        batch: usize,
+    ) -> Result<bool, EngineError> {
+        if n0 + batch != self.n_past || index >= batch {
+            return Err(EngineError::Internal(format!(
+                "rollback to token {index} of a {batch}-token batch at {n0}, at position {}",
+                self.n_past
+            )));
+        }
+        if !self.backend.restore_token_states(index, batch)? {
+            return Ok(false);
+        }
+        self.n_past = n0 + index + 1;
+        Ok(true)
+    }
+
     /// Restores the conv and recurrent states [`Session::save_recurrent`] saved into `slot`
     /// when the sequence held `n_past` positions, and goes back to that position (the KV
     /// rows before it were never touched since).

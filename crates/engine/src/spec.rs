@@ -120,7 +120,10 @@ pub struct SpecStats {
     pub accepted: usize,
     /// Steps that had to restore the state and run the kept tokens again.
     pub recomputes: usize,
-    /// Seconds in drafting, verifying, saving, and restoring + recomputing.
+    /// Steps that went back to the state after their last kept token from the states the
+    /// backend kept during the verification (instead of a recompute).
+    pub rollbacks: usize,
+    /// Seconds in drafting, verifying, saving, and restoring + recomputing (or rolling back).
     pub draft_s: f64,
     pub verify_s: f64,
     pub save_s: f64,
@@ -143,7 +146,7 @@ impl SpecStats {
     /// over kept drafts plus rejections (a step stops at its first rejection). A
     /// [`ReplayDraft`] of acceptance `a` measures close to `a`.
     pub fn conditional_acceptance(&self) -> f64 {
-        let n = self.accepted + self.recomputes;
+        let n = self.accepted + self.recomputes + self.rollbacks;
         if n == 0 {
             0.0
         } else {
@@ -281,6 +284,10 @@ fn run<B: Backend>(
     // taken, though greedy decoding uses none).
     let argmax_only = params.is_greedy() && !params.has_penalties();
     let logits = session.prefill(prompt)?;
+    // Where the backend keeps the states after each verified token (the GPU), a rejection goes
+    // back to the last kept one with a copy; otherwise the state is saved before each
+    // verification and a rejection restores it and runs the kept tokens again.
+    let token_states = k > 0 && session.enable_token_states(k + 1)?;
     let first = pick(&logits, &seq, rng);
     out.push(first);
     seq.push(first);
@@ -314,9 +321,11 @@ fn run<B: Backend>(
             continue;
         }
         let n0 = session.n_past();
-        let ts = Instant::now();
-        session.save_recurrent(SPEC_SLOT)?;
-        stats.save_s += ts.elapsed().as_secs_f64();
+        if !token_states {
+            let ts = Instant::now();
+            session.save_recurrent(SPEC_SLOT)?;
+            stats.save_s += ts.elapsed().as_secs_f64();
+        }
         let mut batch = Vec::with_capacity(drafts.len() + 1);
         batch.push(last);
         batch.extend_from_slice(&drafts);
@@ -352,7 +361,17 @@ fn run<B: Backend>(
         stats.steps += 1;
         stats.drafted += drafts.len();
         stats.accepted += kept;
-        if kept < drafts.len() {
+        if kept < drafts.len() && token_states {
+            // The state holds rejected drafts: back to the state after the last kept one.
+            let tr = Instant::now();
+            if !session.rollback_to_token(n0, kept, batch.len())? {
+                return Err(EngineError::Internal(
+                    "the backend kept no per-token states for a verified batch".into(),
+                ));
+            }
+            stats.recompute_s += tr.elapsed().as_secs_f64();
+            stats.rollbacks += 1;
+        } else if kept < drafts.len() {
             // The state holds rejected drafts: back to n0, then the kept tokens again.
             let tr = Instant::now();
             session.restore_recurrent(SPEC_SLOT, n0)?;

@@ -195,3 +195,37 @@ fn speculative_sampling_keeps_the_distribution() {
         "chi2 {chi2:.1} over {df} degrees of freedom: the distributions differ ({kept} kept)"
     );
 }
+
+/// The CPU backend keeps no per-token states: speculative decoding there saves, restores and
+/// recomputes (the CUDA backend rolls back from the states its verification kept instead;
+/// `scripts/gpu/spec-rollback.sh` holds that path to plain greedy decoding), a rollback asked
+/// of it changes nothing, and a rollback outside the last batch is an error.
+#[test]
+fn cpu_rejections_recompute_and_rollbacks_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth_model(&dir, Preset::Tiny, QuantMix::Q8_0, 34);
+    let vocab = model.config.vocab;
+    let prompt = random_ids(5, vocab, 3);
+    let mut s = session(&model, 64);
+    assert!(!s.enable_token_states(4).expect("before the first batch"));
+    s.prefill(&prompt).expect("prefill");
+    assert!(!s.enable_token_states(4).expect("enable"));
+    let n0 = s.n_past();
+    s.extend_run(&[1, 2, 3]).expect("a 3-token batch");
+    assert!(!s.rollback_to_token(n0, 1, 3).expect("rollback"));
+    assert_eq!(s.n_past(), n0 + 3, "a refused rollback moved the position");
+    assert!(
+        s.rollback_to_token(n0, 3, 3).is_err(),
+        "token past the batch"
+    );
+    assert!(
+        s.rollback_to_token(n0 + 1, 0, 3).is_err(),
+        "not the last batch"
+    );
+    let want = greedy_plain(&mut session(&model, 64), &prompt, 16).expect("plain");
+    let mut d = ReplayDraft::new(prompt.len(), want.clone(), 0.6, vocab, 9);
+    let (got, st) = greedy(&mut session(&model, 64), &prompt, 16, 2, &mut d).expect("spec");
+    assert_eq!(got, want);
+    assert_eq!(st.rollbacks, 0);
+    assert!(st.recomputes > 0, "{st:?}");
+}

@@ -240,6 +240,8 @@ pub struct DeltaArgs {
     pub ssm_a: DPtr,
     pub beta_out: DPtr,
     pub g_out: DPtr,
+    pub snap: DPtr,
+    pub snap_ld: i64,
 }
 
 #[repr(C)]
@@ -255,6 +257,9 @@ pub struct ConvSiluArgs {
     pub t: i32,
     pub c: i32,
     pub k: i32,
+    pub pad0: i32,
+    pub snap: DPtr,
+    pub snap_ld: i64,
 }
 
 #[repr(C)]
@@ -556,11 +561,11 @@ pub fn layout_asserts(source: &str) -> String {
             layout!(CombineArgs { y, ldy, w, ldw, out, ldo, rows, cols, k }),
         ]
         .concat(),
-        "conv" => layout!(ConvSiluArgs { x, ldx, state, lds, w, y, ldy, t as T, c as C, k as K }),
+        "conv" => layout!(ConvSiluArgs { x, ldx, state, lds, w, y, ldy, t as T, c as C, k as K, pad0, snap, snap_ld }),
         "delta" => layout!(DeltaArgs {
             q, ldq, k, ldk, v, ldv, g, ldg, beta, ldb, state, o, ldo, work, t as T, r as R,
             hk as Hk, hv as Hv, dk, dv, kx, ldkx, qx, ldqx, keps, kscale, qeps, qscale, gb, ldgb,
-            ga, ldga, dt_bias, ssm_a, beta_out, g_out
+            ga, ldga, dt_bias, ssm_a, beta_out, g_out, snap, snap_ld
         }),
         "attention" => layout!(AttnArgs {
             q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_offset, scale,

@@ -511,6 +511,18 @@ impl Backend for CudaBackend {
     fn drop_state(&mut self, slot: u64) {
         self.snapshots.remove(slot);
     }
+
+    fn enable_token_states(
+        &mut self,
+        extents: &[crate::backend::StateExtent],
+        max_tokens: usize,
+    ) -> Result<bool, EngineError> {
+        self.token_states_enable(extents, max_tokens)
+    }
+
+    fn restore_token_states(&mut self, index: usize, batch: usize) -> Result<bool, EngineError> {
+        self.token_states_restore(index, batch)
+    }
 }
 
 impl Drop for CudaBackend {

@@ -181,6 +181,10 @@ struct SpecRow {
     save_s: f64,
     recompute_s: f64,
     steps: usize,
+    /// Rejections handled from the kept per-token states, and by a restore and a recompute
+    /// (the last window's).
+    rollbacks: usize,
+    recomputes: usize,
 }
 
 /// What every row of one engine shares.
@@ -750,7 +754,8 @@ pub fn main(a: Args) -> Result<()> {
                         "\nspeculative, {} {}: drafts {} (target acceptance {}), kept {:.2} given \
                          the previous ({:.2} of all drafted) over {} steps; {:.2} t/s vs {:.2} t/s \
                          plain greedy in the same windows: {:.2}x; per window verify {:.3} s, \
-                         save {:.3} s, restore + recompute {:.3} s",
+                         save {:.3} s, restore + recompute (or roll back) {:.3} s; {} rollbacks, \
+                         {} recomputes",
                         r.engine,
                         r.test,
                         sp.draft,
@@ -764,7 +769,9 @@ pub fn main(a: Args) -> Result<()> {
                         sp.speedup,
                         sp.verify_s,
                         sp.save_s,
-                        sp.recompute_s
+                        sp.recompute_s,
+                        sp.rollbacks,
+                        sp.recomputes
                     );
                 }
             }

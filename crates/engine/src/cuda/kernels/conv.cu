@@ -18,6 +18,10 @@ struct ConvSiluArgs {
     const float* w;           // [C, K] f32: row c holds channel c's taps; tap j multiplies xe[t+j]
     float* y; i64 ldy;        // [T, C]
     i32 T, C, K;              // 1 <= K <= 4 (other K: the kernels write nothing)
+    i32 pad0;
+    // Per-token states (off when null): the state after token t, t < T, at snap + t * snap_ld
+    // in the state's layout (rows of lds; a speculative verification's rollback points).
+    float* snap; i64 snap_ld;
 };
 
 
@@ -99,6 +103,21 @@ __device__ __forceinline__ void conv_body(const ConvSiluArgs& a, const ConvNorm 
             for (int j = 1; j < K - 1; ++j)
                 if (u < 0 && j == T + i) v = win[j];
             conv_st4(a.state, a.lds, i, c, C, vr, v);
+        }
+        // The state after token t: rows xe[t + 1 + i], i < K - 1 (win still holds the old state).
+        if (a.snap) {
+            for (int t = 0; t < T; ++t) {
+#pragma unroll
+                for (int i = 0; i < K - 1; ++i) {
+                    const int e = t + 1 + i, u = e - (K - 1);
+                    float4 v = win[0];
+                    if (u >= 0) v = conv_ld4(a.x, a.ldx, u, c, C, vr);
+#pragma unroll
+                    for (int j = 1; j < K - 1; ++j)
+                        if (u < 0 && j == e) v = win[j];
+                    conv_st4(a.snap + (i64)t * a.snap_ld, a.lds, i, c, C, vr, v);
+                }
+            }
         }
     }
 

@@ -742,6 +742,11 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
             ov += __shfl_xor_sync(0xffffffffu, ov, 16);
             if (rq == 0) a.o[(i64)(t - q0) * a.ldo + (i64)h * dv + col] = ov;
         }
+        if (a.snap) {
+            float* sn = a.snap + (i64)t * a.snap_ld + (i64)h * DK * dv + col;
+#pragma unroll
+            for (int r = 0; r < RQ; ++r) sn[(i64)(rq * RQ + r) * dv] = S[r];
+        }
     }
 #pragma unroll
     for (int r = 0; r < RQ; ++r) st[(i64)(rq * RQ + r) * dv] = S[r];

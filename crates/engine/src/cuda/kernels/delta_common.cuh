@@ -28,6 +28,9 @@ struct DeltaArgs {
     const float* ssm_a;          // [Hv] (= -exp(A_log))
     float* beta_out;             // [1, Hv] the gates' outputs (the views g and beta above)
     float* g_out;
+    // Per-token states (delta_rule_step only; off when null): the state after token t, t < T,
+    // at snap + t * snap_ld in the state's layout (a speculative verification's rollback points).
+    float* snap; i64 snap_ld;
 };
 
 

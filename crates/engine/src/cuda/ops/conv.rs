@@ -35,7 +35,12 @@ pub fn conv_silu(b: &CudaBackend, plan: &Plan, index: usize, io: &Io) -> Result<
         t: x.rows as i32,
         c: x.cols as i32,
         k: k as i32,
+        pad0: 0,
+        snap: 0,
+        snap_ld: 0,
     };
+    let mut a = a;
+    (a.snap, a.snap_ld) = b.token_states_for(io.outs[1].0, x.rows);
     let grid = (
         blocks(x.cols as i64, 4 * CONV_THREADS),
         blocks(x.rows as i64, CONV_ROWS as u32),
@@ -44,7 +49,9 @@ pub fn conv_silu(b: &CudaBackend, plan: &Plan, index: usize, io: &Io) -> Result<
     // SAFETY: ConvSiluArgs mirrors conv.cu's struct (layout asserted at kernel build). The grid
     // covers C channels in 4 * CONV_THREADS and T tokens in CONV_ROWS, the constants the kernel
     // was built with (consts.rs); x and y are the node's T x C views, state its K-1 x C view
-    // (real, or the replay's staged copy), w a device weight of C x K values (checked above).
+    // (real, or the replay's staged copy), w a device weight of C x K values (checked above);
+    // snap, when set, is T copies of the whole state buffer at the view's offset
+    // (token_states_for: 2 <= T <= the copies kept).
     unsafe {
         launch(
             b.kernels.conv_silu,

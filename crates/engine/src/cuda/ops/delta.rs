@@ -195,7 +195,12 @@ pub fn delta_rule_with(
         ssm_a: 0,
         beta_out: 0,
         g_out: 0,
+        snap: 0,
+        snap_ld: 0,
     };
+    if !chunked {
+        (a.snap, a.snap_ld) = b.token_states_for(a.state, t);
+    }
     if let Some(p) = prologue {
         (a.kx, a.ldkx) = p.kx;
         (a.qx, a.ldqx) = p.qx;
@@ -217,7 +222,8 @@ pub fn delta_rule_with(
         // in buffers `prepare` sized; the step path reads no workspace (work = 0). With the
         // prologue (T = R = 1, checked above): kx, qx, gb, ga are one-row views, dt_bias and
         // ssm_a weights of at least Hv values, beta_out and g_out the beta and g views
-        // (ops/fused.rs checks each).
+        // (ops/fused.rs checks each). snap, when set, is T copies of the whole state buffer at
+        // the view's offset (token_states_for: 2 <= T <= the copies kept).
         return unsafe {
             launch(
                 b.kernels.delta_rule_step,

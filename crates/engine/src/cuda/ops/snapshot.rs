@@ -22,11 +22,117 @@ pub struct Saved {
 #[derive(Default)]
 pub struct Snapshots {
     slots: HashMap<u64, Vec<(String, Saved)>>,
+    /// Per-token states (`Backend::enable_token_states`): for each conv and recurrent state
+    /// buffer by name, `max_tokens` copies of `bytes` each, which `conv_silu` and
+    /// `delta_rule_step` fill with the state after each token of a 2..=max_tokens-token batch.
+    tokens: HashMap<String, TokenStates>,
+    max_tokens: usize,
+}
+
+/// One state buffer's per-token copies.
+pub struct TokenStates {
+    buf: DevBuf,
+    bytes: usize,
 }
 
 impl Snapshots {
     pub fn remove(&mut self, slot: u64) {
         self.slots.remove(&slot);
+    }
+}
+
+impl CudaBackend {
+    /// Where a launch over `t` tokens whose state view starts at `view` writes its per-token
+    /// states: (pointer to the copy of token 0 at the view's offset, floats between tokens), or
+    /// (0, 0) when none is kept for this state or `t` is outside 2..=max_tokens.
+    pub(crate) fn token_states_for(&self, view: u64, t: usize) -> (u64, i64) {
+        let s = &self.snapshots;
+        if t < 2 || t > s.max_tokens {
+            return (0, 0);
+        }
+        for (name, live) in &self.arena.state {
+            if view >= live.ptr && view < live.ptr + live.bytes as u64 {
+                return match s.tokens.get(name) {
+                    Some(ts) if live.bytes <= ts.bytes => {
+                        (ts.buf.ptr + (view - live.ptr), (ts.bytes / 4) as i64)
+                    }
+                    _ => (0, 0),
+                };
+            }
+        }
+        (0, 0)
+    }
+
+    pub(crate) fn token_states_enable(
+        &mut self,
+        extents: &[StateExtent],
+        max_tokens: usize,
+    ) -> Result<bool, EngineError> {
+        self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
+        self.snapshots.tokens.clear();
+        self.snapshots.max_tokens = 0;
+        if max_tokens < 2 {
+            return Ok(false);
+        }
+        for e in extents {
+            let live = self
+                .arena
+                .state
+                .get(&e.name)
+                .ok_or_else(|| EngineError::Internal(format!("state {} missing", e.name)))?;
+            // Whole buffers, so a state view anywhere in one has its copies.
+            let bytes = live.bytes;
+            let buf = DevBuf::alloc(bytes * max_tokens, "per-token sequence states")?;
+            self.snapshots
+                .tokens
+                .insert(e.name.clone(), TokenStates { buf, bytes });
+        }
+        self.snapshots.max_tokens = max_tokens;
+        // Graphs captured before hold launches without the copies.
+        self.graphs.by_set.clear();
+        Ok(true)
+    }
+
+    /// Copies the states after token `index` of the last 2..=max_tokens-token batch into the
+    /// live buffers. False when that batch could not have written them (more tokens than
+    /// enabled, or a state buffer larger than its copies).
+    pub(crate) fn token_states_restore(
+        &mut self,
+        index: usize,
+        batch: usize,
+    ) -> Result<bool, EngineError> {
+        let s = &self.snapshots;
+        if s.tokens.is_empty() || batch < 2 || batch > s.max_tokens || index >= batch {
+            return Ok(false);
+        }
+        self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
+        let stream = self.cu_stream();
+        for (name, ts) in &s.tokens {
+            let live = self
+                .arena
+                .state
+                .get(name)
+                .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))?;
+            if live.bytes > ts.bytes {
+                return Ok(false);
+            }
+        }
+        for (name, ts) in &s.tokens {
+            let live = &self.arena.state[name];
+            // SAFETY: the copy of token `index` lies inside the per-token buffer (index <
+            // max_tokens copies of ts.bytes), the live buffer holds at least live.bytes <=
+            // ts.bytes (checked above); the backend's stream orders it after the batch.
+            unsafe {
+                result::memcpy_dtod_async(
+                    live.ptr,
+                    ts.buf.ptr + (index * ts.bytes) as u64,
+                    live.bytes,
+                    stream,
+                )
+            }
+            .map_err(cuda_err)?;
+        }
+        Ok(true)
     }
 }
 

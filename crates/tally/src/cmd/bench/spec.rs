@@ -97,6 +97,8 @@ pub(super) fn spec_row(
             save_s: median(&mut save),
             recompute_s: median(&mut recompute),
             steps: st.steps,
+            rollbacks: st.rollbacks,
+            recomputes: st.recomputes,
         }),
         ..row(
             facts,
