@@ -107,7 +107,7 @@ pub struct AddNormArgs {
     pub ew: DPtr,
     pub ldew: i64,
     pub ek: i32,
-    pub pad1: i32,
+    pub no_regs: i32,
 }
 
 #[repr(C)]
@@ -538,7 +538,7 @@ pub fn layout_asserts(source: &str) -> String {
             }),
             layout!(AddNormArgs {
                 a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, pad0, gx,
-                ldgx, gw, gb, ldgb, ey, ldey, ew, ldew, ek, pad1
+                ldgx, gw, gb, ldgb, ey, ldey, ew, ldew, ek, no_regs
             }),
         ]
         .concat(),

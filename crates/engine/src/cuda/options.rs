@@ -68,10 +68,15 @@ pub struct CudaOptions {
     /// switch (compiled in: `-DGEMV_MIN_BLOCKS=..` and friends); a lower register budget can
     /// make a kernel spill.
     pub gemv_blocks: [u8; 4],
-    /// Short norm groups (128-thread `norm_rows` blocks) one warp each, `NORM_W_GROUPS` a
-    /// block (`norm_rows_w`, bit for bit the same outputs); `TALLY_NORM=block` runs them one
-    /// block each (`norm_rows`), for A/B runs and digest checks.
+    /// Many short norm groups (128-thread `norm_rows` blocks, at least 4 blocks a
+    /// multiprocessor: prefill's) one warp each, `NORM_W_GROUPS` a block (`norm_rows_w`, bit for
+    /// bit the same outputs); `TALLY_NORM=block` runs them one block each (`norm_rows`), for
+    /// A/B runs and digest checks.
     pub norm_warp: bool,
+    /// `add_rms_norm`'s register form (rows of at most 4 values a thread at 1,024 threads, 8 at
+    /// 256: every input loaded before any output is written, bit for bit the loop form); off
+    /// with `TALLY_ADD_NORM=loop`.
+    pub add_norm_regs: bool,
     /// Dense integer GEMVs of up to `GEMVR_MAX_M` x rows (the output head at one token; every
     /// dense GEMV of a verification batch) on the persistent multi-row `gemvr_<t>` /
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
@@ -102,6 +107,7 @@ impl Default for CudaOptions {
             prefetch: true,
             gemv_blocks: [2; 4],
             norm_warp: true,
+            add_norm_regs: true,
             gemvr: true,
         }
     }
@@ -193,6 +199,11 @@ impl CudaOptions {
             Some("block") => o.norm_warp = false,
             Some(v) => return Err(bad("TALLY_NORM", v, "warp or block")),
         }
+        match get("TALLY_ADD_NORM").as_deref() {
+            None | Some("") | Some("regs") => {}
+            Some("loop") => o.add_norm_regs = false,
+            Some(v) => return Err(bad("TALLY_ADD_NORM", v, "regs or loop")),
+        }
         match get("TALLY_GEMVR").as_deref() {
             None | Some("") | Some("on") => {}
             Some("off") => o.gemvr = false,
@@ -282,6 +293,10 @@ impl CudaOptions {
                 self.gemv_blocks.map(|b| b.to_string()).join(",")
             ),
             format!("norm={}", if self.norm_warp { "warp" } else { "block" }),
+            format!(
+                "add_norm={}",
+                if self.add_norm_regs { "regs" } else { "loop" }
+            ),
             format!("gemvr={}", on(self.gemvr)),
         ]
     }
@@ -317,6 +332,7 @@ mod tests {
                 "prefetch=on",
                 "gemv_blocks=2,2,2,2",
                 "norm=warp",
+                "add_norm=regs",
                 "gemvr=on"
             ]
         );
@@ -334,10 +350,11 @@ mod tests {
             ("TALLY_PDL", "off"),
             ("TALLY_PREFETCH", "off"),
             ("TALLY_NORM", "block"),
+            ("TALLY_ADD_NORM", "loop"),
             ("TALLY_GEMVR", "off"),
         ])
         .expect("options");
-        assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr);
+        assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);

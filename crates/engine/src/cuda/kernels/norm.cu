@@ -149,14 +149,127 @@ struct AddNormArgs {
     float* gb; i64 ldgb;
     const float* ey; i64 ldey;  // null: no combine (a is read)
     const float* ew; i64 ldew;
-    i32 ek, pad1;
+    i32 ek;
+    i32 no_regs;                // 1: the loop form even where the register form would run
 };
 
-extern "C" __global__ void add_rms_norm(AddNormArgs p) {
+// add_rms_norm for rows of at most NE elements a thread (decode: 2048 columns over 1,024
+// threads, NE = 4 in add_rms_norm; prefill: over 256, NE = 8 in add_rms_norm_256): every input is loaded at the start, before any output is written, and the
+// values the loop form reads back (the combine's a, the sum) stay in registers, so the launch
+// pays one round of global loads instead of four. The same operations in the same order as the
+// loop form below (thread t's elements t, t + blockDim, ... ascending; the same block_sum
+// calls), so every output is its bit for bit. Reading every input first is safe where the loop
+// form is: the only values read across elements (gx, gw, ew) are never outputs of this launch
+// (each buffer it writes is read at most at the writing thread's own elements).
+template <int NE>
+__device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row, float* red) {
+    const int nt = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+    const float* a = p.a + (i64)row * p.lda;
+    const float* b = p.b + (i64)row * p.ldb;
+    const float* c = p.c ? p.c + (i64)row * p.ldc : nullptr;
+    const float* gx = p.gx ? p.gx + (i64)row * p.ldgx : nullptr;
+    const float* ew = p.ey ? p.ew + (i64)row * p.ldew : nullptr;
+    float av[NE], bv[NE], cv[NE], wv[NE], gxv[NE], gwv[NE];
+    float ewv[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) ewv[j] = ew && j < p.ek ? ew[j] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < NE; k++) {
+        const int i = tid + k * nt;
+        av[k] = bv[k] = cv[k] = wv[k] = gxv[k] = gwv[k] = 0.0f;
+        if (i >= p.cols) continue;
+        bv[k] = b[i];
+        if (c) cv[k] = c[i];
+        wv[k] = p.w[i];
+        if (gx) {
+            gxv[k] = gx[i];
+            gwv[k] = p.gw[i];
+        }
+        if (p.ey) {  // moe_combine's expression for element i
+            float sm = 0.0f;
+            const float* ey = p.ey + (i64)row * p.ek * p.ldey + i;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (j < p.ek) sm += ewv[j] * ey[(i64)j * p.ldey];
+            av[k] = sm;
+        } else {
+            av[k] = a[i];
+        }
+    }
+    if (p.ey) {
+        float* ao = const_cast<float*>(a);
+#pragma unroll
+        for (int k = 0; k < NE; k++)
+            if (tid + k * nt < p.cols) ao[tid + k * nt] = av[k];
+    }
+    float gate = 1.0f;
+    float* gb = nullptr;
+    if (gx) {
+        float d = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NE; k++)
+            if (tid + k * nt < p.cols) d += gxv[k] * gwv[k];
+        d = block_sum(d, red);
+        gate = tally_sigmoid(d);
+        gb = p.gb + (i64)row * p.ldgb;
+    }
+    float* m = p.mid ? p.mid + (i64)row * p.ldm : nullptr;
+    float* s = p.sum + (i64)row * p.lds;
+    float* y = p.y + (i64)row * p.ldy;
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NE; k++) {
+        const int i = tid + k * nt;
+        if (i >= p.cols) continue;
+        float bk = bv[k];
+        if (gb) {
+            bk = bk * gate;
+            gb[i] = bk;
+        }
+        float v = av[k] + bk;
+        if (c) {
+            m[i] = v;
+            v = v + cv[k];
+        }
+        s[i] = v;
+        av[k] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    const float sc = rsqrtf(ss / (float)p.cols + p.eps) * 1.0f;
+#pragma unroll
+    for (int k = 0; k < NE; k++) {
+        const int i = tid + k * nt;
+        if (i >= p.cols) continue;
+        const float v = av[k] * sc;
+        y[i] = v * wv[k];
+    }
+}
+
+__device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row, float* red);
+
+extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(AddNormArgs p) {
     pdl_enter();
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= p.rows) return;
+    if (p.cols <= 4 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<4>(p, row, red);
+    else add_rms_norm_loop(p, row, red);
+}
+
+// The same at most 256 threads a block (prefill's rows: 2048 columns over 256 threads).
+extern "C" __global__ void __launch_bounds__(256) add_rms_norm_256(AddNormArgs p) {
+    pdl_enter();
+    __shared__ float red[32];
+    const int row = blockIdx.x;
+    if (row >= p.rows) return;
+    if (p.cols <= 8 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<8>(p, row, red);
+    else add_rms_norm_loop(p, row, red);
+}
+
+// The loop form: each phase reads its inputs from global memory (the combine's a and the sum
+// read back after they are written).
+__device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row, float* red) {
     const float* a = p.a + (i64)row * p.lda;
     if (p.ey) {  // moe_combine's loop for this row's elements; a is its output, read back below
         float* ao = const_cast<float*>(a);

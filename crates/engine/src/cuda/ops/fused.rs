@@ -1011,17 +1011,25 @@ fn add_norm(
         ew: ew.0,
         ldew: ew.1,
         ek,
-        pad1: 0,
+        no_regs: i32::from(!b.options.add_norm_regs),
+    };
+    // add_rms_norm_256 is the same kernel under a 256-thread launch bound (room for its
+    // register form at 8 values a thread).
+    let kernel = if threads <= 256 {
+        b.kernels.add_rms_norm_256
+    } else {
+        b.kernels.add_rms_norm
     };
     // SAFETY: AddNormArgs mirrors norm.cu's struct (layout asserted at kernel build). One block
-    // per row of the add's output view; a, b (and c, mid) are the adds' input and output views,
-    // sum and y the last add's and the norm's outputs (rows x cols each), in buffers `prepare`
-    // sized; w is the norm weight of at least cols values (checked above); with the gate, gx
-    // and gb are its input and (in place) output views of the same rows x cols, gw its weight
-    // of at least cols values (checked above).
+    // per row of the add's output view, at most 1,024 threads (256 for add_rms_norm_256, whose
+    // launch bound it is); a, b (and c, mid) are the adds' input and output views, sum and y
+    // the last add's and the norm's outputs (rows x cols each), in buffers `prepare` sized; w
+    // is the norm weight of at least cols values (checked above); with the gate, gx and gb are
+    // its input and (in place) output views of the same rows x cols, gw its weight of at least
+    // cols values (checked above).
     unsafe {
         launch(
-            b.kernels.add_rms_norm,
+            kernel,
             (out.rows as u32, 1, 1),
             (threads, 1, 1),
             0,

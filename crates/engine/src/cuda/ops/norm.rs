@@ -78,9 +78,9 @@ fn norm(
     unsafe { launch_norm_rows(b, &a, groups, threads) }
 }
 
-/// Launches `norm_rows` with `a` over `blocks` blocks of `threads`: at 128 threads as
-/// `norm_rows_w`, a warp per block's work (`NORM_W_GROUPS` of them a block), bit for bit the
-/// same outputs.
+/// Launches `norm_rows` with `a` over `blocks` blocks of `threads`: at 128 threads and at
+/// least 4 blocks a multiprocessor as `norm_rows_w`, a warp per block's work (`NORM_W_GROUPS`
+/// of them a block), bit for bit the same outputs.
 ///
 /// # Safety
 /// `a`'s views and weight must be live device memory of the sizes it states, and `blocks` at
@@ -92,7 +92,10 @@ pub(crate) unsafe fn launch_norm_rows(
     blocks: u32,
     threads: u32,
 ) -> Result<(), EngineError> {
-    let (kernel, grid, block) = if threads == 128 && b.options.norm_warp {
+    // One warp a group pays where the groups are many (prefill: tens of thousands); at decode
+    // (a few dozen) a block each spreads their loads over more multiprocessors.
+    let many = blocks >= 4 * b.props.sm_count;
+    let (kernel, grid, block) = if threads == 128 && many && b.options.norm_warp {
         let per = NORM_W_GROUPS as u32;
         (b.kernels.norm_rows_w, blocks.div_ceil(per), 32 * per)
     } else {
