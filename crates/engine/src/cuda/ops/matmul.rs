@@ -88,16 +88,18 @@ pub(crate) fn gemv_rows_per_warp(b: &CudaBackend, n: usize) -> usize {
 }
 
 /// Whether a dense GEMV of `m` x rows over `n` x `k` weights of `ty` runs on the persistent
-/// multi-row `gemvr_<t>` (one row: where gemv4_<t> would, the 248,320-row output head) or
-/// `gemvr4_<t>` (2 to GEMVR_MAX_M rows: a verification batch, whose rows otherwise each read
-/// every weight byte again): integer formats with K <= GEMVR_K_MAX; `TALLY_GEMVR=off` keeps
-/// gemv_<t> / gemv4_<t>.
+/// multi-row `gemvr_<t>` (one row) or `gemvr4_<t>` (2 to GEMVR_MAX_M rows: a verification
+/// batch): where gemv4_<t> would (N >= 8192: the 248,320-row output head, whose rows otherwise
+/// each read its 417 MB again), integer formats with K <= GEMVR_K_MAX; `TALLY_GEMVR=off` keeps
+/// gemv_<t> / gemv4_<t>. The shorter projections of a verification batch stay on gemv_<t>
+/// with a block per row: on gemvr4_<t> they made the k = 3 step slower
+/// (docs/results/2026-12-04-h200-verify/).
 pub(crate) fn use_gemvr(b: &CudaBackend, ty: GgmlType, m: usize, n: usize, k: usize) -> bool {
     b.options.gemvr
         && gemv_is_int(ty, k)
         && k as i64 <= GEMVR_K_MAX
         && (1..=GEMVR_MAX_M).contains(&m)
-        && (m > 1 || gemv_rows_per_warp(b, n) == 4)
+        && gemv_rows_per_warp(b, n) == 4
 }
 
 /// Blocks and threads of a `gemvr_<t>` (`m` = 1: 4 weight rows a warp) or `gemvr4_<t>` (2)
@@ -698,8 +700,9 @@ mod tests {
     }
 
     /// The persistent multi-row GEMV's grids and shared memory on the H200 (132 SMs): the head
-    /// at one row in 264 blocks of 256 threads (each walks ~29 of its 7,760 row groups), the
-    /// out projection of a 4-row verification batch (2,048 rows, 2 a warp) in 512 blocks of 64.
+    /// at one row in 264 blocks of 256 threads (each walks ~29 of its 7,760 row groups), and at
+    /// 4 rows (2 a warp) in as many; short N get small blocks (the kernel takes any N, the
+    /// engine sends it N >= 8192 only).
     #[test]
     fn gemvr_grids_and_shared_memory() {
         assert_eq!(gemvr_grid(248320, 1, 132), (264, 256));
