@@ -12,7 +12,7 @@ use crate::cuda::consts::{DELTA_C, DELTA_DV_MAX, DELTA_NS};
 use crate::cuda::launch::launch;
 
 /// At most this many tokens go token by token through `delta_rule_step`; longer runs are chunked.
-const STEP_MAX_T: usize = 16;
+pub(crate) const STEP_MAX_T: usize = 16;
 
 /// The heads of one delta-rule node.
 #[derive(Debug, Clone, Copy)]

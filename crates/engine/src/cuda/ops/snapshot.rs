@@ -87,7 +87,9 @@ impl CudaBackend {
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         self.snapshots.tokens.clear();
         self.snapshots.max_tokens = 0;
-        if max_tokens < 2 {
+        // Longer batches take the chunked delta rule, which keeps no per-token states: those
+        // callers save, restore and recompute.
+        if !(2..=super::delta::STEP_MAX_T).contains(&max_tokens) {
             return Ok(false);
         }
         for e in extents {
