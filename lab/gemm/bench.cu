@@ -318,6 +318,26 @@ static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std:
     g_rows.push_back(best);
 }
 
+// The 35B model's routed-expert projections at T tokens (256 experts, top 8) in weight type t,
+// each variant of `variants`: the gate/up (2048 -> 512; when `gate_up`) and the down (512 ->
+// 2048, one x row per pair).
+static void time_moe_shapes(CudaBackend& b, int T, int t, bool gate_up, const std::vector<int>& variants, ref::Rng& rng) {
+    GemmCase c;
+    c.E = 256;
+    c.topk = 8;
+    c.M = T;
+    c.type = t;
+    if (gate_up) {
+        c.N = 512;
+        c.K = 2048;
+        time_shape(b, "moe gate/up", c, variants, rng);
+    }
+    c.pair_input = true;
+    c.N = 2048;
+    c.K = 512;
+    time_shape(b, "moe down", c, variants, rng);
+}
+
 // One routing (both launches) of T random tokens; chunk 0: one block, else the engine's rule
 // (ops/moe.rs route_grid: at least 1,024 pairs a block, at most 128 blocks).
 static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& rng, bool blocks_rule) {
@@ -477,20 +497,7 @@ int main(int argc, char** argv) {
                 for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
                     if (T == 8192 && moe_type.empty() && t != ref::Q4_K && t != ref::Q6_K) continue;
-                    GemmCase c;
-                    c.E = 256;
-                    c.topk = 8;
-                    c.M = T;
-                    c.type = t;
-                    if (t != ref::Q6_K) {
-                        c.N = 512;
-                        c.K = 2048;
-                        time_shape(b, "moe gate/up", c, moe_v, rng);
-                    }
-                    c.pair_input = true;
-                    c.N = 2048;
-                    c.K = 512;
-                    time_shape(b, "moe down", c, moe_v, rng);
+                    time_moe_shapes(b, T, t, t != ref::Q6_K, moe_v, rng);
                 }
                 g_wcache.clear();
             }
@@ -530,18 +537,7 @@ int main(int argc, char** argv) {
             for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4}) {
                 if (T == 8192 && t != ref::Q4_K && t != ref::Q8_0) continue;
                 if (!moe_type.empty() && (moe_type != ref::type_name(t) || T != 512)) continue;
-                GemmCase c;
-                c.E = 256;
-                c.topk = 8;
-                c.M = T;
-                c.type = t;
-                c.N = 512;
-                c.K = 2048;
-                time_shape(b, "moe gate/up", c, tc, rng);
-                c.pair_input = true;
-                c.N = 2048;
-                c.K = 512;
-                time_shape(b, "moe down", c, tc, rng);
+                time_moe_shapes(b, T, t, true, tc, rng);
             }
             g_wcache.clear();
         }

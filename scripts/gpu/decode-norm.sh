@@ -9,13 +9,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
-work_dir /tmp/n
+gpu_job n
 T=$TALLY_NOPEER
 F=/tmp/q4km.gguf
-t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
-pack() { cp "$OUT/summary.txt" "$REAL_OUT/summary.txt"; tar -C /tmp -czf "$REAL_OUT/n.tgz" n; }
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 mid_l4_files
@@ -34,12 +30,7 @@ for v in block warp block warp; do
     row "tg128 norm=$v" "rc=$? $(bench_row "$(ls -t "$OUT"/tg-$v-*.json | head -1)") ($(el))"
 done
 pack
-command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-pp8192.csv" \
-    "$T" run --model $F --backend cuda --tokens 8192 -n 0 > "$OUT/ncu-pp8192.out" 2>&1
-python3 tools/gpu/ncu_kernels.py "$OUT/ncu-pp8192.csv" > "$OUT/kernels-pp8192.txt" 2>&1
-row "ncu pp8192" "$(head -1 "$OUT/kernels-pp8192.txt") ($(el))"
-gzip -f "$OUT/ncu-pp8192.csv"
+ncu_prefill $F 8192 "$T"
 pack
 printf '%s\n' "${summary[@]}"
 head -40 "$OUT/kernels-pp8192.txt"

@@ -81,3 +81,28 @@ row() {
     summary+=("$(printf '%-44s %s' "$1" "$2")")
     printf '%-44s %s\n' "$1" "$2" >> "$OUT/summary.txt"
 }
+# gpu_job NAME: the usual start of a GPU script: the carried kernel cache (.carry/kcache) in use,
+# the script's files in /tmp/NAME (OUT; REAL_OUT is what comes back), the clock started; then
+# `el` (seconds since) and `pack` (the summary and a tarball of /tmp/NAME into REAL_OUT: a call
+# returns only a few files; call it after each stage, so a cut call still brings something).
+gpu_job() {
+    [ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
+    work_dir "/tmp/$1"
+    JOB=$1
+    t0=$(date +%s)
+}
+el() { echo "$(( $(date +%s) - ${t0:-$(date +%s)} )) s"; }
+pack() {
+    cp "$OUT/summary.txt" "$REAL_OUT/summary.txt" 2> /dev/null
+    tar -C /tmp -czf "$REAL_OUT/$JOB.tgz" "$JOB"
+}
+# ncu_prefill FILE TOKENS [BIN]: ncu's device time per kernel of one prefill of TOKENS tokens of
+# FILE (kernels serialised, clocks left alone) into $OUT/kernels-ppTOKENS.txt, with a summary row.
+ncu_prefill() {
+    command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
+    timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-pp$2.csv" \
+        "${3:-$TALLY_NOPEER}" run --model "$1" --backend cuda --tokens "$2" -n 0 > "$OUT/ncu-pp$2.out" 2>&1
+    python3 tools/gpu/ncu_kernels.py "$OUT/ncu-pp$2.csv" > "$OUT/kernels-pp$2.txt" 2>&1
+    row "ncu pp$2" "$(head -1 "$OUT/kernels-pp$2.txt") ($(el))"
+    gzip -f "$OUT/ncu-pp$2.csv"
+}

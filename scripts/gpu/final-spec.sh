@@ -7,11 +7,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
+gpu_job fs
 T=$TALLY_NOPEER
 F=/tmp/q4km-mtp.gguf
-t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --mtp --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 "$T" synth --preset mid --quant q4_k_m --seed 4 --out /tmp/mid.gguf > /dev/null 2>&1
@@ -21,4 +19,5 @@ wait $SYNTH
 timeout 120 "$T" bench -m $F --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max 3 --replay-acceptance 0.8 \
     -o md > "$OUT/spec.md" 2> "$OUT/spec.err"
 row "spec k=3 a=0.8" "rc=$? $(grep -ohE '[0-9.]+ t/s vs [0-9.]+ t/s plain greedy in the same windows: [0-9.]+x; per window verify [0-9.]+ s' "$OUT/spec.md") ($(el))"
+pack
 printf '%s\n' "${summary[@]}"

@@ -10,13 +10,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
-work_dir /tmp/pf2
+gpu_job pf2
 T=$TALLY_NOPEER
 F=/tmp/q4km-mtp.gguf
-t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
-save() { tar -C /tmp -czf "$REAL_OUT/pf2.tgz" pf2; }
 [ -f $F ] || "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --mtp --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 "$T" synth --preset mid --quant q4_k_m --seed 4 --out /tmp/mid.gguf > /dev/null 2>&1
@@ -36,23 +32,18 @@ for p in 512 8192 32768 131072; do
     timeout 150 "$T" bench -m $F --backend cuda -p $p -n 0 -r 3 -o md > "$OUT/bench-p$p.md" 2> "$OUT/bench-p$p.err"
     row "bench pp$p" "rc=$? $(grep -E "pp$p " "$OUT/bench-p$p.md" | awk -F'|' '{print $9}') $(grep -oE 'allocations peak [0-9.]+ GiB' "$OUT/bench-p$p.md") ($(el))"
 done
-save
+pack
 TALLY_GEMM=kernels timeout 120 "$T" bench -m $F --backend cuda -p 512,8192 -n 0 -r 3 -o md > "$OUT/bench-kernels.md" 2>&1
 row "bench TALLY_GEMM=kernels" "rc=$? $(grep -E 'pp(512|8192) ' "$OUT/bench-kernels.md" | awk -F'|' '{printf "%s=%s ", $8, $9}') ($(el))"
-command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-pp8192.csv" \
-    "$T" run --model $F --backend cuda --tokens 8192 -n 0 > "$OUT/ncu-pp8192.out" 2>&1
-python3 tools/gpu/ncu_kernels.py "$OUT/ncu-pp8192.csv" > "$OUT/kernels-pp8192.txt" 2>&1
-row "ncu pp8192" "$(head -1 "$OUT/kernels-pp8192.txt") ($(el))"
-gzip -f "$OUT/ncu-pp8192.csv"
-save
+ncu_prefill $F 8192 "$T"
+pack
 timeout 90 "$T" bench -m $F --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max 3 --replay-acceptance 0.8 -o md > "$OUT/spec-k3-a0.8.md" 2>&1
 row "spec k=3 A=0.8" "rc=$? $(grep '^speculative' "$OUT/spec-k3-a0.8.md" | head -1 | cut -c1-200) ($(el))"
-save
+pack
 for p in 512 8192; do
     timeout 200 "$T" measure --model $F --backend cuda -p $p -r 3 --out-dir "$OUT/m$p" -o md > "$OUT/measure-$p.md" 2> "$OUT/measure-$p.err"
     row "measure pp$p" "rc=$? ($(el))"
-    save
+    pack
 done
 printf '%s\n' "${summary[@]}"
 head -28 "$OUT/kernels-pp8192.txt"

@@ -11,12 +11,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
-work_dir /tmp/pw
+gpu_job pw
 T=$TALLY_NOPEER
 F=/tmp/q4km-mtp.gguf
-t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
 [ -f $F ] || "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --mtp --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 "$T" synth --preset mid --quant q4_k_m --seed 4 --out /tmp/mid.gguf > /dev/null 2>&1
@@ -31,14 +28,9 @@ for v in default kernels; do
         > "$OUT/bench-$v.md" 2> "$OUT/bench-$v.err"
     row "bench $v" "rc=$? $(grep -E 'pp(512|8192|32768) ' "$OUT/bench-$v.md" | awk -F'|' '{printf "%s=%s ", $8, $9}') ($(el))"
     grep -E 'peak' "$OUT/bench-$v.md" >> "$OUT/summary.txt"
-    tar -C /tmp -czf "$REAL_OUT/pw.tgz" pw
+    pack
 done
-command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu-pp8192.csv" \
-    "$T" run --model $F --backend cuda --tokens 8192 -n 0 > "$OUT/ncu-pp8192.out" 2>&1
-python3 tools/gpu/ncu_kernels.py "$OUT/ncu-pp8192.csv" > "$OUT/kernels-pp8192.txt" 2>&1
-row "ncu pp8192" "$(head -1 "$OUT/kernels-pp8192.txt") ($(el))"
-gzip -f "$OUT/ncu-pp8192.csv"
-tar -C /tmp -czf "$REAL_OUT/pw.tgz" pw
+ncu_prefill $F 8192 "$T"
+pack
 printf '%s\n' "${summary[@]}"
 head -30 "$OUT/kernels-pp8192.txt"

@@ -12,12 +12,10 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
+gpu_job rn
 T=$TALLY_NOPEER
 OLD=.carry/bin/tally-old
 F=/tmp/q4km.gguf
-t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 timeout 120 .carry/lab/gemm_bench --route > "$OUT/lab-route.txt" 2>&1
@@ -43,4 +41,5 @@ for v in old new old new; do
     row "bench $v" "rc=$? $(bench_row "$OUT/bench-$v.json") ($(el))"
     cp "$OUT/bench-$v.json" "$OUT/bench-$v-$(date +%s).json"
 done
+pack
 printf '%s\n' "${summary[@]}"

@@ -9,8 +9,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
-work_dir /tmp/sp
+gpu_job sp
 T=$TALLY_NOPEER
 M=/tmp/l4-mtp.gguf
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --fill pool --mtp --out $M > "$OUT/synth.log" 2>&1

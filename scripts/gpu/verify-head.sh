@@ -11,14 +11,10 @@
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-[ -d .carry/kcache ] && cp -r .carry/kcache /tmp/tally-cache && export TALLY_CACHE=/tmp/tally-cache
-work_dir /tmp/v
+gpu_job v
 T=$TALLY_NOPEER
 OLD=.carry/bin/tally-old
 F=/tmp/q4km-mtp.gguf
-t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
-pack() { cp "$OUT/summary.txt" "$REAL_OUT/summary.txt"; tar -C /tmp -czf "$REAL_OUT/v.tgz" v; }
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --mtp --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 mid_l4_files

@@ -443,14 +443,19 @@ impl<B: Backend> Session<B> {
                 "nothing to save before the first batch".into(),
             ));
         }
+        let extents = self.recurrent_extents()?;
+        self.backend.barrier()?;
+        self.backend.save_state(slot, &extents)
+    }
+
+    /// The conv and recurrent state buffers, whole (not the KV caches), by name.
+    fn recurrent_extents(&mut self) -> Result<Vec<crate::backend::StateExtent>, EngineError> {
         let plan = self.plan(1)?;
-        let extents: Vec<_> = self
+        Ok(self
             .state_extents(&plan)
             .into_iter()
             .filter(|e| !is_kv_cache(&e.name))
-            .collect();
-        self.backend.barrier()?;
-        self.backend.save_state(slot, &extents)
+            .collect())
     }
 
     /// Has the backend keep, from now on, the conv and recurrent states after each token of
@@ -461,12 +466,7 @@ impl<B: Backend> Session<B> {
         if self.n_past == 0 {
             return Ok(false);
         }
-        let plan = self.plan(1)?;
-        let extents: Vec<_> = self
-            .state_extents(&plan)
-            .into_iter()
-            .filter(|e| !is_kv_cache(&e.name))
-            .collect();
+        let extents = self.recurrent_extents()?;
         self.backend.barrier()?;
         self.backend.enable_token_states(&extents, max_tokens)
     }

@@ -746,6 +746,40 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
     }
 }
 
+// Piece p of a quantised x row in shared memory (gemv_quantize_x's layout: units sq, swizzled):
+// its 32 int16 values as 16 words of pairs.
+__device__ __forceinline__ void gemv_x_piece(const uint4* sq, int p, u32 (&xw)[16]) {
+    const int sw = (p >> 1) & 3;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const uint4 t = sq[4 * p + (u ^ sw)];
+        xw[4 * u] = t.x;
+        xw[4 * u + 1] = t.y;
+        xw[4 * u + 2] = t.z;
+        xw[4 * u + 3] = t.w;
+    }
+}
+
+// One weight piece (bytes b, scales sc, offsets off of its two segments; zero point ZO) against
+// x piece xw with metadata m = {dx0 bits, isum0, dx1 bits, isum1}: dp2a over each segment, then
+// sum over the segments of dx * (sc * (dot - ZO * isum) + off * isum), in f32.
+template <int ZO>
+__device__ __forceinline__ float gemv_piece_dot(const u32 (&xw)[16], const uint4& m, const u32* b, const float* sc,
+                                                const float* off) {
+    const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
+    const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
+    int d0 = 0, d1 = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        d0 = dp2a_lo(xw[2 * j], b[j], d0);
+        d0 = dp2a_hi(xw[2 * j + 1], b[j], d0);
+        d1 = dp2a_lo(xw[8 + 2 * j], b[4 + j], d1);
+        d1 = dp2a_hi(xw[8 + 2 * j + 1], b[4 + j], d1);
+    }
+    return dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
+           dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
+}
+
 // Integer GEMV (the integer formats, K <= GEMV_QK_MAX): gemv_body's warps, rows, pieces, lanes
 // and outputs, with x quantised once per block and row into shared memory (gemv_quantize_x) and
 // each segment's dot product in integers: dp2a (two int16 x two bytes per instruction) over the
@@ -796,33 +830,14 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
                 for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
             }
             u32 xw[16];
-            const int sw = (p >> 1) & 3;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const uint4 t = sx.q[4 * p + (u ^ sw)];
-                xw[4 * u] = t.x;
-                xw[4 * u + 1] = t.y;
-                xw[4 * u + 2] = t.z;
-                xw[4 * u + 3] = t.w;
-            }
+            gemv_x_piece(sx.q, p, xw);
             const uint4 m = sx.m[p];
-            const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
-            const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
 #pragma unroll
             for (int r = 0; r < RW; r++) {
                 u32 b[8];
                 float sc[2], off[2];
                 pc[r].to_bytes(p, b, sc, off);
-                int d0 = 0, d1 = 0;
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    d0 = dp2a_lo(xw[2 * j], b[j], d0);
-                    d0 = dp2a_hi(xw[2 * j + 1], b[j], d0);
-                    d1 = dp2a_lo(xw[8 + 2 * j], b[4 + j], d1);
-                    d1 = dp2a_hi(xw[8 + 2 * j + 1], b[4 + j], d1);
-                }
-                acc[r] += dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
-                          dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
+                acc[r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
             }
         }
         gemv_store<RW>(a, paired, acc, lane, nb, yrow);
@@ -867,33 +882,6 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
         for (int j = 0; j < M; j++)
             gemv_quantize_x<T>(a.x + static_cast<i64>(j) * a.ldx, a.K, xvec, sq + 4 * P * j, sm + P * j);
         __syncthreads();
-        // One segment pair's products of x row j (xw, m) with converted piece (b, sc, off).
-        auto dot = [&](const u32 (&xw)[16], const uint4& m, const u32* b, const float* sc, const float* off) {
-            const float dx0 = __uint_as_float(m.x), dx1 = __uint_as_float(m.z);
-            const int is0 = static_cast<int>(m.y), is1 = static_cast<int>(m.w);
-            int d0 = 0, d1 = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                d0 = dp2a_lo(xw[2 * i], b[i], d0);
-                d0 = dp2a_hi(xw[2 * i + 1], b[i], d0);
-                d1 = dp2a_lo(xw[8 + 2 * i], b[4 + i], d1);
-                d1 = dp2a_hi(xw[8 + 2 * i + 1], b[4 + i], d1);
-            }
-            return dx0 * (sc[0] * static_cast<float>(d0 - ZO * is0) + off[0] * static_cast<float>(is0)) +
-                   dx1 * (sc[1] * static_cast<float>(d1 - ZO * is1) + off[1] * static_cast<float>(is1));
-        };
-        auto load_x = [&](int j, int p, u32 (&xw)[16]) {
-            const uint4* q = sq + 4 * P * j;
-            const int sw = (p >> 1) & 3;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const uint4 t = q[4 * p + (u ^ sw)];
-                xw[4 * u] = t.x;
-                xw[4 * u + 1] = t.y;
-                xw[4 * u + 2] = t.z;
-                xw[4 * u + 3] = t.w;
-            }
-        };
         while (bx < groups) {  // no barriers from here on
             const int nb = bx * (warps * RW) + warp * RW;
             float acc[MR][RW];
@@ -908,14 +896,14 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
                 }
                 if constexpr (MR == 1) {  // gemv_int_body's order: x once, then row by row
                     u32 xw[16];
-                    load_x(0, p, xw);
+                    gemv_x_piece(sq, p, xw);
                     const uint4 m = sm[p];
 #pragma unroll
                     for (int r = 0; r < RW; r++) {
                         u32 b[8];
                         float sc[2], off[2];
                         pc[r].to_bytes(p, b, sc, off);
-                        acc[0][r] += dot(xw, m, b, sc, off);
+                        acc[0][r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
                     }
                 } else {  // every row's piece converted once, then x row by x row
                     u32 b[RW][8];
@@ -926,10 +914,10 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
                     for (int j = 0; j < MR; j++) {
                         if (j >= M) break;
                         u32 xw[16];
-                        load_x(j, p, xw);
+                        gemv_x_piece(sq + 4 * P * j, p, xw);
                         const uint4 m = sm[P * j + p];
 #pragma unroll
-                        for (int r = 0; r < RW; r++) acc[j][r] += dot(xw, m, b[r], sc[r], off[r]);
+                        for (int r = 0; r < RW; r++) acc[j][r] += gemv_piece_dot<ZO>(xw, m, b[r], sc[r], off[r]);
                     }
                 }
             }

@@ -384,17 +384,20 @@ pub(crate) fn expert_gemm(
             err,
             bcount,
         };
-        let grid = (route_blocks as u32, 1, 1);
-        if route_blocks > 1 {
+        // More than one block: moe_route_count first, then moe_route over the same grid.
+        let kernels = [b.kernels.moe_route_count, b.kernels.moe_route];
+        for &kernel in &kernels[usize::from(route_blocks == 1)..] {
             // SAFETY: MoeRouteArgs mirrors moe.cu's struct (layout asserted at kernel build).
-            // Blocks of MOE_ROUTE_THREADS over ceil(P / chunk) blocks, as the kernel requires;
+            // Blocks of MOE_ROUTE_THREADS over ceil(P / chunk) blocks, as the kernels require;
             // block b reads ids [b chunk, (b + 1) chunk) of the node's contiguous T x k view
-            // (checked above) and writes bcount[b][0..=E], which `addresses` placed in the
-            // workspace grown above to `tables.bytes()` (blocks x (E + 1) i32s).
+            // (checked above). moe_route_count writes bcount[b][0..=E]; moe_route reads it (the
+            // launch before it on this stream) and writes the tables; both at the workspace
+            // offsets `addresses` gives, in the workspace grown above to `tables.bytes()` (the
+            // same MoeTables: blocks x (E + 1) i32s of bcount when there are several blocks).
             unsafe {
                 launch(
-                    b.kernels.moe_route_count,
-                    grid,
+                    kernel,
+                    (route_blocks as u32, 1, 1),
                     (MOE_ROUTE_THREADS, 1, 1),
                     0,
                     s,
@@ -402,19 +405,6 @@ pub(crate) fn expert_gemm(
                 )
             }?;
         }
-        // SAFETY: as above; the same grid reads bcount (written by the launch before it on this
-        // stream) and writes the tables at the workspace offsets `addresses` gives (the same
-        // MoeTables, sized by `tables.bytes()`).
-        unsafe {
-            launch(
-                b.kernels.moe_route,
-                grid,
-                (MOE_ROUTE_THREADS, 1, 1),
-                0,
-                s,
-                &r,
-            )
-        }?;
     }
     let a = GemmArgs {
         w: wptr,

@@ -42,6 +42,14 @@ impl Snapshots {
 }
 
 impl CudaBackend {
+    /// The live state buffer `name` (it exists once a plan using it was prepared).
+    fn live_state(&self, name: &str) -> Result<&DevBuf, EngineError> {
+        self.arena
+            .state
+            .get(name)
+            .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))
+    }
+
     /// Where a launch over `t` tokens whose state view starts at `view` writes its per-token
     /// states: (pointer to the copy of token 0 at the view's offset, floats between tokens), or
     /// (0, 0) when none is kept for this state or `t` is outside 2..=max_tokens.
@@ -93,11 +101,7 @@ impl CudaBackend {
             return Ok(false);
         }
         for e in extents {
-            let live = self
-                .arena
-                .state
-                .get(&e.name)
-                .ok_or_else(|| EngineError::Internal(format!("state {} missing", e.name)))?;
+            let live = self.live_state(&e.name)?;
             // Whole buffers, so a state view anywhere in one has its copies.
             let bytes = live.bytes;
             let buf = DevBuf::alloc(bytes * max_tokens, "per-token sequence states")?;
@@ -126,11 +130,7 @@ impl CudaBackend {
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         let stream = self.cu_stream();
         for (name, ts) in &s.tokens {
-            let live = self
-                .arena
-                .state
-                .get(name)
-                .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))?;
+            let live = self.live_state(name)?;
             if live.bytes > ts.bytes {
                 return Ok(false);
             }
@@ -187,11 +187,7 @@ impl CudaBackend {
         let mut saved = Vec::with_capacity(extents.len());
         let mut total = 0;
         for e in extents {
-            let live = self
-                .arena
-                .state
-                .get(&e.name)
-                .ok_or_else(|| EngineError::Internal(format!("state {} missing", e.name)))?;
+            let live = self.live_state(&e.name)?;
             if e.bytes > live.bytes {
                 return Err(EngineError::Internal(format!(
                     "snapshot of {} bytes of {} ({} bytes)",
@@ -231,11 +227,7 @@ impl CudaBackend {
             .get(&slot)
             .ok_or_else(|| EngineError::Internal(format!("no saved state in slot {slot}")))?;
         for (name, copy) in saved {
-            let live = self
-                .arena
-                .state
-                .get(name)
-                .ok_or_else(|| EngineError::Internal(format!("state {name} missing")))?;
+            let live = self.live_state(name)?;
             if copy.bytes > live.bytes || copy.bytes > copy.buf.bytes {
                 return Err(EngineError::Internal(format!(
                     "saved {} bytes of {name} into {} bytes",
