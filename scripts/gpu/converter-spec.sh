@@ -22,7 +22,7 @@ done
 pack
 for v in mtp replay; do
     e=(); [ $v = replay ] && e=(--replay-acceptance 0.8)
-    timeout 120 "$T" bench -m $dir/conv-d-mtp-f32.gguf --backend cuda -p 1 -n 64 -r 2 --spec mtp --draft-max 3 "${e[@]}" \
+    timeout 120 "$T" bench -m $dir/conv-d-mtp-f32.gguf --backend cuda -p 1 -n 64 -r 3 --spec mtp --draft-max 3 "${e[@]}" \
         -o md > "$OUT/spec-$v.md" 2> "$OUT/spec-$v.err"
     row "spec conv-d-mtp-f32 k=3 $v" "rc=$? $(grep -ohE 'kept [0-9.]+ given.*rollbacks, [0-9]+ recomputes' "$OUT/spec-$v.md") $(grep -ihE 'diverged|error' "$OUT/spec-$v.err" | head -1) ($(el))"
 done
