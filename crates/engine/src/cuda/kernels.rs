@@ -52,6 +52,8 @@ pub struct GemmSet {
     pub swap: Kernel,
     /// The swapped tile on wgmma, `gemm_<t>_w128` (tiles of 128 x rows; x from `x_f16_perm`).
     pub wg128: Kernel,
+    /// The x-resident wgmma tiles for K <= 512, `gemm_<t>_x64` and `gemm_<t>_x128`.
+    pub wgx: [Kernel; 2],
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -193,6 +195,7 @@ impl Kernels {
                 mmv_multi: k(format!("mmv_multi_{t}"))?,
                 swap: k(format!("gemm_{t}_s32"))?,
                 wg128: k(format!("gemm_{t}_w128"))?,
+                wgx: [k(format!("gemm_{t}_x64"))?, k(format!("gemm_{t}_x128"))?],
             });
         }
         let gemm_sets: [GemmSet; 16] = sets

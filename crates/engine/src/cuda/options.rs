@@ -82,6 +82,10 @@ pub struct CudaOptions {
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
     /// On unless `TALLY_GEMVR=off`.
     pub gemvr: bool,
+    /// The x-resident wgmma tiles for the MoE down projections where they measured faster
+    /// (`ops/matmul.rs` `wg_tile`: the Q4_K down of long prompts on `gemm_<t>_x128`, the Q6_K
+    /// down of short ones on `gemm_<t>_x64`); off with `TALLY_WGX=off` (the earlier tiles).
+    pub wgx: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -109,6 +113,7 @@ impl Default for CudaOptions {
             norm_warp: true,
             add_norm_regs: true,
             gemvr: true,
+            wgx: true,
         }
     }
 }
@@ -209,6 +214,11 @@ impl CudaOptions {
             Some("off") => o.gemvr = false,
             Some(v) => return Err(bad("TALLY_GEMVR", v, "on or off")),
         }
+        match get("TALLY_WGX").as_deref() {
+            None | Some("") | Some("on") => {}
+            Some("off") => o.wgx = false,
+            Some(v) => return Err(bad("TALLY_WGX", v, "on or off")),
+        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -298,6 +308,7 @@ impl CudaOptions {
                 if self.add_norm_regs { "regs" } else { "loop" }
             ),
             format!("gemvr={}", on(self.gemvr)),
+            format!("wgx={}", on(self.wgx)),
         ]
     }
 }
@@ -333,7 +344,8 @@ mod tests {
                 "gemv_blocks=2,2,2,2",
                 "norm=warp",
                 "add_norm=regs",
-                "gemvr=on"
+                "gemvr=on",
+                "wgx=on"
             ]
         );
     }
@@ -352,9 +364,11 @@ mod tests {
             ("TALLY_NORM", "block"),
             ("TALLY_ADD_NORM", "loop"),
             ("TALLY_GEMVR", "off"),
+            ("TALLY_WGX", "off"),
         ])
         .expect("options");
         assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
+        assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);

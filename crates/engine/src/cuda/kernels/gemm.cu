@@ -1200,6 +1200,9 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w64(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 64>(a);                                                                      \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x96(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 96>(a);                                                                     \
     }
 #endif
 
@@ -1221,7 +1224,13 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     TALLY_WG_LAB_KERNELS(name, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w128(GemmArgs a) { pdl_enter(); \
-        gemm_wg_body<T, 128>(a);                                                                     \
+        gemm_wg_body<T, 128, true>(a);                                                               \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x64(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 64>(a);                                                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x128(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 128>(a);                                                                    \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) gemv_##name(GemmArgs a) {                \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \

@@ -140,6 +140,18 @@ struct Wgmma<64> {
 };
 
 template <>
+struct Wgmma<96> {
+    static __device__ __forceinline__ void mma(float (&d)[48], const u32 (&a)[4], u64 desc) {
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+        "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+    }
+};
+
+template <>
 struct Wgmma<128> {
     static __device__ __forceinline__ void mma(float (&d)[64], const u32 (&a)[4], u64 desc) {
         asm volatile(
@@ -152,9 +164,59 @@ struct Wgmma<128> {
 };
 #endif  // TALLY_EMU
 
-template <int T, int BT>
+// Shared by gemm_wg_body and gemm_wgx_body.
+// x chunk i of thread tid in one K step of a BT-row x tile: its source (row s_xrow[r], 16-byte
+// chunk c of the step's 128 halves) and its offset in the swizzled stage (half c / 8, chunk c % 8
+// swizzled by the row).
+template <int BT>
+__device__ __forceinline__ void wg_x_chunk(const GemmArgs& a, const i32* s_xrow, int tid, int i, const u16*& src,
+                                           u32& dst) {
+    const int j = tid + GEMM_THREADS * i, r = j >> 4, c = j & 15;
+    src = a.xh + static_cast<i64>(s_xrow[r]) * a.ldxh + 8 * c;
+    dst = static_cast<u32>((c >> 3) * (BT * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+// The 8 k16 blocks of one K step: A {rows g, g + 8} x {k' 2t.., 8 + 2t..} from h0/h1; B from the
+// x stage at shared address xa, half kk / 4, 32 bytes further per k16 block inside the rows.
+template <int BT>
+__device__ __forceinline__ void wg_mma_step(float (&acc)[BT / 2], u32 xa, const u32 (&h0)[16], const u32 (&h1)[16]) {
+#pragma unroll
+    for (int kk = 0; kk < WG_BK / 16; kk++) {
+        const u32 af[4] = {h0[2 * kk], h1[2 * kk], h0[2 * kk + 1], h1[2 * kk + 1]};
+        Wgmma<BT>::mma(acc, af, wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)));
+    }
+}
+// Epilogue: acc[4j + e] is weight row r0 + 8 (e >> 1) (output column), token 8j + 2t + (e & 1);
+// CLEAR: the accumulators zeroed after (the next block of weight rows).
+template <int BT, bool CLEAR>
+__device__ __forceinline__ void wg_store(const GemmArgs& a, const i32* s_yrow, int r0, int t, float (&acc)[BT / 2]) {
+    const bool split = a.layout == 1;
+#pragma unroll
+    for (int j = 0; j < BT / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int yr = s_yrow[8 * j + 2 * t + (e & 1)];
+            const int n = r0 + 8 * (e >> 1);
+            if (yr >= 0 && n < a.N)
+                a.y[static_cast<i64>(yr) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[4 * j + e];
+            if (CLEAR) acc[4 * j + e] = 0.0f;
+        }
+    }
+}
+
+// PIPE (with S >= 4; else the schedule above): the MMAs of step kt stay in flight across the
+// barrier. Per step: MMAs of kt issued and committed; copies of step kt + S - 2 into the stage of
+// step kt - 2 (every warp's MMAs of kt - 2 were waited for before the previous barrier); wait for
+// step kt + 1's copies; wgmma.wait_group 1 (this thread's MMAs of kt - 1 done: their registers
+// are free); decode step kt + 1 into them; proxy fence; __syncthreads. So the tensor cores hold
+// step kt's MMAs while the block passes its barrier and step kt + 1's are queued behind them,
+// at the price of one stage of copy lead (S - 2 steps instead of S - 1). The engine's w128 asks
+// for it. lab/gemm on the H200 (docs/results/2026-12-04-h200-wgx): Q4_K MoE gate/up at 8,192
+// tokens 0.662 -> 0.644 ms, the Q4_K down 1.346 -> 1.229; with S = 3 it lost (Q8_0 dense q
+// 1.237 -> 1.351, Q5_K gate/up at 512 tokens 0.441 -> 0.488: one step of copy lead is none).
+template <int T, int BT, bool PIPE_ASKED = false>
 __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     constexpr int BN = SWP_BN, BK = WG_BK, S = WG_STAGES(T), SW = Piece<T>::SLOT_WORDS;
+    constexpr bool PIPE = PIPE_ASKED && S >= 4;
     constexpr int XC = BT * 16 / GEMM_THREADS;  // 16-byte x chunks per thread per stage
     constexpr int XSTAGE = 2 * BT * 128;        // bytes of one x stage
     static_assert(BT == 16 || BT == 32 || BT == 64 || BT == 128, "BT");
@@ -183,11 +245,7 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     const u16* xsrc[XC];
     u32 xdst[XC];
 #pragma unroll
-    for (int i = 0; i < XC; i++) {
-        const int j = tid + GEMM_THREADS * i, r = j >> 4, c = j & 15;
-        xsrc[i] = a.xh + static_cast<i64>(s_xrow[r]) * a.ldxh + 8 * c;
-        xdst[i] = static_cast<u32>((c >> 3) * (BT * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-    }
+    for (int i = 0; i < XC; i++) wg_x_chunk<BT>(a, s_xrow, tid, i, xsrc[i], xdst[i]);
 
     u32 ha0[16], ha1[16], hb0[16], hb1[16];
     float acc[BT / 2];
@@ -209,15 +267,9 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     auto decode_w = [&](int kt, u32 (&h0)[16], u32 (&h1)[16]) {
         swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
     };
-    // The 8 k16 blocks of step kt: A {rows g, g + 8} x {k' 2t.., 8 + 2t..} from h0/h1; B from
-    // x stage kt % S, half kk / 4, 32 bytes further per k16 block inside the swizzled rows.
+    // Step kt's MMAs, B from x stage kt % S.
     auto mma = [&](int kt, const u32 (&h0)[16], const u32 (&h1)[16]) {
-        const u32 xa = smem_u32(Xs + (kt % S) * XSTAGE);
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            const u32 af[4] = {h0[2 * kk], h1[2 * kk], h0[2 * kk + 1], h1[2 * kk + 1]};
-            Wgmma<BT>::mma(acc, af, wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)));
-        }
+        wg_mma_step<BT>(acc, smem_u32(Xs + (kt % S) * XSTAGE), h0, h1);
     };
     const int KT = a.K / BK;
     // One step: the MMAs of step kt run while the thread copies step kt + S - 1 and decodes
@@ -240,31 +292,161 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
         __syncthreads();
     };
 
+    // The pipelined step (PIPE): see above. Group accounting: before the wait, steps 0..kt + S - 2
+    // are issued (one group each), so at most S - 3 pending means step kt + 1 has landed.
+    auto step_p = [&](int kt, const u32 (&c0)[16], const u32 (&c1)[16], u32 (&n0)[16], u32 (&n1)[16]) {
+        wg_fence();
+        mma(kt, c0, c1);
+        wg_commit();
+        issue(min(kt + S - 2, KT - 1), kt + S - 2);
+        cp_async_commit();
+        cp_async_wait<(S >= 3 ? S - 3 : 0)>();
+        wg_wait<1>();
+        decode_w(min(kt + 1, KT - 1), n0, n1);
+        fence_proxy_async();
+        __syncthreads();
+    };
+
+    constexpr int LEAD = PIPE ? S - 2 : S - 1;  // steps copied before the loop
 #pragma unroll
-    for (int i = 0; i < S - 1; i++) {
+    for (int i = 0; i < LEAD; i++) {
         issue(min(i, KT - 1), i);
         cp_async_commit();
     }
-    cp_async_wait<S - 2>();
+    cp_async_wait<LEAD - 1>();
     decode_w(0, ha0, ha1);
     fence_proxy_async();
     __syncthreads();
-    for (int kt = 0; kt < KT; kt += 2) {
-        step(kt, ha0, ha1, hb0, hb1);
-        if (kt + 1 < KT) step(kt + 1, hb0, hb1, ha0, ha1);
+    if constexpr (PIPE) {
+        for (int kt = 0; kt < KT; kt += 2) {
+            step_p(kt, ha0, ha1, hb0, hb1);
+            if (kt + 1 < KT) step_p(kt + 1, hb0, hb1, ha0, ha1);
+        }
+        wg_wait<0>();
+    } else {
+        for (int kt = 0; kt < KT; kt += 2) {
+            step(kt, ha0, ha1, hb0, hb1);
+            if (kt + 1 < KT) step(kt + 1, hb0, hb1, ha0, ha1);
+        }
     }
     cp_async_wait<0>();
 
-    // Epilogue: acc[4j + e] is weight row r0 + 8 (e >> 1) (output column), token 8j + 2t + (e & 1).
-    const bool split = a.layout == 1;
+    wg_store<BT, false>(a, s_yrow, r0, t, acc);
+}
+
+// gemm_<t>_x<BT>: the wgmma tile for short K (K <= WGX_K_MAX: the MoE down projection, K = 512
+// on this model) with x resident. A block copies its BT x rows' whole K once (as f16 in the
+// wgmma tiles' K order, every K step's swizzled stage side by side), then walks weight-row
+// blocks nb = blockIdx.x, + gridDim.x, ... (BN = 128 rows each; gridDim.x = 1: all N) streaming
+// only weight pieces through each thread's private ring slots. Nothing in the loop is shared
+// between threads but x, which no one writes after the start: no barrier after the first, so
+// the warps and the two warpgroups drift apart and one's decode runs beside the other's MMAs.
+// Against gemm_<t>_w<BT> at K = 512 (4 K steps a block, x re-read for every 128 weight rows,
+// the pipeline filled and drained per block), the fill and the x traffic are paid once per x
+// tile instead of once per (x tile, weight block).
+// Per step s (weight block j = s / KT, K step kt = s % KT): MMAs of s issued and committed;
+// copies of step s + S - 1 into the thread's slot of step s - 1 (decoded one step ago); wait
+// for step s + 1's copies; wgmma.wait_group 1 (the MMAs of s - 1 done: their A registers
+// free); decode step s + 1; at a block's last K step, wait for all MMAs, store the block's
+// outputs and clear the accumulators.
+// Grid (1..ceil(N / 128), tiles), 256 threads, dynamic smem WGX_SMEM_BYTES(t, BT); otherwise
+// the preconditions and precision of gemm_<t>_w<BT>; K > WGX_K_MAX writes nothing.
+#define WGX_K_MAX 512
+#define WGX_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : GEMM_SLOT_BYTES(t) <= 64 ? 3 : 2)
+#define WGX_SMEM_BYTES(t, bt) \
+    (1024 + (WGX_K_MAX / WG_BK) * 2 * (bt) * 128 + 8 * (bt) + WGX_STAGES(t) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+
+template <int T, int BT>
+__device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
+    constexpr int BN = SWP_BN, BK = WG_BK, S = WGX_STAGES(T), SW = Piece<T>::SLOT_WORDS;
+    constexpr int XC = BT * 16 / GEMM_THREADS;
+    constexpr int XSTAGE = 2 * BT * 128;
+    constexpr int KT_MAX = WGX_K_MAX / BK;
+    static_assert(BT == 32 || BT == 64 || BT == 96 || BT == 128, "BT");
+    static_assert(BN == 128 && GEMM_THREADS == 256, "two warpgroups of 64 weight rows");
+    static_assert(S >= 2, "stages");
+    static_assert(XC >= 1 && XC * GEMM_THREADS == BT * 16, "whole x chunks per thread");
+
+    TALLY_DYNAMIC_SMEM(smem);
+    u8* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);
+    u8* Xs = base;                                                // [KT_MAX][2][BT][128 bytes]
+    i32* s_xrow = reinterpret_cast<i32*>(base + KT_MAX * XSTAGE);
+    i32* s_yrow = s_xrow + BT;
+    u32* ring = reinterpret_cast<u32*>(s_yrow + BT);              // [S][2][SW/4][threads] x 16 B
+
+    if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
+    if (a.K > WGX_K_MAX) return;
+    int n0_first;
+    const u8* w;
+    if (!gemm_tile_begin<T, BK>(a, BN, BT, n0_first, w, s_xrow, s_yrow)) return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int KT = a.K / BK;
+    const int nblk = (a.N + BN - 1) / BN, bx = static_cast<int>(blockIdx.x), gx = static_cast<int>(gridDim.x);
+    const int NJ = (nblk - bx + gx - 1) / gx;  // >= 1 (gemm_tile_begin: bx < nblk)
+    const int SS = NJ * KT;
+    auto n0_of = [&](int s) { return (bx + (s / KT) * gx) * BN; };
+
+    auto slot = [&](int s, int j) {
+        return Slot{ring + (s % S) * (2 * SW * GEMM_THREADS) + j * (SW * GEMM_THREADS) + 4 * tid, 4 * GEMM_THREADS};
+    };
+    auto issue_w = [&](int s, int slot_of) {
+        const u8 *r0, *r1;
+        swap_rows(a, w, n0_of(s), warp, g, r0, r1);
+        const int p = 4 * (s % KT) + t;
+        Piece<T> pc;
+        pc.issue_async(slot(slot_of, 0), r0, p);
+        pc.issue_async(slot(slot_of, 1), r1, p);
+    };
+    auto decode_w = [&](int s, u32 (&h0)[16], u32 (&h1)[16]) {
+        const u8 *r0, *r1;
+        swap_rows(a, w, n0_of(s), warp, g, r0, r1);
+        swap_decode<T>(slot(s, 0), slot(s, 1), r0, r1, 4 * (s % KT) + t, h0, h1);
+    };
+    float acc[BT / 2];
 #pragma unroll
-    for (int j = 0; j < BT / 8; j++) {
+    for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+    auto mma = [&](int s, const u32 (&h0)[16], const u32 (&h1)[16]) {
+        wg_mma_step<BT>(acc, smem_u32(Xs + (s % KT) * XSTAGE), h0, h1);
+    };
+    auto store = [&](int s) { wg_store<BT, true>(a, s_yrow, n0_of(s) + 16 * warp + g, t, acc); };
+
+    // x: every K step's stage, in the same cp.async group as step 0's weights.
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int yr = s_yrow[8 * j + 2 * t + (e & 1)];
-            const int n = r0 + 8 * (e >> 1);
-            if (yr < 0 || n >= a.N) continue;
-            a.y[static_cast<i64>(yr) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[4 * j + e];
-        }
+    for (int i = 0; i < XC; i++) {
+        const u16* src;
+        u32 dst;
+        wg_x_chunk<BT>(a, s_xrow, tid, i, src, dst);
+        for (int kt = 0; kt < KT; kt++) cp_async16(Xs + kt * XSTAGE + dst, src + BK * kt);
     }
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) {
+        issue_w(min(i, SS - 1), i);
+        cp_async_commit();
+    }
+    cp_async_wait<S - 2>();
+    fence_proxy_async();
+    __syncthreads();  // x landed for every thread's MMAs; the only barrier after the row tables
+
+    u32 ha0[16], ha1[16], hb0[16], hb1[16];
+    decode_w(0, ha0, ha1);
+    auto step = [&](int s, const u32 (&c0)[16], const u32 (&c1)[16], u32 (&n0)[16], u32 (&n1)[16]) {
+        wg_fence();
+        mma(s, c0, c1);
+        wg_commit();
+        issue_w(min(s + S - 1, SS - 1), s + S - 1);
+        cp_async_commit();
+        cp_async_wait<S - 2>();
+        wg_wait<1>();
+        decode_w(min(s + 1, SS - 1), n0, n1);
+        if (s % KT == KT - 1) {
+            wg_wait<0>();
+            store(s);
+        }
+    };
+    for (int s = 0; s < SS; s += 2) {
+        step(s, ha0, ha1, hb0, hb1);
+        if (s + 1 < SS) step(s + 1, hb0, hb1, ha0, ha1);
+    }
+    wg_wait<0>();
+    cp_async_wait<0>();
 }

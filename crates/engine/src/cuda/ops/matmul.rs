@@ -11,7 +11,7 @@ use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
 use crate::cuda::consts::{
     GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_INT_MIN_ROWS, GEMV_QK_MAX,
     GEMV_THREADS, GEMVR_K_MAX, GEMVR_MAX_M, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE,
-    SWP_BK, SWP_LDS, SWP_STAGES,
+    SWP_BK, SWP_BN, SWP_LDS, SWP_STAGES,
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
@@ -260,14 +260,98 @@ pub(crate) fn wg_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
     (1024 + s * 2 * bt * 128 + 8 * bt + s * GEMM_THREADS as i64 * 2 * slot) as u32
 }
 
-/// Whether a MoE projection whose tiles hold about `mean` rows per expert runs on the wgmma tile
-/// `gemm_<t>_w128`: from 100 rows per expert (prefill of a few thousand tokens) where K is a
-/// multiple of its K step. Measured in lab/gemm (`gemm_bench --wg`, H200, 8,192 tokens over
-/// 256 experts, docs/results/2026-12-04-h200-wgmma): Q4_K gate/up (K = 2048) 0.80 ms against
-/// 1.06 (m64) and 1.13 (m128); the down projection (K = 512, four K steps) only for Q6_K
-/// (1.94 against 2.11 for m128); the Q4_K down stays on m64 (1.27 against 1.46).
-pub(crate) fn use_wg(ty: GgmlType, k: usize, mean: f64) -> bool {
-    mean > 100.0 && k as i64 % SWP_BK == 0 && (k >= 1024 || ty == GgmlType::Q6_K)
+/// Largest dynamic shared memory a block may ask for on the GPUs the wgmma tiles run on (sm_90:
+/// 227 KB).
+const SMEM_OPT_IN_MAX: u32 = 232_448;
+
+/// Most K of the x-resident wgmma tile (`WGX_K_MAX` in gemm_wg.cuh).
+pub(crate) const WGX_K_MAX: usize = 512;
+
+/// Dynamic shared memory of the x-resident wgmma tile (`WGX_SMEM_BYTES(t, bt)`): 1024 bytes of
+/// alignment slack, every K step of x (WGX_K_MAX / 128 stages of bt rows of 128 halves), two row
+/// tables, the weight ring (same stages as the wgmma tile's).
+pub(crate) fn wgx_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
+    let (s, slot) = (wg_stages(ty), gemm_slot_bytes(ty));
+    (1024
+        + (WGX_K_MAX as i64 / SWP_BK) * 2 * bt * 128
+        + 8 * bt
+        + s * GEMM_THREADS as i64 * 2 * slot) as u32
+}
+
+/// The wgmma tile a MoE projection runs on, if any (x converted to f16 in its K order first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WgTile {
+    /// `gemm_<t>_w128`: 128 x rows a tile, one block per 128 weight rows.
+    W128,
+    /// `gemm_<t>_x64` / `_x128`: K <= WGX_K_MAX, the tile's x resident while a block walks the
+    /// weight rows (grid.x [`WgTile::grid_x`]).
+    X64,
+    X128,
+}
+
+impl WgTile {
+    /// x rows per tile.
+    pub(crate) fn bt(self) -> i64 {
+        match self {
+            WgTile::X64 => 64,
+            WgTile::W128 | WgTile::X128 => WG_BT,
+        }
+    }
+    /// Dynamic shared memory of the launch.
+    pub(crate) fn smem_bytes(self, ty: GgmlType) -> u32 {
+        match self {
+            WgTile::W128 => wg_smem_bytes(ty, WG_BT),
+            x => wgx_smem_bytes(ty, x.bt()),
+        }
+    }
+    /// grid.x for N output columns: one block per 128 for w128; the x-resident tiles as
+    /// measured, x64 one block walking all of them, x128 a block per 8 (two at N = 2048).
+    pub(crate) fn grid_x(self, n: usize) -> u32 {
+        let blocks = n.div_ceil(SWP_BN as usize).max(1) as u32;
+        match self {
+            WgTile::W128 => blocks,
+            WgTile::X64 => 1,
+            WgTile::X128 => blocks.div_ceil(8),
+        }
+    }
+}
+
+/// The dynamic shared memory of tile `t` for `ty`, if it fits a block.
+pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
+    let b = t.smem_bytes(ty);
+    (b <= SMEM_OPT_IN_MAX).then_some(b)
+}
+
+/// The wgmma tile of a MoE projection whose tiles hold about `mean` rows per expert, if one takes
+/// it. Measured in lab/gemm (`gemm_bench --wg`, H200, 256 experts; docs/results/
+/// 2026-12-04-h200-wgmma and 2026-12-04-h200-wgx):
+/// - from 100 rows per expert (prefills of a few thousand tokens), where K is a multiple of its
+///   K step: w128 for K >= 1024 (Q4_K gate/up at 8,192 tokens 0.64 ms against 1.06 for m64) and
+///   the Q6_K down (1.73 against 2.99 for m64; x64 1.84, x128 does not fit); x128 for the Q4_K
+///   down (0.905 against 1.276 for m64 and 1.229 for w128);
+/// - from 3 to 100 rows per expert: x64 for the Q6_K down (512 tokens: 0.420 against 0.569 for
+///   the swapped s32). The other types' downs at 512 tokens stay where they were (Q4_K m32
+///   0.203 against x64 0.330; Q8_0, IQ4_XS, MXFP4 within 20% of x64 but faster).
+///
+/// `wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles.
+pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<WgTile> {
+    if k as i64 % SWP_BK != 0 || mean <= 2.0 {
+        return None;
+    }
+    if !wgx {
+        return (mean > 100.0 && (k >= 1024 || ty == GgmlType::Q6_K)).then_some(WgTile::W128);
+    }
+    let fits = |t: WgTile| wg_tile_smem_if_fits(ty, t).is_some();
+    if mean > 100.0 {
+        if k >= 1024 || ty == GgmlType::Q6_K {
+            return Some(WgTile::W128);
+        }
+        if k <= WGX_K_MAX && ty == GgmlType::Q4_K && fits(WgTile::X128) {
+            return Some(WgTile::X128);
+        }
+        return None;
+    }
+    (k <= WGX_K_MAX && ty == GgmlType::Q6_K && fits(WgTile::X64)).then_some(WgTile::X64)
 }
 
 /// Whether a MoE projection whose tiles hold up to 32 rows runs on the swapped tile rather than
@@ -285,7 +369,8 @@ pub(crate) const TILE_BM: [i64; 3] = [128, 64, 32];
 
 /// The host's sizes asserted equal to gemm.cu's own (appended to it at build time).
 pub fn geometry_asserts() -> String {
-    let mut s = String::new();
+    let mut s =
+        format!("static_assert(WGX_K_MAX == {WGX_K_MAX}, \"WGX_K_MAX differs from matmul.rs\");\n");
     for ty in GEMM_TYPES {
         for bm in TILE_BM {
             s += &format!(
@@ -307,6 +392,14 @@ pub fn geometry_asserts() -> String {
             wg_smem_bytes(ty, WG_BT),
             ty.name()
         );
+        for bt in [64, 128] {
+            s += &format!(
+                "static_assert(WGX_SMEM_BYTES({}, {bt}) == {}, \"x-resident tile smem of {} differs from matmul.rs\");\n",
+                qt(ty),
+                wgx_smem_bytes(ty, bt),
+                ty.name()
+            );
+        }
         for k in [32usize, 512, 2048, 4096, 8192] {
             s += &format!(
                 "static_assert(mmv_rows_per_step({}, {k}) == {}, \"mmv rows per step of {} K {k} differs from matmul.rs\");\n",

@@ -217,6 +217,17 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
         }
         max_dynamic_smem(set.swap, matmul::swap_smem_bytes(*ty, matmul::SWAP_BT))?;
         max_dynamic_smem(set.wg128, matmul::wg_smem_bytes(*ty, matmul::WG_BT))?;
+        // The x-resident tiles where they fit (x128 of the 112- and 128-byte slots does not;
+        // wg_tile never picks it).
+        for (&f, t) in set
+            .wgx
+            .iter()
+            .zip([matmul::WgTile::X64, matmul::WgTile::X128])
+        {
+            if let Some(bytes) = matmul::wg_tile_smem_if_fits(*ty, t) {
+                max_dynamic_smem(f, bytes)?;
+            }
+        }
     }
     // dk = 128 covers every supported key dimension.
     max_dynamic_smem(k.delta_rule_chunk_prep, delta::prep_smem_bytes(128))?;

@@ -7,8 +7,8 @@ use tally_model::{Node, Plan};
 
 use super::Io;
 use super::matmul::{
-    SWAP_BT, TILE_BM, WG_BT, gemm_smem_bytes, gemv_grid, gemv_min_threads, mmv_grid_x,
-    swap_smem_bytes, use_mmv, use_swap, use_wg, wg_smem_bytes,
+    SWAP_BT, TILE_BM, WgTile, gemm_smem_bytes, gemv_grid, gemv_min_threads, mmv_grid_x,
+    swap_smem_bytes, use_mmv, use_swap, wg_tile,
 };
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs, XPermArgs};
@@ -26,7 +26,7 @@ const ROUTE_MAX_BLOCKS: usize = 128;
 
 /// Rows per MoE tile for `pairs` (token, expert) pairs over `experts`: 1 (GEMV) when experts
 /// get about one row each (decode), 32 up to 40 rows per expert, else 64 (where the wgmma tile
-/// does not take the projection: `use_wg`). The 128-row f16-staged tile is not used for experts:
+/// does not take the projection: `wg_tile`). The 128-row f16-staged tile is not used for experts:
 /// at 256 rows per expert (8,192 tokens) it was slower than the 64-row one for both the Q4_K
 /// gate/up (1.13 against 1.06 ms) and the down projection (1.45 against 1.27 ms; lab/gemm
 /// `--wg`, docs/results/2026-12-04-h200-wgmma).
@@ -51,8 +51,8 @@ pub(crate) struct MoeTables {
     max_tiles: usize,
     experts: usize,
     pairs: usize,
-    /// Runs on `gemm_<t>_w128` (`use_wg`): x is converted first, `x_rows` x `k` halves.
-    wg: bool,
+    /// Runs on a wgmma tile (`wg_tile`): x is converted first, `x_rows` x `k` halves.
+    wg: Option<WgTile>,
     x_rows: usize,
     k: usize,
 }
@@ -64,14 +64,19 @@ impl MoeTables {
         k: usize,
         ty: GgmlType,
         x_rows: usize,
+        wgx: bool,
     ) -> MoeTables {
         let mean = pairs as f64 / experts.max(1) as f64;
-        let wg = k as i64 % GEMM_BK == 0 && use_wg(ty, k, mean);
+        let wg = if k as i64 % GEMM_BK == 0 {
+            wg_tile(ty, k, mean, wgx)
+        } else {
+            None
+        };
         // The tensor-core tiles step through K in 64s; other K go through the GEMV.
         let bm = if k as i64 % GEMM_BK != 0 {
             1
-        } else if wg {
-            WG_BT
+        } else if let Some(t) = wg {
+            t.bt()
         } else {
             moe_bm(pairs, experts)
         };
@@ -117,7 +122,7 @@ impl MoeTables {
         if self.direct() {
             return 0;
         }
-        if self.wg {
+        if self.wg.is_some() {
             return self.table_bytes().div_ceil(256) * 256 + 2 * self.x_rows * self.k;
         }
         self.table_bytes()
@@ -132,7 +137,7 @@ impl MoeTables {
         let t_rows = t_start + 4 * self.max_tiles as u64;
         let err = t_rows + 4 * self.max_tiles as u64;
         let bcount = if self.bcount_len() > 0 { err + 8 } else { 0 };
-        let xh = if self.wg {
+        let xh = if self.wg.is_some() {
             base + (self.table_bytes().div_ceil(256) * 256) as u64
         } else {
             0
@@ -144,26 +149,31 @@ impl MoeTables {
 /// The routing tables of a MoE projection of `tokens` tokens with `k` experts each over the
 /// expert weight `w` (`[K, N, E]`), its input one row per token or (`pair_input`) per pair:
 /// the one place their shape is decided.
-fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool) -> MoeTables {
+/// `wgx`: `CudaOptions::wgx` (which tiles are allowed; one-row tiles do not depend on it).
+fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool, wgx: bool) -> MoeTables {
     let (kk, e) = (
         w.dims[0] as usize,
         w.dims.get(2).copied().unwrap_or(1) as usize,
     );
     let x_rows = if pair_input { tokens * k } else { tokens };
-    MoeTables::new(tokens * k, e, kk, w.ty, x_rows)
+    MoeTables::new(tokens * k, e, kk, w.ty, x_rows, wgx)
 }
 
 /// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `gemv_<t>`
 /// with one-row tiles read straight from the ids (what the paired gate/up launch of `fused.rs`
 /// replaces, bit for bit).
 pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
-    w.dims.len() == 3 && tables(w, tokens, k, false).direct() && !use_mmv(w.ty, w.dims[0] as usize)
+    w.dims.len() == 3
+        && tables(w, tokens, k, false, true).direct()
+        && !use_mmv(w.ty, w.dims[0] as usize)
 }
 
 /// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `mmv_<t>`
 /// with one-row tiles read straight from the ids (no routing launch).
 pub(crate) fn runs_direct_mmv(w: &DevWeight, tokens: usize, k: usize) -> bool {
-    w.dims.len() == 3 && tables(w, tokens, k, false).direct() && use_mmv(w.ty, w.dims[0] as usize)
+    w.dims.len() == 3
+        && tables(w, tokens, k, false, true).direct()
+        && use_mmv(w.ty, w.dims[0] as usize)
 }
 
 /// Workspace bytes of node `index` (`Op::MoeMatMul` with `k` experts per token): its tables.
@@ -175,7 +185,14 @@ pub fn work_bytes(
     pair_input: bool,
 ) -> Result<usize, EngineError> {
     let w = b.weights.of(plan, index, 0)?;
-    Ok(tables(w, plan.nodes[index].inputs[1].rows, k, pair_input).bytes())
+    Ok(tables(
+        w,
+        plan.nodes[index].inputs[1].rows,
+        k,
+        pair_input,
+        b.options.wgx,
+    )
+    .bytes())
 }
 
 /// One `Op::MoeMatMul` launch's arguments (its routing tables made, when it needs them).
@@ -189,8 +206,10 @@ pub(crate) struct ExpertGemm {
     pub pairs: usize,
     pub bm: i64,
     pub max_tiles: usize,
-    /// The wgmma tile's x conversion (launched before it), when the tiles run on it.
+    /// The wgmma tile's x conversion (launched before it), when the tiles run on one.
     pub xperm: Option<XPermArgs>,
+    /// That tile.
+    pub wg: Option<WgTile>,
 }
 
 impl ExpertGemm {
@@ -222,7 +241,7 @@ pub fn moe_matmul(
         // One thread per 16-byte output chunk (grid ceil(rows * K / 8 / 256) of 256): it reads
         // the node's input view (x_rows rows of K, ld ldx) and writes x_rows x K halves at
         // `out`, the f16 part of the workspace that `tables.bytes()` sized (K % 128 == 0:
-        // use_wg).
+        // wg_tile).
         unsafe {
             launch(
                 b.kernels.x_f16_perm,
@@ -233,22 +252,21 @@ pub fn moe_matmul(
                 &xp,
             )
         }?;
-        let grid = (blocks(n as i64, SWP_BN as u32), max_tiles as u32, 1);
+        let tile = eg
+            .wg
+            .ok_or_else(|| EngineError::Internal("x conversion without a wgmma tile".into()))?;
+        let (f, grid) = match tile {
+            WgTile::W128 => (set.wg128, (tile.grid_x(n), max_tiles as u32, 1)),
+            WgTile::X64 => (set.wgx[0], (tile.grid_x(n), max_tiles as u32, 1)),
+            WgTile::X128 => (set.wgx[1], (tile.grid_x(n), max_tiles as u32, 1)),
+        };
         // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
         // views), with the x rows read from the converted copy `xh` (x_rows x K halves, ld K,
-        // 16-byte aligned: 256-byte offset in the workspace, K % 128 == 0), SWP_BN columns per
-        // block, tiles of bm = WG_BT rows, and the dynamic shared memory gemm_wg.cuh's own size
-        // for (type, WG_BT) (asserted at kernel build), which `configure` raised the limit to.
-        return unsafe {
-            launch(
-                set.wg128,
-                grid,
-                (GEMM_THREADS, 1, 1),
-                wg_smem_bytes(ty, WG_BT),
-                s,
-                &a,
-            )
-        };
+        // 16-byte aligned: 256-byte offset in the workspace, K % 128 == 0), tiles of bm =
+        // tile.bt() rows, blocks of SWP_BN columns (w128: one each; the x-resident tiles walk
+        // theirs, K <= WGX_K_MAX: wg_tile), and the dynamic shared memory gemm_wg.cuh's own size
+        // for (type, tile) (asserted at kernel build), which `configure` raised the limit to.
+        return unsafe { launch(f, grid, (GEMM_THREADS, 1, 1), tile.smem_bytes(ty), s, &a) };
     }
     if let Some(gx) = eg.mmv_grid_x(b.props.sm_count) {
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
@@ -341,7 +359,7 @@ pub(crate) fn expert_gemm(
     let ty = w.ty;
     let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
     let tokens = node.inputs[1].rows;
-    let tables = tables(w, tokens, k, pair_input);
+    let tables = tables(w, tokens, k, pair_input, b.options.wgx);
     let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
     })?;
@@ -432,9 +450,9 @@ pub(crate) fn expert_gemm(
         y3: 0,
         ldy3: 0,
         xh,
-        ldxh: if tables.wg { kk as i64 } else { 0 },
+        ldxh: if tables.wg.is_some() { kk as i64 } else { 0 },
     };
-    let xperm = tables.wg.then(|| XPermArgs {
+    let xperm = tables.wg.map(|_| XPermArgs {
         x: io.ins[0].0,
         ldx: io.ins[0].1,
         out: xh,
@@ -457,6 +475,7 @@ pub(crate) fn expert_gemm(
         bm,
         max_tiles,
         xperm,
+        wg: tables.wg,
     })
 }
 
@@ -499,8 +518,8 @@ mod tests {
     #[test]
     fn tiles_by_rows_per_expert_and_the_wgmma_copy_of_x() {
         // 8,192 tokens of the 35B model: 65,536 pairs over 256 experts, 256 rows each.
-        let gate = MoeTables::new(65536, 256, 2048, GgmlType::Q4_K, 8192);
-        assert!(gate.wg && gate.bm == WG_BT);
+        let gate = MoeTables::new(65536, 256, 2048, GgmlType::Q4_K, 8192, true);
+        assert!(gate.wg == Some(WgTile::W128) && gate.bm == 128);
         let base = 0x1000_0000u64;
         let a = gate.addresses(base);
         // 64 routing blocks of 1,024 pairs, their counts (257 each) after the error counters
@@ -514,21 +533,39 @@ mod tests {
         );
         assert_eq!(gate.bytes() as u64, a[7] - base + 2 * 8192 * 2048);
         // The down projections (K = 512): Q6_K on the wgmma tile (its x one row per pair),
-        // Q4_K on the 64-row tile without a copy.
-        let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536);
-        assert!(d6.wg && d6.bytes() >= 2 * 65536 * 512);
-        let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536);
-        assert!(!d4.wg && d4.bm == 64 && d4.addresses(base)[7] == 0);
-        assert_eq!(d4.bytes(), d4.table_bytes());
+        // Q4_K on the x-resident one (grid.x 2 for N = 2048), Q8_0 on the 64-row tile without
+        // a copy.
+        let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, true);
+        assert!(d6.wg == Some(WgTile::W128) && d6.bytes() >= 2 * 65536 * 512);
+        let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, true);
+        assert!(d4.wg == Some(WgTile::X128) && d4.bm == 128 && d4.addresses(base)[7] != 0);
+        assert_eq!(WgTile::X128.grid_x(2048), 2);
+        let d8 = MoeTables::new(65536, 256, 512, GgmlType::Q8_0, 65536, true);
+        assert!(d8.wg.is_none() && d8.bm == 64 && d8.addresses(base)[7] == 0);
+        assert_eq!(d8.bytes(), d8.table_bytes());
+        // 512 tokens: the Q6_K down on the 64-row x-resident tile (one block walks all N).
+        let d6s = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, true);
+        assert!(d6s.wg == Some(WgTile::X64) && d6s.bm == 64);
+        assert_eq!(WgTile::X64.grid_x(2048), 1);
+        // TALLY_WGX=off: the tiles of before (Q4_K down on m64, Q6_K down of 512 tokens on
+        // the 32-row ones).
+        let d4o = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, false);
+        assert!(d4o.wg.is_none() && d4o.bm == 64);
+        let d6so = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, false);
+        assert!(d6so.wg.is_none() && d6so.bm == 32);
+        // The x-resident tile of 128 rows does not fit with Q6_K's 112-byte slots.
+        assert!(
+            crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::X128).is_none()
+        );
         // 32,768 tokens: at most 128 routing blocks, so 2,048 pairs each.
-        let long = MoeTables::new(262144, 256, 2048, GgmlType::Q4_K, 32768);
+        let long = MoeTables::new(262144, 256, 2048, GgmlType::Q4_K, 32768, true);
         assert_eq!(long.route_grid(), (2048, 128));
         // 512 tokens: 16 rows per expert, the 32-row tiles.
-        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512);
-        assert!(!p512.wg && p512.bm == 32);
+        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, true);
+        assert!(p512.wg.is_none() && p512.bm == 32);
         assert_eq!(p512.route_grid(), (1024, 4));
         // A short prompt: one routing block, no per-block counts.
-        let short = MoeTables::new(296, 256, 2048, GgmlType::Q4_K, 37);
+        let short = MoeTables::new(296, 256, 2048, GgmlType::Q4_K, 37, true);
         assert_eq!(short.route_grid(), (1024, 1));
         assert_eq!(short.addresses(base)[6], 0);
         assert_eq!(
@@ -536,10 +573,10 @@ mod tests {
             4 * (256 + 296 + 3 * short.max_tiles + 2)
         );
         // Decode: one-row tiles read from the ids, no tables at all.
-        let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1);
+        let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1, true);
         assert!(one.direct() && one.bytes() == 0);
         // K not a multiple of the tiles' K step: the GEMV, whatever the rows.
-        let odd = MoeTables::new(65536, 256, 2000, GgmlType::F32, 8192);
-        assert!(odd.direct() && !odd.wg);
+        let odd = MoeTables::new(65536, 256, 2000, GgmlType::F32, 8192, true);
+        assert!(odd.direct() && odd.wg.is_none());
     }
 }
