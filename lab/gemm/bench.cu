@@ -331,9 +331,9 @@ static void time_moe_shapes(CudaBackend& b, int T, int t, bool gate_up, const st
     if (gate_up) {
         c.N = 512;
         c.K = 2048;
-        std::vector<int> long_k;  // the x-resident tiles take K <= WGX_K_MAX only
+        std::vector<int> long_k;  // the x-resident tiles take K <= their K_MAX only
         for (int v : variants)
-            if (!variant_wgx(v)) long_k.push_back(v);
+            if (!variant_wgx(v) || variant_kmax(v) >= c.K) long_k.push_back(v);
         time_shape(b, "moe gate/up", c, long_k, rng);
     }
     c.pair_input = true;
@@ -463,7 +463,7 @@ int main(int argc, char** argv) {
                                                                  variant_smem(t, v)));
                 std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
             }
-            for (int v : {V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128}) {
+            for (int v : {V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G}) {
                 if (variant_smem(t, v) > 232448) continue;
                 cudaFuncAttributes fa;
                 CK(cudaFuncGetAttributes(&fa, gemm_fn(t, v)));
@@ -497,7 +497,7 @@ int main(int argc, char** argv) {
             std::printf("  %d cases, %d failed\n", n, nf);
         }
         if (do_time && nf == 0) {
-            const std::vector<int> moe_v = {V_M64, V_M32, V_S32, V_W32, V_W128, V_X64, V_X96, V_X128};
+            const std::vector<int> moe_v = {V_M64, V_M32, V_S32, V_W32, V_W128, V_X64, V_X96, V_X128, V_X32G};
             for (int T : {512, 8192}) {
                 for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;

@@ -23,29 +23,32 @@ typedef void (*GemmFn)(GemmArgs);
 // V_GEMVR: the persistent multi-row GEMV (gemvr_<t> at M = 1, gemvr4_<t> up to 4 rows; dense,
 // integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
-       V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17 };
+       V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17, V_X32G = 18 };
 inline const char* variant_name(int v) {
     static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
-                              "gemvr", "gemvr4", "x64", "x128", "x96"};
+                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
 // V_X64 / V_X96 / V_X128: the x-resident wgmma tile for K <= WGX_K_MAX (gemm_<t>_x64 / _x96 /
 // _x128; grid.x 1 for x64 and x96, ceil(N / 128 / 8) for x128, so both the one-block walk and a
-// strided one run; x96 is a lab variant).
-inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128; }
+// strided one run; x96 and x64 are engine kernels, x128 too). V_X32G: the same with 32 rows and K
+// up to 2048 (the gate/up of short prompts; a lab variant).
+inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128 || v == V_X32G; }
+// Most K of an x-resident variant.
+inline int variant_kmax(int v) { return v == V_X32G ? 2048 : WGX_K_MAX; }
 inline bool variant_wg(int v) { return v == V_W32 || v == V_W64 || v == V_W128 || variant_wgx(v); }
 inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32; }
 // Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
 // SIMT kernels, the dense block tile's rows (= its columns).
 inline int variant_bm(int v) {
-    return v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
+    return v == V_X32G ? 32 : v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
            : v == V_S16 ? 16 : v == V_SIMT ? SIMT_BM
            : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
     if (variant_swap(v)) return size_t(SWP_SMEM_BYTES(type, variant_bm(v)));
-    if (variant_wgx(v)) return size_t(WGX_SMEM_BYTES(type, variant_bm(v)));
+    if (variant_wgx(v)) return size_t(WGX_SMEM_BYTES_K(type, variant_bm(v), variant_kmax(v)));
     if (variant_wg(v)) return size_t(WG_SMEM_BYTES(type, variant_bm(v)));
     return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
@@ -66,6 +69,7 @@ inline size_t variant_smem(int type, int v) {
         case V_X64: return gemm_##name##_x64;                                                  \
         case V_X128: return gemm_##name##_x128;                                                \
         case V_X96: return gemm_##name##_x96;                                                  \
+        case V_X32G: return gemm_##name##_x32g;                                                \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -376,7 +380,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
     for (int t : ref::ALL_TYPES) {
-        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128}) {
+        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G}) {
             if (variant_smem(t, v) > 232448) continue;  // x128 of the 112- and 128-byte slots (Q6_K, F32)
             GemmCase c;
             c.type = t;

@@ -532,6 +532,7 @@ int main(int argc, char** argv) {
     const bool only_swap = argc > 1 && std::string(argv[1]) == "swap";
     // "wg": only the wgmma tiles (gemm_<t>_w32 / _w64 / _w128) of the correctness matrix, every type.
     const bool only_wg = argc > 1 && std::string(argv[1]) == "wg";
+    const bool only_wgx = argc > 1 && std::string(argv[1]) == "wgx";  // the x-resident tiles alone
     // "gemv": only the GEMV kernels (gemv_<t>, mmv_<t>) of the correctness matrix, every type.
     const bool only_gemv = argc > 1 && std::string(argv[1]) == "gemv";
     ref::Rng rng(20260101);
@@ -560,9 +561,9 @@ int main(int argc, char** argv) {
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }
-    if (only_swap || only_wg) {
+    if (only_swap || only_wg || only_wgx) {
         for (const GemmCase& c : correctness_cases(true)) {
-            if (only_swap ? !variant_swap(c.variant) : !variant_wg(c.variant)) continue;
+            if (only_swap ? !variant_swap(c.variant) : only_wgx ? !variant_wgx(c.variant) : !variant_wg(c.variant)) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);
         }

@@ -50,10 +50,9 @@ pub struct GemmSet {
     pub mmv_multi: Kernel,
     /// The swapped tile `gemm_<t>_s32` (weights on the MMA's A side, tiles of 32 x rows).
     pub swap: Kernel,
-    /// The swapped tile on wgmma, `gemm_<t>_w128` (tiles of 128 x rows; x from `x_f16_perm`).
-    pub wg128: Kernel,
-    /// The x-resident wgmma tiles for K <= 512, `gemm_<t>_x64` and `gemm_<t>_x128`.
-    pub wgx: [Kernel; 2],
+    /// The swapped tile on wgmma and its x-resident form for K <= 512 (x from `x_f16_perm`), in
+    /// `WgTile::ALL`'s order: `gemm_<t>_w32`, `_w128`, `_x64`, `_x96`, `_x128`.
+    pub wg: [Kernel; 5],
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -194,8 +193,13 @@ impl Kernels {
                 mmv: k(format!("mmv_{t}"))?,
                 mmv_multi: k(format!("mmv_multi_{t}"))?,
                 swap: k(format!("gemm_{t}_s32"))?,
-                wg128: k(format!("gemm_{t}_w128"))?,
-                wgx: [k(format!("gemm_{t}_x64"))?, k(format!("gemm_{t}_x128"))?],
+                wg: [
+                    k(format!("gemm_{t}_w32"))?,
+                    k(format!("gemm_{t}_w128"))?,
+                    k(format!("gemm_{t}_x64"))?,
+                    k(format!("gemm_{t}_x96"))?,
+                    k(format!("gemm_{t}_x128"))?,
+                ],
             });
         }
         let gemm_sets: [GemmSet; 16] = sets

@@ -106,6 +106,9 @@ pub struct CudaBackend {
     snapshots: snapshot::Snapshots,
     /// `TALLY_STEP_TRACE`: the decode steps' wall and device times.
     trace: Option<trace::StepTrace>,
+    /// The cuBLAS path's f16 copies of dense weights, decoded once (`ops::matmul::keep_f16`),
+    /// by (weight buffer, output layout).
+    f16_weights: HashMap<(u64, (i32, i32, i32)), DevBuf>,
 }
 
 /// The NVRTC architecture the backend compiles for on a device of compute capability `cc`
@@ -195,6 +198,7 @@ impl CudaBackend {
             sampling: Default::default(),
             snapshots: Default::default(),
             trace,
+            f16_weights: HashMap::new(),
         })
     }
 
@@ -332,6 +336,7 @@ impl Backend for CudaBackend {
             EngineError::Internal("the arena rebuilt a plan without a set".into())
         })?;
         self.weights.resolve(plan, set)?;
+        ops::keep_f16(self, plan)?;
         let mut work = 0;
         for i in 0..plan.nodes.len() {
             work = work.max(ops::work_bytes(self, plan, i)?);

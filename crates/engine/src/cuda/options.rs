@@ -82,10 +82,15 @@ pub struct CudaOptions {
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
     /// On unless `TALLY_GEMVR=off`.
     pub gemvr: bool,
-    /// The x-resident wgmma tiles for the MoE down projections where they measured faster
-    /// (`ops/matmul.rs` `wg_tile`: the Q4_K down of long prompts on `gemm_<t>_x128`, the Q6_K
-    /// down of short ones on `gemm_<t>_x64`); off with `TALLY_WGX=off` (the earlier tiles).
+    /// The MoE tiles of 2026-12-04 where they measured faster (`ops/matmul.rs` `wg_tile`): the
+    /// x-resident wgmma tiles for the down projections (Q4_K of long prompts on
+    /// `gemm_<t>_x128`, Q6_K on `gemm_<t>_x64` / `_x96`) and `gemm_<t>_w32` for the Q4_K, Q5_K
+    /// and MXFP4 gate/up of short prompts; off with `TALLY_WGX=off` (the earlier tiles).
     pub wgx: bool,
+    /// The cuBLAS path's dense weights decoded to f16 once, when a plan is first prepared, and
+    /// kept while the device has room (`ops/matmul.rs` `keep_f16`); off with
+    /// `TALLY_F16_KEEP=off` (decoded into the workspace at every call).
+    pub f16_keep: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -114,6 +119,7 @@ impl Default for CudaOptions {
             add_norm_regs: true,
             gemvr: true,
             wgx: true,
+            f16_keep: true,
         }
     }
 }
@@ -219,6 +225,11 @@ impl CudaOptions {
             Some("off") => o.wgx = false,
             Some(v) => return Err(bad("TALLY_WGX", v, "on or off")),
         }
+        match get("TALLY_F16_KEEP").as_deref() {
+            None | Some("") | Some("on") => {}
+            Some("off") => o.f16_keep = false,
+            Some(v) => return Err(bad("TALLY_F16_KEEP", v, "on or off")),
+        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -309,6 +320,7 @@ impl CudaOptions {
             ),
             format!("gemvr={}", on(self.gemvr)),
             format!("wgx={}", on(self.wgx)),
+            format!("f16_keep={}", on(self.f16_keep)),
         ]
     }
 }
@@ -345,7 +357,8 @@ mod tests {
                 "norm=warp",
                 "add_norm=regs",
                 "gemvr=on",
-                "wgx=on"
+                "wgx=on",
+                "f16_keep=on"
             ]
         );
     }
@@ -365,10 +378,12 @@ mod tests {
             ("TALLY_ADD_NORM", "loop"),
             ("TALLY_GEMVR", "off"),
             ("TALLY_WGX", "off"),
+            ("TALLY_F16_KEEP", "off"),
         ])
         .expect("options");
         assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
         assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
+        assert!(!o.f16_keep && opts(&[("TALLY_F16_KEEP", "1")]).is_err());
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);

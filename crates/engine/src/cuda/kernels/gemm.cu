@@ -1190,19 +1190,16 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 #endif
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
-// The wgmma tiles of 32 and 64 x rows: lab variants (nvcc builds), not compiled into the engine.
+// The lab's variants of the wgmma tiles (nvcc builds), not compiled into the engine: w64, x32g.
 #ifdef TALLY_NVRTC
 #define TALLY_WG_LAB_KERNELS(name, T)
 #else
 #define TALLY_WG_LAB_KERNELS(name, T)                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_w32(GemmArgs a) { pdl_enter(); \
-        gemm_wg_body<T, 32>(a);                                                                      \
-    }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w64(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 64>(a);                                                                      \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x96(GemmArgs a) { pdl_enter(); \
-        gemm_wgx_body<T, 96>(a);                                                                     \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x32g(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 32, 2048>(a);                                                               \
     }
 #endif
 
@@ -1226,8 +1223,14 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w128(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 128, true>(a);                                                               \
     }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_##name##_w32(GemmArgs a) { pdl_enter(); \
+        gemm_wg_body<T, 32>(a);                                                                      \
+    }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x64(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 64>(a);                                                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x96(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 96>(a);                                                                     \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x128(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 128>(a);                                                                    \

@@ -351,17 +351,19 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 // outputs and clear the accumulators.
 // Grid (1..ceil(N / 128), tiles), 256 threads, dynamic smem WGX_SMEM_BYTES(t, BT); otherwise
 // the preconditions and precision of gemm_<t>_w<BT>; K > WGX_K_MAX writes nothing.
+// (A lab variant, x32g, takes KMAX = 2048: 32 x rows of the gate/up's whole K, 128 KB.)
 #define WGX_K_MAX 512
 #define WGX_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : GEMM_SLOT_BYTES(t) <= 64 ? 3 : 2)
-#define WGX_SMEM_BYTES(t, bt) \
-    (1024 + (WGX_K_MAX / WG_BK) * 2 * (bt) * 128 + 8 * (bt) + WGX_STAGES(t) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+#define WGX_SMEM_BYTES_K(t, bt, kmax) \
+    (1024 + ((kmax) / WG_BK) * 2 * (bt) * 128 + 8 * (bt) + WGX_STAGES(t) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+#define WGX_SMEM_BYTES(t, bt) WGX_SMEM_BYTES_K(t, bt, WGX_K_MAX)
 
-template <int T, int BT>
+template <int T, int BT, int KMAX = WGX_K_MAX>
 __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     constexpr int BN = SWP_BN, BK = WG_BK, S = WGX_STAGES(T), SW = Piece<T>::SLOT_WORDS;
     constexpr int XC = BT * 16 / GEMM_THREADS;
     constexpr int XSTAGE = 2 * BT * 128;
-    constexpr int KT_MAX = WGX_K_MAX / BK;
+    constexpr int KT_MAX = KMAX / BK;
     static_assert(BT == 32 || BT == 64 || BT == 96 || BT == 128, "BT");
     static_assert(BN == 128 && GEMM_THREADS == 256, "two warpgroups of 64 weight rows");
     static_assert(S >= 2, "stages");
@@ -375,7 +377,7 @@ __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     u32* ring = reinterpret_cast<u32*>(s_yrow + BT);              // [S][2][SW/4][threads] x 16 B
 
     if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
-    if (a.K > WGX_K_MAX) return;
+    if (a.K > KMAX) return;
     int n0_first;
     const u8* w;
     if (!gemm_tile_begin<T, BK>(a, BN, BT, n0_first, w, s_xrow, s_yrow)) return;

@@ -15,6 +15,7 @@ use crate::cuda::consts::{
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
+use crate::cuda::mem::DevBuf;
 use crate::cuda::{CudaBackend, DevWeight};
 
 /// Rows one `mmv_<t>` block step covers (mmv_rows_per_step in gemm.cu): groups of the pieces
@@ -281,11 +282,13 @@ pub(crate) fn wgx_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
 /// The wgmma tile a MoE projection runs on, if any (x converted to f16 in its K order first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WgTile {
-    /// `gemm_<t>_w128`: 128 x rows a tile, one block per 128 weight rows.
+    /// `gemm_<t>_w32` / `_w128`: 32 / 128 x rows a tile, one block per 128 weight rows.
+    W32,
     W128,
-    /// `gemm_<t>_x64` / `_x128`: K <= WGX_K_MAX, the tile's x resident while a block walks the
-    /// weight rows (grid.x [`WgTile::grid_x`]).
+    /// `gemm_<t>_x64` / `_x96` / `_x128`: K <= WGX_K_MAX, the tile's x resident while a block
+    /// walks the weight rows (grid.x [`WgTile::grid_x`]).
     X64,
+    X96,
     X128,
 }
 
@@ -293,27 +296,38 @@ impl WgTile {
     /// x rows per tile.
     pub(crate) fn bt(self) -> i64 {
         match self {
+            WgTile::W32 => 32,
             WgTile::X64 => 64,
+            WgTile::X96 => 96,
             WgTile::W128 | WgTile::X128 => WG_BT,
         }
     }
     /// Dynamic shared memory of the launch.
     pub(crate) fn smem_bytes(self, ty: GgmlType) -> u32 {
         match self {
-            WgTile::W128 => wg_smem_bytes(ty, WG_BT),
+            WgTile::W32 | WgTile::W128 => wg_smem_bytes(ty, self.bt()),
             x => wgx_smem_bytes(ty, x.bt()),
         }
     }
-    /// grid.x for N output columns: one block per 128 for w128; the x-resident tiles as
-    /// measured, x64 one block walking all of them, x128 a block per 8 (two at N = 2048).
+    /// grid.x for N output columns: one block per 128 for w32 and w128; the x-resident tiles as
+    /// measured, x64 and x96 one block walking all of them, x128 a block per 8 (two at N =
+    /// 2048).
     pub(crate) fn grid_x(self, n: usize) -> u32 {
         let blocks = n.div_ceil(SWP_BN as usize).max(1) as u32;
         match self {
-            WgTile::W128 => blocks,
-            WgTile::X64 => 1,
+            WgTile::W32 | WgTile::W128 => blocks,
+            WgTile::X64 | WgTile::X96 => 1,
             WgTile::X128 => blocks.div_ceil(8),
         }
     }
+    /// The tiles of a type's kernel set, in `GemmSet::wg`'s order.
+    pub(crate) const ALL: [WgTile; 5] = [
+        WgTile::W32,
+        WgTile::W128,
+        WgTile::X64,
+        WgTile::X96,
+        WgTile::X128,
+    ];
 }
 
 /// The dynamic shared memory of tile `t` for `ty`, if it fits a block.
@@ -323,35 +337,43 @@ pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
 }
 
 /// The wgmma tile of a MoE projection whose tiles hold about `mean` rows per expert, if one takes
-/// it. Measured in lab/gemm (`gemm_bench --wg`, H200, 256 experts; docs/results/
-/// 2026-12-04-h200-wgmma and 2026-12-04-h200-wgx):
-/// - from 100 rows per expert (prefills of a few thousand tokens), where K is a multiple of its
-///   K step: w128 for K >= 1024 (Q4_K gate/up at 8,192 tokens 0.64 ms against 1.06 for m64) and
-///   the Q6_K down (1.73 against 2.99 for m64; x64 1.84, x128 does not fit); x128 for the Q4_K
-///   down (0.905 against 1.276 for m64 and 1.229 for w128);
-/// - from 3 to 100 rows per expert: x64 for the Q6_K down (512 tokens: 0.420 against 0.569 for
-///   the swapped s32). The other types' downs at 512 tokens stay where they were (Q4_K m32
-///   0.203 against x64 0.330; Q8_0, IQ4_XS, MXFP4 within 20% of x64 but faster).
+/// it. Measured in lab/gemm (`gemm_bench --wg`, H200, 256 experts, 512 and 8,192 tokens;
+/// docs/results/2026-12-04-h200-wgmma and 2026-12-04-h200-wgx) and in the engine:
+/// - the gate/up (K >= 1024) of short prompts (up to 40 rows per expert, where the 32-row tiles
+///   run): w32 for Q4_K, Q5_K and MXFP4 (512 tokens: Q4_K 0.147 ms against 0.168 for the swapped
+///   s32, Q5_K 0.176 against 0.202, MXFP4 0.149 against 0.174; IQ4_XS and Q8_0 stay on s32);
+/// - the gate/up above 100 rows per expert: w128 (8,192 tokens: Q4_K 0.64 ms against 1.06 m64);
+/// - the down projections (K <= WGX_K_MAX): the Q4_K down above 100 rows per expert on x128
+///   (8,192 tokens: 0.90 ms against 1.28 for m64 and 1.23 for w128; at 512 tokens m32 stays,
+///   0.20 against 0.26 for x64); the Q6_K down on x64 up to 32 rows per expert (512 tokens:
+///   0.42 ms against 0.57 for s32; x96 lost 2% of pp512 in the engine) and on x96 above (8,192
+///   tokens: 1.41 against 1.73 for w128; x128 does not fit; pp2048 +1.9% over x64). The other
+///   types' downs stay where they were.
 ///
-/// `wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles.
+/// `wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles and w32.
 pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<WgTile> {
     if k as i64 % SWP_BK != 0 || mean <= 2.0 {
         return None;
     }
+    let w128 = (mean > 100.0 && (k >= 1024 || ty == GgmlType::Q6_K)).then_some(WgTile::W128);
     if !wgx {
-        return (mean > 100.0 && (k >= 1024 || ty == GgmlType::Q6_K)).then_some(WgTile::W128);
+        return w128;
     }
     let fits = |t: WgTile| wg_tile_smem_if_fits(ty, t).is_some();
-    if mean > 100.0 {
-        if k >= 1024 || ty == GgmlType::Q6_K {
-            return Some(WgTile::W128);
-        }
-        if k <= WGX_K_MAX && ty == GgmlType::Q4_K && fits(WgTile::X128) {
-            return Some(WgTile::X128);
-        }
-        return None;
+    if k > WGX_K_MAX {
+        let w32 = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::MXFP4);
+        return if mean <= 40.0 && w32 && fits(WgTile::W32) {
+            Some(WgTile::W32)
+        } else {
+            w128
+        };
     }
-    (k <= WGX_K_MAX && ty == GgmlType::Q6_K && fits(WgTile::X64)).then_some(WgTile::X64)
+    match ty {
+        GgmlType::Q6_K if mean <= 32.0 && fits(WgTile::X64) => Some(WgTile::X64),
+        GgmlType::Q6_K if fits(WgTile::X96) => Some(WgTile::X96),
+        GgmlType::Q4_K if mean > 100.0 && fits(WgTile::X128) => Some(WgTile::X128),
+        _ => w128,
+    }
 }
 
 /// Whether a MoE projection whose tiles hold up to 32 rows runs on the swapped tile rather than
@@ -392,7 +414,13 @@ pub fn geometry_asserts() -> String {
             wg_smem_bytes(ty, WG_BT),
             ty.name()
         );
-        for bt in [64, 128] {
+        s += &format!(
+            "static_assert(WG_SMEM_BYTES({}, 32) == {}, \"wgmma-tile smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            wg_smem_bytes(ty, 32),
+            ty.name()
+        );
+        for bt in [64, 96, 128] {
             s += &format!(
                 "static_assert(WGX_SMEM_BYTES({}, {bt}) == {}, \"x-resident tile smem of {} differs from matmul.rs\");\n",
                 qt(ty),
@@ -519,6 +547,80 @@ pub fn matmul(
     }
 }
 
+/// Device memory left free after the f16 copies of [`keep_f16`] (the KV cache and workspace of
+/// long prompts grow after it).
+const F16_KEEP_RESERVE: usize = 16 << 30;
+
+/// The cuBLAS path's f16 weights, decoded once (`CudaOptions::f16_keep`): for every dense
+/// projection of `plan` that takes that path, an f16 copy of its weight (in the node's output
+/// layout), made now, outside any graph capture, while the device keeps F16_KEEP_RESERVE free
+/// after it; `cublas_gemm` then reads the copy instead of decoding the weight into the workspace
+/// at every call (dequant_f16 was 2.35 of the 44.6 ms of device time of a 512-token prefill of
+/// the 35B model, docs/results/2026-12-04-h200-wgx/profile). A weight without a copy (no room)
+/// is decoded per call as before.
+pub(crate) fn keep_f16(b: &mut CudaBackend, plan: &Plan) -> Result<(), EngineError> {
+    if !b.options.f16_keep {
+        return Ok(());
+    }
+    for (index, node) in plan.nodes.iter().enumerate() {
+        let tally_model::Op::MatMul { layout } = &node.op else {
+            continue;
+        };
+        let dw = b.weights.of(plan, index, 0)?;
+        if dw.dims.len() < 2 || cublas_operands(b, dw, node.inputs[0].rows).is_none() {
+            continue;
+        }
+        let (w, code) = (W::of(dw), layout_code(*layout));
+        let key = (w.ptr, code);
+        if b.f16_weights.contains_key(&key) {
+            continue;
+        }
+        let bytes = 2 * w.n * w.k;
+        let (used, total) = b.memory_use();
+        if (total.saturating_sub(used) as usize) < bytes + F16_KEEP_RESERVE {
+            continue;
+        }
+        let buf = DevBuf::alloc(bytes, "an f16 copy of a dense weight")?;
+        dequant_f16_into(b, w, code, buf.ptr)?;
+        b.f16_weights.insert(key, buf);
+    }
+    Ok(())
+}
+
+/// Decodes weight `w` to f16 `[N][K]` at `out` (rows in output order for layout 1).
+fn dequant_f16_into(
+    b: &CudaBackend,
+    w: W,
+    (layout, head_dim, n_head): (i32, i32, i32),
+    out: u64,
+) -> Result<(), EngineError> {
+    let dq = DequantF16Args {
+        w: w.ptr,
+        row_bytes: w.row_bytes as i64,
+        ty: qt(w.ty),
+        k: w.k as i32,
+        n: w.n as i32,
+        out,
+        layout,
+        head_dim,
+        n_head,
+    };
+    // SAFETY: DequantF16Args mirrors gemm.cu's struct (layout asserted at kernel build). Grid
+    // (K / 2048 blocks, N rows): it reads N rows of row_bytes of the device weight (its size
+    // checked by the callers) and writes N x K f16 at `out`, which the callers sized
+    // (>= 2*N*K bytes: a kept copy or the workspace cublas_operands sized).
+    unsafe {
+        launch(
+            b.kernels.dequant_f16,
+            (blocks(w.k as i64, 2048), w.n as u32, 1),
+            (256, 1, 1),
+            0,
+            b.cu_stream(),
+            &dq,
+        )
+    }
+}
+
 /// A dense projection through cuBLAS: the weight dequantised once to f16 (rows already in
 /// output order for layout 1), the activations rounded to f16, then `cublasGemmEx` with f32
 /// accumulation and output: the precision of the engine's tensor-core kernels, each weight
@@ -536,34 +638,15 @@ fn cublas_gemm(
     let (k, n) = (w.k, w.n);
     let handle = b.blas_handle()?;
     let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
-    let (wh, xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
+    let (mut wh, xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
     let s = b.cu_stream();
     let gx = blocks(k as i64, 2048);
-    let dq = DequantF16Args {
-        w: w.ptr,
-        row_bytes: w.row_bytes as i64,
-        ty: qt(w.ty),
-        k: k as i32,
-        n: n as i32,
-        out: wh,
-        layout,
-        head_dim,
-        n_head,
-    };
-    // SAFETY: DequantF16Args mirrors gemm.cu's struct (layout asserted at kernel build). Grid
-    // (K / 2048 blocks, N rows): it reads N rows of row_bytes of the device weight (its size
-    // checked in `matmul`) and writes N x K f16 into `wh`, the first w_bytes >= 2*N*K of the
-    // workspace grown above (cublas_operands sized it).
-    unsafe {
-        launch(
-            b.kernels.dequant_f16,
-            (gx, n as u32, 1),
-            (256, 1, 1),
-            0,
-            s,
-            &dq,
-        )
-    }?;
+    let code = (layout, head_dim, n_head);
+    match b.f16_weights.get(&(w.ptr, code)) {
+        // The copy keep_f16 made (2*N*K bytes, this weight in this layout).
+        Some(kept) => wh = kept.ptr,
+        None => dequant_f16_into(b, w, code, wh)?,
+    }
     let cast = CastF16Args {
         x: x.0,
         ldx: x.1,

@@ -21,6 +21,8 @@ pub mod snapshot;
 use cudarc::driver::result;
 use tally_model::{Node, Op, Plan};
 
+pub(crate) use matmul::keep_f16;
+
 use super::CudaBackend;
 use super::mem::cuda_err;
 use crate::EngineError;
@@ -216,14 +218,9 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
             max_dynamic_smem(f, matmul::gemm_smem_bytes(*ty, bm))?;
         }
         max_dynamic_smem(set.swap, matmul::swap_smem_bytes(*ty, matmul::SWAP_BT))?;
-        max_dynamic_smem(set.wg128, matmul::wg_smem_bytes(*ty, matmul::WG_BT))?;
-        // The x-resident tiles where they fit (x128 of the 112- and 128-byte slots does not;
-        // wg_tile never picks it).
-        for (&f, t) in set
-            .wgx
-            .iter()
-            .zip([matmul::WgTile::X64, matmul::WgTile::X128])
-        {
+        // The wgmma tiles where they fit (x128 of the 112- and 128-byte slots does not;
+        // wg_tile never picks a tile that does not).
+        for (&f, t) in set.wg.iter().zip(matmul::WgTile::ALL) {
             if let Some(bytes) = matmul::wg_tile_smem_if_fits(*ty, t) {
                 max_dynamic_smem(f, bytes)?;
             }

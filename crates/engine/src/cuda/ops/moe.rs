@@ -255,11 +255,12 @@ pub fn moe_matmul(
         let tile = eg
             .wg
             .ok_or_else(|| EngineError::Internal("x conversion without a wgmma tile".into()))?;
-        let (f, grid) = match tile {
-            WgTile::W128 => (set.wg128, (tile.grid_x(n), max_tiles as u32, 1)),
-            WgTile::X64 => (set.wgx[0], (tile.grid_x(n), max_tiles as u32, 1)),
-            WgTile::X128 => (set.wgx[1], (tile.grid_x(n), max_tiles as u32, 1)),
-        };
+        let f = WgTile::ALL
+            .iter()
+            .position(|&t| t == tile)
+            .map(|i| set.wg[i])
+            .ok_or_else(|| EngineError::Internal("a wgmma tile without a kernel".into()))?;
+        let grid = (tile.grid_x(n), max_tiles as u32, 1);
         // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
         // views), with the x rows read from the converted copy `xh` (x_rows x K halves, ld K,
         // 16-byte aligned: 256-byte offset in the workspace, K % 128 == 0), tiles of bm =
@@ -532,21 +533,28 @@ mod tests {
             "the copy must not overlap the per-block counts"
         );
         assert_eq!(gate.bytes() as u64, a[7] - base + 2 * 8192 * 2048);
-        // The down projections (K = 512): Q6_K on the wgmma tile (its x one row per pair),
-        // Q4_K on the x-resident one (grid.x 2 for N = 2048), Q8_0 on the 64-row tile without
-        // a copy.
+        // The down projections (K = 512): Q6_K and Q4_K on the x-resident tiles (x one row
+        // per pair; x128's grid.x 2 for N = 2048), Q8_0 on the 64-row tile without a copy;
+        // TALLY_WGX=off: Q6_K on w128.
         let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, true);
-        assert!(d6.wg == Some(WgTile::W128) && d6.bytes() >= 2 * 65536 * 512);
+        assert!(d6.wg == Some(WgTile::X96) && d6.bytes() >= 2 * 65536 * 512);
+        let d6o = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, false);
+        assert!(d6o.wg == Some(WgTile::W128) && d6o.bm == 128);
         let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, true);
         assert!(d4.wg == Some(WgTile::X128) && d4.bm == 128 && d4.addresses(base)[7] != 0);
         assert_eq!(WgTile::X128.grid_x(2048), 2);
         let d8 = MoeTables::new(65536, 256, 512, GgmlType::Q8_0, 65536, true);
         assert!(d8.wg.is_none() && d8.bm == 64 && d8.addresses(base)[7] == 0);
         assert_eq!(d8.bytes(), d8.table_bytes());
-        // 512 tokens: the Q6_K down on the 64-row x-resident tile (one block walks all N).
+        // 512 tokens: the Q6_K down on the 64-row x-resident tile (one block walks all N), the
+        // Q4_K gate/up on w32 (x converted), the IQ4_XS gate/up on the 32-row tiles.
         let d6s = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, true);
         assert!(d6s.wg == Some(WgTile::X64) && d6s.bm == 64);
         assert_eq!(WgTile::X64.grid_x(2048), 1);
+        let g4s = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, true);
+        assert!(g4s.wg == Some(WgTile::W32) && g4s.bm == 32 && g4s.addresses(base)[7] != 0);
+        let gis = MoeTables::new(4096, 256, 2048, GgmlType::IQ4_XS, 512, true);
+        assert!(gis.wg.is_none() && gis.bm == 32);
         // TALLY_WGX=off: the tiles of before (Q4_K down on m64, Q6_K down of 512 tokens on
         // the 32-row ones).
         let d4o = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, false);
@@ -560,8 +568,8 @@ mod tests {
         // 32,768 tokens: at most 128 routing blocks, so 2,048 pairs each.
         let long = MoeTables::new(262144, 256, 2048, GgmlType::Q4_K, 32768, true);
         assert_eq!(long.route_grid(), (2048, 128));
-        // 512 tokens: 16 rows per expert, the 32-row tiles.
-        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, true);
+        // 512 tokens, TALLY_WGX=off: 16 rows per expert, the 32-row tiles.
+        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, false);
         assert!(p512.wg.is_none() && p512.bm == 32);
         assert_eq!(p512.route_grid(), (1024, 4));
         // A short prompt: one routing block, no per-block counts.
