@@ -498,10 +498,10 @@ int main(int argc, char** argv) {
         }
         if (do_time && nf == 0) {
             const std::vector<int> moe_v = {V_M64, V_M32, V_S32, V_W32, V_W128, V_X64, V_X96, V_X128, V_X32G};
-            for (int T : {512, 8192}) {
+            for (int T : {512, 2048, 8192}) {
                 for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
-                    if (T == 8192 && moe_type.empty() && t != ref::Q4_K && t != ref::Q6_K) continue;
+                    if (T > 512 && moe_type.empty() && t != ref::Q4_K && t != ref::Q6_K) continue;
                     time_moe_shapes(b, T, t, t != ref::Q6_K, moe_v, rng);
                 }
                 g_wcache.clear();

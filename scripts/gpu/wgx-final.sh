@@ -6,8 +6,9 @@
 # and 64 tokens (w32, x64), each + 3 decode steps. Then the 35B-A3B Q4_K_M synth file: pp512,
 # pp2048, pp8192 for A = TALLY_WGX=off TALLY_F16_KEEP=off and B = defaults, ABAB; tg128 once each
 # (decode does not take these paths: a guard); pp32768 with the defaults in Markdown (tally's
-# device peak). HERE first: scripts/gpu/pack.sh; TALLY_CACHE=.carry/kcache tally kernels --arch
-# sm_90a. Carry .carry/bin, .carry/kcache.
+# device peak). CHECK_TOKENS overrides the check lengths ("1000 300 64"); SHORT=1 leaves out the
+# tg128 and pp32768 rows. HERE first: scripts/gpu/pack.sh; TALLY_CACHE=.carry/kcache tally
+# kernels --arch sm_90a. Carry .carry/bin, .carry/kcache.
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
@@ -17,7 +18,7 @@ F=/tmp/q4km.gguf
 "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
 mid_l4_files
-for tok in 1000 300 64; do
+for tok in ${CHECK_TOKENS:-1000 300 64}; do
     timeout 150 "$T" check --model $MID --backend cuda --tokens $tok -n 3 > "$OUT/check-mid-$tok.log" 2>&1
     row "check mid q4_k_m tokens=$tok" "rc=$? ($(el))"
 done
@@ -32,6 +33,7 @@ for round in 1 2; do
     done
     pack
 done
+[ "${SHORT:-0}" = 1 ] && { printf '%s\n' "${summary[@]}"; exit 0; }
 for v in A B; do
     e=(); [ $v = A ] && e=(TALLY_WGX=off TALLY_F16_KEEP=off)
     env "${e[@]}" timeout 150 "$T" bench -m $F --backend cuda -p 1 -n 128 -r 3 -o json > "$OUT/tg-$v.json" 2> "$OUT/tg-$v.err"

@@ -83,9 +83,10 @@ pub struct CudaOptions {
     /// On unless `TALLY_GEMVR=off`.
     pub gemvr: bool,
     /// The MoE tiles of 2026-12-04 where they measured faster (`ops/matmul.rs` `wg_tile`): the
-    /// x-resident wgmma tiles for the down projections (Q4_K of long prompts on
-    /// `gemm_<t>_x128`, Q6_K on `gemm_<t>_x64` / `_x96`) and `gemm_<t>_w32` for the Q4_K, Q5_K
-    /// and MXFP4 gate/up of short prompts; off with `TALLY_WGX=off` (the earlier tiles).
+    /// x-resident wgmma tiles for the down projections (Q4_K from 33 rows per expert on
+    /// `gemm_<t>_x96` / `_x128`, Q6_K on `gemm_<t>_x64` / `_x96`) and `gemm_<t>_w32` for the
+    /// Q4_K, Q5_K and MXFP4 gate/up of short prompts; off with `TALLY_WGX=off` (the earlier
+    /// tiles).
     pub wgx: bool,
     /// The cuBLAS path's dense weights decoded to f16 once, when a plan is first prepared, and
     /// kept while the device has room (`ops/matmul.rs` `keep_f16`); off with

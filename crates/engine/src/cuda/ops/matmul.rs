@@ -337,18 +337,21 @@ pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
 }
 
 /// The wgmma tile of a MoE projection whose tiles hold about `mean` rows per expert, if one takes
-/// it. Measured in lab/gemm (`gemm_bench --wg`, H200, 256 experts, 512 and 8,192 tokens;
-/// docs/results/2026-12-04-h200-wgmma and 2026-12-04-h200-wgx) and in the engine:
-/// - the gate/up (K >= 1024) of short prompts (up to 40 rows per expert, where the 32-row tiles
-///   run): w32 for Q4_K, Q5_K and MXFP4 (512 tokens: Q4_K 0.147 ms against 0.168 for the swapped
-///   s32, Q5_K 0.176 against 0.202, MXFP4 0.149 against 0.174; IQ4_XS and Q8_0 stay on s32);
-/// - the gate/up above 100 rows per expert: w128 (8,192 tokens: Q4_K 0.64 ms against 1.06 m64);
-/// - the down projections (K <= WGX_K_MAX): the Q4_K down above 100 rows per expert on x128
-///   (8,192 tokens: 0.90 ms against 1.28 for m64 and 1.23 for w128; at 512 tokens m32 stays,
-///   0.20 against 0.26 for x64); the Q6_K down on x64 up to 32 rows per expert (512 tokens:
-///   0.42 ms against 0.57 for s32; x96 lost 2% of pp512 in the engine) and on x96 above (8,192
-///   tokens: 1.41 against 1.73 for w128; x128 does not fit; pp2048 +1.9% over x64). The other
-///   types' downs stay where they were.
+/// it. Measured in lab/gemm (`gemm_bench --wg`, H200, 256 experts, 512, 2,048 and 8,192 tokens:
+/// 16, 64 and 256 rows per expert; docs/results/2026-12-04-h200-wgmma and 2026-12-04-h200-wgx)
+/// and in the engine:
+/// - the gate/up (K >= 1024): w32 up to 40 rows per expert for Q4_K, Q5_K and MXFP4 (512
+///   tokens: Q4_K 0.147 ms against 0.168 for the swapped s32, Q5_K 0.176 against 0.202, MXFP4
+///   0.146 against 0.173; IQ4_XS and Q8_0 stay on s32) and up to 100 for Q4_K (2,048 tokens:
+///   0.317 against 0.369 for m64 and 0.334 for w128); w128 above 100 (8,192 tokens: Q4_K
+///   0.647 against 1.06 for m64 and 1.01 for w32);
+/// - the down projections (K <= WGX_K_MAX): Q4_K on x96 from 33 to 100 rows per expert (2,048
+///   tokens: 0.306 against 0.431 for m64) and x128 above (8,192 tokens: 0.90 against 1.28 for
+///   m64; x96 the same); at 512 tokens m32 stays (0.202; x64 0.260). Q6_K on x64 up to 32 rows
+///   per expert (512 tokens: 0.42-0.51 against 0.57 for s32; x96 lost 2% of pp512 in the
+///   engine) and x96 above (2,048 tokens: 0.479 against 0.763 for x64 and 0.900 for w128; 8,192
+///   tokens: 1.41 against 1.72 for w128; x128 does not fit). The other types' downs stay where
+///   they were.
 ///
 /// `wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles and w32.
 pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<WgTile> {
@@ -361,8 +364,12 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<Wg
     }
     let fits = |t: WgTile| wg_tile_smem_if_fits(ty, t).is_some();
     if k > WGX_K_MAX {
-        let w32 = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::MXFP4);
-        return if mean <= 40.0 && w32 && fits(WgTile::W32) {
+        let w32_rows = match ty {
+            GgmlType::Q4_K => 100.0,
+            GgmlType::Q5_K | GgmlType::MXFP4 => 40.0,
+            _ => 0.0,
+        };
+        return if mean <= w32_rows && fits(WgTile::W32) {
             Some(WgTile::W32)
         } else {
             w128
@@ -372,6 +379,7 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<Wg
         GgmlType::Q6_K if mean <= 32.0 && fits(WgTile::X64) => Some(WgTile::X64),
         GgmlType::Q6_K if fits(WgTile::X96) => Some(WgTile::X96),
         GgmlType::Q4_K if mean > 100.0 && fits(WgTile::X128) => Some(WgTile::X128),
+        GgmlType::Q4_K if mean > 32.0 && fits(WgTile::X96) => Some(WgTile::X96),
         _ => w128,
     }
 }

@@ -555,6 +555,14 @@ mod tests {
         assert!(g4s.wg == Some(WgTile::W32) && g4s.bm == 32 && g4s.addresses(base)[7] != 0);
         let gis = MoeTables::new(4096, 256, 2048, GgmlType::IQ4_XS, 512, true);
         assert!(gis.wg.is_none() && gis.bm == 32);
+        // 2,048 tokens (64 rows per expert): the Q4_K gate/up still on w32, its down on x96;
+        // the Q5_K gate/up on the 64-row tiles.
+        let g4m = MoeTables::new(16384, 256, 2048, GgmlType::Q4_K, 2048, true);
+        assert!(g4m.wg == Some(WgTile::W32) && g4m.bm == 32);
+        let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, true);
+        assert!(d4m.wg == Some(WgTile::X96) && d4m.bm == 96);
+        let g5m = MoeTables::new(16384, 256, 2048, GgmlType::Q5_K, 2048, true);
+        assert!(g5m.wg.is_none() && g5m.bm == 64);
         // TALLY_WGX=off: the tiles of before (Q4_K down on m64, Q6_K down of 512 tokens on
         // the 32-row ones).
         let d4o = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, false);
