@@ -575,7 +575,11 @@ pub(crate) fn keep_f16(b: &mut CudaBackend, plan: &Plan) -> Result<(), EngineErr
             continue;
         };
         let dw = b.weights.of(plan, index, 0)?;
-        if dw.dims.len() < 2 || cublas_operands(b, dw, node.inputs[0].rows).is_none() {
+        // A short buffer is left to `matmul`, which reports it.
+        if dw.dims.len() < 2
+            || dw.buf.bytes < dw.row_bytes * dw.dims[1] as usize
+            || cublas_operands(b, dw, node.inputs[0].rows).is_none()
+        {
             continue;
         }
         let (w, code) = (W::of(dw), layout_code(*layout));
