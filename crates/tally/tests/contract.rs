@@ -308,6 +308,26 @@ fn bad_input_contract() {
             "--best-of 0: runs per sample must be within 1..=10",
         ),
         row(
+            "ledger --outlier-floor 0.5",
+            s(&[
+                "ledger",
+                "--model",
+                &gs,
+                "--peer",
+                "self",
+                "--outlier-floor",
+                "0.5",
+            ]),
+            2,
+            "--outlier-floor 0.5: a fraction of the median from 0 to 0.25",
+        ),
+        row(
+            "measure --outlier-floor -0.1",
+            s(&["measure", "--model", &gs, "--outlier-floor=-0.1"]),
+            2,
+            "--outlier-floor -0.1: a fraction of the median from 0 to 0.25",
+        ),
+        row(
             "bench -r 1",
             s(&["bench", "-m", &gs, "-r", "1"]),
             2,

@@ -809,6 +809,7 @@ fn peer_common(a: &Args) -> Common {
         repeats: a.repeats,
         max_retries: tally_ledger::noise::NoiseConfig::default().max_retries,
         best_of: 1,
+        outlier_floor: tally_ledger::noise::NoiseConfig::default().outlier_floor_ratio,
         op_reps: 10,
         routing: "realistic".into(),
         busy_limit: a.busy_limit,

@@ -73,6 +73,21 @@ pub fn max_retries(n: usize) -> Result<usize> {
     Ok(n)
 }
 
+/// Largest `--outlier-floor`: past it the gate keeps windows disturbed by a quarter of a run.
+pub const MAX_OUTLIER_FLOOR: f64 = 0.25;
+
+/// The noise gate's outlier floor (a fraction of a series' median).
+pub fn outlier_floor(f: f64) -> Result<f64> {
+    if !(0.0..=MAX_OUTLIER_FLOOR).contains(&f) {
+        return Err(InputError(format!(
+            "--outlier-floor {f}: a fraction of the median from 0 to {MAX_OUTLIER_FLOOR} (0.02: a run \
+             2% off its series' median discards the window)"
+        ))
+        .into());
+    }
+    Ok(f)
+}
+
 /// Largest `--best-of`.
 pub const MAX_BEST_OF: usize = 10;
 

@@ -42,6 +42,12 @@ pub struct Common {
     /// (shared or frequency-scaled cores) needs more; each costs one window's time.
     #[arg(long, default_value_t = 6, value_name = "N")]
     pub max_retries: usize,
+    /// The noise gate's outlier floor, as a fraction of a series' median: a window is discarded
+    /// when one of its runs lies further than max(5 MADs, this) from its series' median. 0.02
+    /// holds a quiet machine to 2%; a VM whose single runs scatter by 2-3% needs more (the
+    /// demo's 2-core VM uses 0.05; spikes of 10-30% are still discarded).
+    #[arg(long, default_value_t = 0.02, value_name = "F")]
+    pub outlier_floor: f64,
     /// Runs per timing sample: each series runs N times back to back and the sample is the
     /// fastest. For hosts whose slowdowns come and go within a run or two (shared cores: the
     /// demo's 2-core VM uses 3); 1 keeps every run.
@@ -105,6 +111,7 @@ impl Common {
         super::checks::repeats(self.repeats)?;
         super::checks::max_retries(self.max_retries)?;
         super::checks::best_of(self.best_of)?;
+        super::checks::outlier_floor(self.outlier_floor)?;
         match self.step_at {
             Some(d) => super::checks::step_depth(d, context)?,
             None => super::checks::prompt_len("-p", self.tokens, context)?,
@@ -121,6 +128,7 @@ impl Common {
         cfg.noise.max_other_busy_cores = self.busy_limit;
         cfg.noise.max_retries = self.max_retries;
         cfg.noise.best_of = self.best_of;
+        cfg.noise.outlier_floor_ratio = self.outlier_floor;
         if self.backend == "cuda" {
             // llama.cpp's CUDA backend captures a graph on the third identical call: two
             // untimed windows let both engines reach their steady state.
