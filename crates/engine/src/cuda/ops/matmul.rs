@@ -570,6 +570,9 @@ pub(crate) fn keep_f16(b: &mut CudaBackend, plan: &Plan) -> Result<(), EngineErr
     if !b.options.f16_keep {
         return Ok(());
     }
+    // Device memory free now, less what the copies below take (one query, not one per weight).
+    let (used, total) = b.memory_use();
+    let mut free = total.saturating_sub(used) as usize;
     for (index, node) in plan.nodes.iter().enumerate() {
         let tally_model::Op::MatMul { layout } = &node.op else {
             continue;
@@ -588,10 +591,10 @@ pub(crate) fn keep_f16(b: &mut CudaBackend, plan: &Plan) -> Result<(), EngineErr
             continue;
         }
         let bytes = 2 * w.n * w.k;
-        let (used, total) = b.memory_use();
-        if (total.saturating_sub(used) as usize) < bytes + F16_KEEP_RESERVE {
+        if free < bytes + F16_KEEP_RESERVE {
             continue;
         }
+        free -= bytes;
         let buf = DevBuf::alloc(bytes, "an f16 copy of a dense weight")?;
         dequant_f16_into(b, w, code, buf.ptr)?;
         b.f16_weights.insert(key, buf);
