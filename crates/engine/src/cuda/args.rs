@@ -93,8 +93,11 @@ pub struct AddNormArgs {
     pub rows: i32,
     pub cols: i32,
     pub eps: f32,
-    pub pad0: i32,
-    /// The shared-expert gate before the adds (null: none): gb = b * sigmoid(gx . gw).
+    /// 1: the combine's output `a` is not stored (no later node reads it; the register form
+    /// only, the loop form reads it back).
+    pub skip_a: i32,
+    /// The shared-expert gate before the adds (null: none): gb = b * sigmoid(gx . gw) (gb null:
+    /// not stored). `mid` null: not stored either.
     pub gx: DPtr,
     pub ldgx: i64,
     pub gw: DPtr,
@@ -537,7 +540,7 @@ pub fn layout_asserts(source: &str) -> String {
                 rows2, cols2, scale2, blocks1
             }),
             layout!(AddNormArgs {
-                a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, pad0, gx,
+                a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, skip_a, gx,
                 ldgx, gw, gb, ldgb, ey, ldey, ew, ldew, ek, no_regs
             }),
         ]

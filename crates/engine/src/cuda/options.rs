@@ -92,6 +92,16 @@ pub struct CudaOptions {
     /// kept while the device has room (`ops/matmul.rs` `keep_f16`); off with
     /// `TALLY_F16_KEEP=off` (decoded into the workspace at every call).
     pub f16_keep: bool,
+    /// The routed experts' gate, up and SwiGlu of a prompt in one gated wgmma launch
+    /// (`gemm_<t>_g32` / `_g128`, `ops/fused.rs` `expert_gated`: routing and the x conversion
+    /// once, no gate/up outputs, no binary map) where their tiles are w32 or w128: opt-in with
+    /// `TALLY_GATED=on` until a GPU run has compared its logits with the two launches and the
+    /// SwiGlu (bit for bit the same outputs by design; checked so far on the CPU emulator only).
+    pub gated: bool,
+    /// `TALLY_ADD_NORM=skip`: the fused add + norm leaves unstored the intermediate outputs no
+    /// later node reads (the routed combine's, the gated shared expert's, the FFN sum's); opt-in
+    /// until a GPU run has compared its logits with the default's.
+    pub add_norm_skip: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -121,6 +131,8 @@ impl Default for CudaOptions {
             gemvr: true,
             wgx: true,
             f16_keep: true,
+            gated: false,
+            add_norm_skip: false,
         }
     }
 }
@@ -214,7 +226,8 @@ impl CudaOptions {
         match get("TALLY_ADD_NORM").as_deref() {
             None | Some("") | Some("regs") => {}
             Some("loop") => o.add_norm_regs = false,
-            Some(v) => return Err(bad("TALLY_ADD_NORM", v, "regs or loop")),
+            Some("skip") => o.add_norm_skip = true,
+            Some(v) => return Err(bad("TALLY_ADD_NORM", v, "regs, skip or loop")),
         }
         match get("TALLY_GEMVR").as_deref() {
             None | Some("") | Some("on") => {}
@@ -230,6 +243,11 @@ impl CudaOptions {
             None | Some("") | Some("on") => {}
             Some("off") => o.f16_keep = false,
             Some(v) => return Err(bad("TALLY_F16_KEEP", v, "on or off")),
+        }
+        match get("TALLY_GATED").as_deref() {
+            None | Some("") | Some("off") => {}
+            Some("on") => o.gated = true,
+            Some(v) => return Err(bad("TALLY_GATED", v, "on or off")),
         }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
@@ -317,11 +335,16 @@ impl CudaOptions {
             format!("norm={}", if self.norm_warp { "warp" } else { "block" }),
             format!(
                 "add_norm={}",
-                if self.add_norm_regs { "regs" } else { "loop" }
+                match (self.add_norm_regs, self.add_norm_skip) {
+                    (false, _) => "loop",
+                    (true, true) => "skip",
+                    (true, false) => "regs",
+                }
             ),
             format!("gemvr={}", on(self.gemvr)),
             format!("wgx={}", on(self.wgx)),
             format!("f16_keep={}", on(self.f16_keep)),
+            format!("gated={}", on(self.gated)),
         ]
     }
 }
@@ -359,7 +382,8 @@ mod tests {
                 "add_norm=regs",
                 "gemvr=on",
                 "wgx=on",
-                "f16_keep=on"
+                "f16_keep=on",
+                "gated=off"
             ]
         );
     }
@@ -380,11 +404,17 @@ mod tests {
             ("TALLY_GEMVR", "off"),
             ("TALLY_WGX", "off"),
             ("TALLY_F16_KEEP", "off"),
+            ("TALLY_GATED", "on"),
         ])
         .expect("options");
         assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
         assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
         assert!(!o.f16_keep && opts(&[("TALLY_F16_KEEP", "1")]).is_err());
+        assert!(o.gated && opts(&[("TALLY_GATED", "no")]).is_err());
+        let s = opts(&[("TALLY_ADD_NORM", "skip")]).expect("options");
+        assert!(
+            s.add_norm_regs && s.add_norm_skip && s.describe().contains(&"add_norm=skip".into())
+        );
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);

@@ -203,6 +203,37 @@ __device__ __forceinline__ void wg_store(const GemmArgs& a, const i32* s_yrow, i
     }
 }
 
+// The gated tiles (gemm_<t>_g<BT>: the routed experts' gate, up and SwiGlu in one launch): lane
+// (g, t) of warp w takes output column r0 = n0 + 8 w + g, row r0 of the gate weight (a.w) as its
+// A row g and row r0 of the up weight (a.w2, the same expert's: the same expert stride) as A row
+// g + 8, clamped as swap_rows clamps (columns past N are computed and not stored). A block covers
+// 64 output columns (BN / 2) for both projections.
+__device__ __forceinline__ int gated_rows(const GemmArgs& a, const u8* w, int n0, int warp, int g, const u8*& wrow0,
+                                          const u8*& wrow1) {
+    const int r0 = n0 + 8 * warp + g;
+    const i64 off = static_cast<i64>(min(r0, a.N - 1)) * a.w_row_bytes;
+    wrow0 = w + off;
+    wrow1 = a.w2 + (w - a.w) + off;
+    return r0;
+}
+// Epilogue of the gated tiles: acc[4j + e] for e < 2 is the gate's sum for column n, token 8j +
+// 2t + e, and acc[4j + e + 2] the up's for the same (A row g + 8); y3 = silu(gate) * up, the
+// binary map's SwiGlu expression, so each output is the unfused launches' bit for bit where the
+// sums are (the same tile height, K order and MMAs as gemm_<t>_w<BT>).
+template <int BT>
+__device__ __forceinline__ void wg_store_gated(const GemmArgs& a, const i32* s_yrow, int n, int t,
+                                               const float (&acc)[BT / 2]) {
+    if (n >= a.N) return;
+#pragma unroll
+    for (int j = 0; j < BT / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int yr = s_yrow[8 * j + 2 * t + e];
+            if (yr >= 0) a.y3[static_cast<i64>(yr) * a.ldy3 + n] = tally_silu(acc[4 * j + e]) * acc[4 * j + e + 2];
+        }
+    }
+}
+
 // PIPE (with S >= 4; else the schedule above): the MMAs of step kt stay in flight across the
 // barrier. Per step: MMAs of kt issued and committed; copies of step kt + S - 2 into the stage of
 // step kt - 2 (every warp's MMAs of kt - 2 were waited for before the previous barrier); wait for
@@ -213,7 +244,9 @@ __device__ __forceinline__ void wg_store(const GemmArgs& a, const i32* s_yrow, i
 // for it. lab/gemm on the H200 (docs/results/2026-12-04-h200-wgx): Q4_K MoE gate/up at 8,192
 // tokens 0.662 -> 0.644 ms, the Q4_K down 1.346 -> 1.229; with S = 3 it lost (Q8_0 dense q
 // 1.237 -> 1.351, Q5_K gate/up at 512 tokens 0.441 -> 0.488: one step of copy lead is none).
-template <int T, int BT, bool PIPE_ASKED = false>
+// GATED: the gated tile (above): rows from gated_rows, 64 output columns a block, y3 written
+// (nothing else); needs w2 and y3 and the plain layout (else nothing is written).
+template <int T, int BT, bool PIPE_ASKED = false, bool GATED = false>
 __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     constexpr int BN = SWP_BN, BK = WG_BK, S = WG_STAGES(T), SW = Piece<T>::SLOT_WORDS;
     constexpr bool PIPE = PIPE_ASKED && S >= 4;
@@ -233,13 +266,14 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     u32* ring = reinterpret_cast<u32*>(s_yrow + BT);                // [S][2][SW/4][threads] x 16 B
 
     if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
+    if (GATED && (a.w2 == nullptr || a.y3 == nullptr || a.layout != 0)) return;
     int n0;
     const u8* w;
-    if (!gemm_tile_begin<T, BK>(a, BN, BT, n0, w, s_xrow, s_yrow)) return;
+    if (!gemm_tile_begin<T, BK>(a, GATED ? BN / 2 : BN, BT, n0, w, s_xrow, s_yrow)) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
 
     const u8 *wrow0, *wrow1;
-    const int r0 = swap_rows(a, w, n0, warp, g, wrow0, wrow1);
+    const int r0 = GATED ? gated_rows(a, w, n0, warp, g, wrow0, wrow1) : swap_rows(a, w, n0, warp, g, wrow0, wrow1);
     // x copies: chunk j = tid + 256 i of a stage is row j / 16, 16-byte chunk c = j % 16 (k' 8c..
     // 8c + 7: half c / 8, chunk c % 8 swizzled by the row).
     const u16* xsrc[XC];
@@ -331,7 +365,8 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     }
     cp_async_wait<0>();
 
-    wg_store<BT, false>(a, s_yrow, r0, t, acc);
+    if constexpr (GATED) wg_store_gated<BT>(a, s_yrow, r0, t, acc);
+    else wg_store<BT, false>(a, s_yrow, r0, t, acc);
 }
 
 // gemm_<t>_x<BT>: the wgmma tile for short K (K <= WGX_K_MAX: the MoE down projection, K = 512

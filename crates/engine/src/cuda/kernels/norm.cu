@@ -133,20 +133,23 @@ extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(Nor
 // With ey set, the routed experts' combine before all of it (Op::MoeCombine: a = sum over j < ek
 // of ew[j] * ey[row * ek + j], written to a, in moe_combine's order and expression, so a is its
 // output bit for bit; the routed and shared outputs are then a and b as before).
+// The intermediate outputs no later node reads (the combine's a, the gated b, mid) may be left
+// unstored: mid and gb null, skip_a set (the register form; the loop form reads a back, so it
+// stores a whatever skip_a says). The sum and y are always stored.
 struct AddNormArgs {
     const float* a; i64 lda;
     const float* b; i64 ldb;
     const float* c; i64 ldc;  // null: one add
-    float* mid; i64 ldm;      // a + b when c is set
+    float* mid; i64 ldm;      // a + b when c is set (null: not stored)
     float* sum; i64 lds;
     const float* w;
     float* y; i64 ldy;
     i32 rows, cols;
     float eps;
-    i32 pad0;
+    i32 skip_a;                 // 1: the combine's output a is not stored (register form only)
     const float* gx; i64 ldgx;  // null: no gate
     const float* gw;
-    float* gb; i64 ldgb;
+    float* gb; i64 ldgb;        // null with gx set: the gated b is not stored
     const float* ey; i64 ldey;  // null: no combine (a is read)
     const float* ew; i64 ldew;
     i32 ek;
@@ -196,7 +199,7 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
             av[k] = a[i];
         }
     }
-    if (p.ey) {
+    if (p.ey && !p.skip_a) {
         float* ao = const_cast<float*>(a);
 #pragma unroll
         for (int k = 0; k < NE; k++)
@@ -211,7 +214,7 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
             if (tid + k * nt < p.cols) d += gxv[k] * gwv[k];
         d = block_sum(d, red);
         gate = tally_sigmoid(d);
-        gb = p.gb + (i64)row * p.ldgb;
+        gb = p.gb ? p.gb + (i64)row * p.ldgb : nullptr;
     }
     float* m = p.mid ? p.mid + (i64)row * p.ldm : nullptr;
     float* s = p.sum + (i64)row * p.lds;
@@ -222,13 +225,13 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
         const int i = tid + k * nt;
         if (i >= p.cols) continue;
         float bk = bv[k];
-        if (gb) {
+        if (gx) {
             bk = bk * gate;
-            gb[i] = bk;
+            if (gb) gb[i] = bk;
         }
         float v = av[k] + bk;
         if (c) {
-            m[i] = v;
+            if (m) m[i] = v;
             v = v + cv[k];
         }
         s[i] = v;
@@ -293,18 +296,18 @@ __device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row,
         for (int i = threadIdx.x; i < p.cols; i += blockDim.x) d += gx[i] * p.gw[i];
         d = block_sum(d, red);
         gate = tally_sigmoid(d);
-        gb = p.gb + (i64)row * p.ldgb;
+        gb = p.gb ? p.gb + (i64)row * p.ldgb : nullptr;
     }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
         float bv = b[i];
-        if (gb) {
+        if (p.gx) {
             bv = bv * gate;
-            gb[i] = bv;
+            if (gb) gb[i] = bv;
         }
         float v = a[i] + bv;
         if (c) {
-            m[i] = v;
+            if (m) m[i] = v;
             v = v + c[i];
         }
         s[i] = v;

@@ -42,7 +42,8 @@ use tally_model::{Node, Op, OutLayout, Plan};
 use super::delta;
 use super::elementwise::shared_gate_threads;
 use super::matmul::{
-    gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv, runs_mmv,
+    WgTile, gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv, runs_mmv,
+    wg_tile_smem_if_fits,
 };
 use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
@@ -51,7 +52,7 @@ use crate::EngineError;
 use crate::backend::Target;
 use crate::cuda::CudaBackend;
 use crate::cuda::args::{AddNormArgs, GemmArgs, MultiGemvArgs, NormArgs};
-use crate::cuda::consts::{GEMV_MULTI_SEGS, GEMV_THREADS, MMV_THREADS};
+use crate::cuda::consts::{GEMM_THREADS, GEMV_MULTI_SEGS, GEMV_THREADS, MMV_THREADS};
 use crate::cuda::launch::launch;
 
 /// Runs nodes `index..` of `plan` as one fused launch if they match a pattern: the number of
@@ -70,7 +71,8 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
         }
     }
     if let Some((g, u, act)) = gate_up_nodes(plan, index) {
-        if paired(b, plan, index, (g, u, Some(act)))? {
+        if paired(b, plan, index, (g, u, Some(act)))? || expert_gated(b, plan, index, (g, u, act))?
+        {
             return Ok(3);
         }
     }
@@ -182,25 +184,56 @@ fn delta_prologue_nodes(plan: &Plan, index: usize) -> Option<DeltaNodes<'_>> {
     ok.then_some((g, qn, kn, d))
 }
 
-/// Whether a node from `from` on reads an element of `v` before a node overwrites all of `v`,
-/// or (nothing overwrites it) whether `v` outlives the run (anything but an activation).
+/// Whether a node from `from` on reads an element of `v` that no node between has overwritten,
+/// before a node overwrites all of `v`; or (nothing overwrites it) whether `v` outlives the run
+/// (anything but an activation). A read counts only where its part of `v` is not inside one
+/// output written after `from` and before it: the shared expert's gate output is written over
+/// the first row of the routed experts' (one scratch buffer at decode) and read there, which does
+/// not read the routed value. Within a node the inputs are read before the outputs are written.
 fn read_later(plan: &Plan, from: usize, v: &tally_model::View) -> bool {
-    let covers = |o: &tally_model::View| {
-        o.buf == v.buf
-            && o.row0 <= v.row0
-            && o.row0 + o.rows >= v.row0 + v.rows
-            && o.col0 <= v.col0
-            && o.col0 + o.cols >= v.col0 + v.cols
-    };
+    let mut written: Vec<tally_model::View> = Vec::new();
     for node in plan.nodes.iter().skip(from) {
-        if node.inputs.iter().any(|i| overlaps(i, v)) {
-            return true;
+        for i in &node.inputs {
+            if let Some(part) = intersection(i, v) {
+                if !written.iter().any(|w| contains(w, &part)) {
+                    return true;
+                }
+            }
         }
-        if node.outputs.iter().any(covers) {
+        if node.outputs.iter().any(|o| contains(o, v)) {
             return false;
         }
+        written.extend(node.outputs.iter().filter(|o| o.buf == v.buf).copied());
     }
     plan.buf(v.buf).kind != tally_model::BufKind::Activation
+}
+
+/// Whether view `o` holds every element of view `v`.
+fn contains(o: &tally_model::View, v: &tally_model::View) -> bool {
+    o.buf == v.buf
+        && o.row0 <= v.row0
+        && o.row0 + o.rows >= v.row0 + v.rows
+        && o.col0 <= v.col0
+        && o.col0 + o.cols >= v.col0 + v.cols
+}
+
+/// The elements two views share, as a view, if any.
+fn intersection(a: &tally_model::View, b: &tally_model::View) -> Option<tally_model::View> {
+    if !overlaps(a, b) {
+        return None;
+    }
+    let (r0, c0) = (a.row0.max(b.row0), a.col0.max(b.col0));
+    let (r1, c1) = (
+        (a.row0 + a.rows).min(b.row0 + b.rows),
+        (a.col0 + a.cols).min(b.col0 + b.cols),
+    );
+    Some(tally_model::View {
+        buf: a.buf,
+        row0: r0,
+        rows: r1 - r0,
+        col0: c0,
+        cols: c1 - c0,
+    })
 }
 
 /// The gates, the q and k norms and a one-token delta rule as one `delta_rule_step` launch with
@@ -511,6 +544,98 @@ fn expert_pairs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     }?;
     Ok(6)
 }
+
+/// The routed experts' gate, up and SwiGlu at `index` of a prompt (tiles of more than one row)
+/// as one gated wgmma launch, `gemm_<t>_g32` or `_g128` (gemm_wg.cuh): the routing tables and
+/// the x conversion made once instead of once per projection, each block taking 64 columns of
+/// both weights against its x rows and writing silu(gate) * up only: no gate and up outputs
+/// (checked: no later node reads them), no binary map. Where the unfused launches would run
+/// `gemm_<t>_w32` / `_w128` (`moe::gated_bt`), with weights of one type, shape and size; each
+/// output is then the bits the three nodes write (the same tile height, K order and MMAs;
+/// lab/gemm/emu `gated`). False (nothing launched) otherwise, or under `TALLY_GATED=off`.
+fn expert_gated(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    (g, u, act): (&Node, &Node, &Node),
+) -> Result<bool, EngineError> {
+    let Op::MoeMatMul {
+        k,
+        pair_input: false,
+    } = g.op
+    else {
+        return Ok(false);
+    };
+    if !b.options.gated || g.inputs.len() != 2 || u.inputs != g.inputs {
+        return Ok(false);
+    }
+    let (wg, wu) = (
+        b.weights.of(plan, index, 0)?,
+        b.weights.of(plan, index + 1, 0)?,
+    );
+    if wg.ty != wu.ty || wg.dims != wu.dims || wg.row_bytes != wu.row_bytes || wg.dims.len() != 3 {
+        return Ok(false);
+    }
+    let rows = (wg.dims[1] * wg.dims[2]) as usize;
+    if wg.buf.bytes < wg.row_bytes * rows || wu.buf.bytes < wu.row_bytes * rows {
+        return Ok(false); // the unfused launches report it
+    }
+    let Some(tile) = moe::gated_bt(wg, g.inputs[1].rows, k, b.options.wgx) else {
+        return Ok(false);
+    };
+    // The gate and up outputs are not written: none may be read after the SwiGlu, but where
+    // one is the SwiGlu's own output (in place: the plan's routed SwiGlu writes over the gate's).
+    if [g, u]
+        .iter()
+        .any(|p| p.outputs[0] != act.outputs[0] && read_later(plan, index + 3, &p.outputs[0]))
+    {
+        return Ok(false);
+    }
+    let kernel = {
+        let set = b.kernels.gemm_set(wg.ty).ok_or_else(|| {
+            EngineError::Unsupported(format!("no GEMM for {} expert weights", wg.ty.name()))
+        })?;
+        set.wg_gated[usize::from(tile == WgTile::W128)]
+    };
+    let Some(smem) = wg_tile_smem_if_fits(wg.ty, tile) else {
+        return Ok(false);
+    };
+    let up = wu.buf.ptr;
+    let (y3, ldy3) = io(b, plan, act, Target::Real)?.outs[0];
+    let gi = io(b, plan, g, Target::Real)?;
+    // Routes (the gate's tables: the up's would be the same) and makes the x conversion's args.
+    let eg = moe::expert_gemm(b, plan, index, &gi, k, false)?;
+    let (Some(xp), Some(t)) = (eg.xperm, eg.wg) else {
+        return Err(EngineError::Internal(
+            "the gated tile's GEMM has no wgmma tile".into(),
+        ));
+    };
+    if t != tile {
+        return Err(EngineError::Internal(
+            "the gated tile's height changed".into(),
+        ));
+    }
+    moe::launch_xperm(b, &xp)?;
+    let mut a = eg.a;
+    a.y = 0;
+    a.ldy = 0;
+    a.w2 = up;
+    a.y3 = y3;
+    a.ldy3 = ldy3;
+    let grid = (eg.n.div_ceil(GATED_COLS) as u32, eg.max_tiles as u32, 1);
+    // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). The gate
+    // node's own expert GEMM arguments (expert_gemm: routing tables of `tile`'s height, x as f16
+    // in the workspace at xh, launched above) with w2 the up weight (same type, dims and row
+    // bytes, its E x N rows present: checked above; the same expert stride) and y3 the SwiGlu
+    // node's T*k x N output view; y null (the gated body never writes it). grid.x covers the N
+    // columns at GATED_COLS a block, grid.y the tables' max_tiles; 256 threads; the dynamic
+    // shared memory of the unfused tile of that height, which `configure` raised the limit to.
+    unsafe { launch(kernel, grid, (GEMM_THREADS, 1, 1), smem, b.cu_stream(), &a) }?;
+    Ok(true)
+}
+
+/// Output columns a gated tile's block covers (gemm_wg.cuh: SWP_BN / 2).
+const GATED_COLS: usize = 64;
 
 /// The routed experts' down projection at `index` and the shared expert's right after it, as
 /// the plan builder orders them.
@@ -928,7 +1053,7 @@ fn add_norm(
     );
     // One add: sum = a + b. Two: mid = a + b (the first add), sum = mid + c, c being the second
     // add's other input. With the gate, b is the gate's output (the adds commute bit for bit).
-    let (x, y, c, mid) = match first {
+    let (x, y, c, mut mid) = match first {
         None => (ai.ins[0], ai.ins[1], (0, 0), (0, 0)),
         Some(f) => {
             let fi = io(b, plan, f, Target::Real)?;
@@ -983,6 +1108,20 @@ fn add_norm(
         }
         (ey, ew, ek) = (ci.ins[0], ci.ins[1], k as i32);
     }
+    // With `TALLY_ADD_NORM=skip`, the intermediate outputs no later node reads are not stored:
+    // the first add's (mid), the gate's (gb) and the combine's (a; the register form only). The
+    // sum and the norm's output always are.
+    let after = index + covered;
+    let skip = b.options.add_norm_skip;
+    let unread =
+        |v: Option<&tally_model::View>| skip && v.is_some_and(|v| !read_later(plan, after, v));
+    if unread(first.map(|f| &f.outputs[0])) {
+        mid = (0, 0);
+    }
+    if unread(gate.map(|g| &g.outputs[0])) {
+        gb = (0, 0);
+    }
+    let skip_a = unread(combine.map(|c| &c.outputs[0]));
     let a = AddNormArgs {
         a: x.0,
         lda: x.1,
@@ -1000,7 +1139,7 @@ fn add_norm(
         rows: out.rows as i32,
         cols: out.cols as i32,
         eps,
-        pad0: 0,
+        skip_a: i32::from(skip_a),
         gx: gx.0,
         ldgx: gx.1,
         gw,
@@ -1100,6 +1239,14 @@ mod tests {
             ..q
         };
         assert!(!overlaps(&q, &other));
+        assert_eq!(
+            intersection(&v(0, 4, 0, 8), &v(1, 1, 4, 8)),
+            Some(v(1, 1, 4, 4))
+        );
+        assert_eq!(intersection(&q, &k), None);
+        assert!(
+            contains(&v(0, 4, 0, 8), &v(1, 1, 4, 4)) && !contains(&v(1, 1, 4, 4), &v(0, 4, 0, 8))
+        );
     }
 
     /// The patterns find what the model has: per layer one routed and one shared gate/up/SwiGlu
@@ -1128,9 +1275,17 @@ mod tests {
                         assert!(sh.0.name.ends_with("gate_shexp"), "{}", sh.0.name);
                         expert_pairs += 1;
                     }
-                    if let Some((g, u, _)) = gate_up_nodes(&plan, i) {
+                    if let Some((g, u, act)) = gate_up_nodes(&plan, i) {
                         assert!(g.name.ends_with("gate_exps") || g.name.ends_with("gate_shexp"));
                         assert!(u.name.ends_with("up_exps") || u.name.ends_with("up_shexp"));
+                        // The gated tile (expert_gated) writes the SwiGlu only: after it
+                        // nothing may read the gate and up outputs but where one is the
+                        // SwiGlu's own (in place over the gate's); the SwiGlu is read (the down).
+                        for p in [g, u] {
+                            let o = &p.outputs[0];
+                            assert!(o == &act.outputs[0] || !read_later(&plan, i + 3, o));
+                        }
+                        assert!(read_later(&plan, i + 3, &act.outputs[0]), "{}", act.name);
                         triples += 1;
                         i += 3;
                     } else if let Some((c, g, (first, a, m))) = combined_add_norm_nodes(&plan, i) {
@@ -1138,6 +1293,13 @@ mod tests {
                         assert!(g.name.ends_with("shexp_gate"), "{}", g.name);
                         assert!(first.is_some_and(|f| f.name.ends_with("ffn_out")));
                         assert!(a.name.ends_with("residual") && m.name.ends_with("norm"));
+                        // add_norm leaves unstored what no later node reads: the combine's, the
+                        // gate's and the first add's outputs (TALLY_ADD_NORM=skip); the sum (the
+                        // residual stream) and the norm's output are read.
+                        let unread = |v| !read_later(&plan, i + 5, v);
+                        assert!(unread(&c.outputs[0]) && unread(&g.outputs[0]), "{}", c.name);
+                        assert!(first.is_some_and(|f| unread(&f.outputs[0])), "{}", a.name);
+                        assert!(!unread(&m.outputs[0]), "{}", m.name);
                         combined += 1;
                         gated_adds += 1;
                         add3 += 1;

@@ -225,6 +225,16 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
                 max_dynamic_smem(f, bytes)?;
             }
         }
+        // The gated tiles take their unfused tile's shared memory.
+        for (&f, t) in set
+            .wg_gated
+            .iter()
+            .zip([matmul::WgTile::W32, matmul::WgTile::W128])
+        {
+            if let Some(bytes) = matmul::wg_tile_smem_if_fits(*ty, t) {
+                max_dynamic_smem(f, bytes)?;
+            }
+        }
     }
     // dk = 128 covers every supported key dimension.
     max_dynamic_smem(k.delta_rule_chunk_prep, delta::prep_smem_bytes(128))?;

@@ -237,21 +237,7 @@ pub fn moe_matmul(
         (eg.a, eg.set, eg.ty, eg.kk, eg.n, eg.bm, eg.max_tiles);
     let s = b.cu_stream();
     if let Some(xp) = eg.xperm {
-        // SAFETY: XPermArgs mirrors gemm_wg.cuh's struct (layout asserted at kernel build).
-        // One thread per 16-byte output chunk (grid ceil(rows * K / 8 / 256) of 256): it reads
-        // the node's input view (x_rows rows of K, ld ldx) and writes x_rows x K halves at
-        // `out`, the f16 part of the workspace that `tables.bytes()` sized (K % 128 == 0:
-        // wg_tile).
-        unsafe {
-            launch(
-                b.kernels.x_f16_perm,
-                (blocks(xp.m as i64 * (xp.k as i64 / 8), 256), 1, 1),
-                (256, 1, 1),
-                0,
-                s,
-                &xp,
-            )
-        }?;
+        launch_xperm(b, &xp)?;
         let tile = eg
             .wg
             .ok_or_else(|| EngineError::Internal("x conversion without a wgmma tile".into()))?;
@@ -335,6 +321,41 @@ pub fn moe_matmul(
                 &a,
             )
         }
+    }
+}
+
+/// The wgmma tile's x conversion of an expert GEMM (`ExpertGemm::xperm`, made by
+/// [`expert_gemm`]).
+pub(crate) fn launch_xperm(b: &CudaBackend, xp: &XPermArgs) -> Result<(), EngineError> {
+    // SAFETY: XPermArgs mirrors gemm_wg.cuh's struct (layout asserted at kernel build). One
+    // thread per 16-byte output chunk (grid ceil(rows * K / 8 / 256) of 256): it reads the
+    // node's input view (x_rows rows of K, ld ldx) and writes x_rows x K halves at `out`, the f16
+    // part of the workspace that `tables.bytes()` sized (K % 128 == 0: wg_tile); expert_gemm
+    // made the arguments from the node's views and those tables.
+    unsafe {
+        launch(
+            b.kernels.x_f16_perm,
+            (blocks(xp.m as i64 * (xp.k as i64 / 8), 256), 1, 1),
+            (256, 1, 1),
+            0,
+            b.cu_stream(),
+            xp,
+        )
+    }
+}
+
+/// The tile height of the gated gate/up launch (`gemm_<t>_g32` / `_g128`, fused.rs) of an
+/// `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, one input row per token:
+/// 32 or 128 where its tables put it on `gemm_<t>_w32` or `_w128`, else None (the gated tile
+/// gives the bits of those two only).
+pub(crate) fn gated_bt(w: &DevWeight, tokens: usize, k: usize, wgx: bool) -> Option<WgTile> {
+    if w.dims.len() != 3 {
+        return None;
+    }
+    let t = tables(w, tokens, k, false, wgx);
+    match t.wg {
+        Some(tile @ (WgTile::W32 | WgTile::W128)) if !t.direct() => Some(tile),
+        _ => None,
     }
 }
 
