@@ -26,6 +26,12 @@
         }                                                                                               \
     } while (0)
 
+// silu(g) * u, elementwise: the engine's binary map (elementwise.cu BIN_SWIGLU) expression.
+__global__ void silu_mul_kernel(const float* g, const float* u, float* o, i64 n) {
+    const i64 i = i64(blockIdx.x) * 256 + threadIdx.x;
+    if (i < n) o[i] = tally_silu(g[i]) * u[i];
+}
+
 struct CudaBackend {
     std::vector<void*> owned;
     template <class T>
@@ -77,6 +83,15 @@ struct CudaBackend {
     }
     void xperm(const XPermArgs& a) {
         launch_xperm(a);
+        CK(cudaDeviceSynchronize());
+    }
+    // o = silu(g) * u elementwise (the binary map's SwiGlu expression, tally_silu).
+    void launch_silu_mul(const float* g, const float* u, float* o, size_t n) {
+        silu_mul_kernel<<<unsigned((n + 255) / 256), 256>>>(g, u, o, i64(n));
+        CK(cudaGetLastError());
+    }
+    void silu_mul(const float* g, const float* u, float* o, size_t n) {
+        launch_silu_mul(g, u, o, n);
         CK(cudaDeviceSynchronize());
     }
     void release() {
@@ -405,6 +420,69 @@ static std::pair<int, int> check_matrix(CudaBackend& b, ref::Rng& rng, Keep keep
     return {n, nf};
 }
 
+// --gated: the gated gate/up tile (one launch: x conversion, gemm_<t>_g<BT>) against what the
+// engine runs without it (the x conversion and gemm_<t>_w<BT> for the gate, again for the up, the
+// SwiGlu), the 35B shape at T tokens (256 experts, top 8, 512 x 2048); median of 20 after 3
+// warm-ups, all launches of one side between two events. Routing is not timed (the unfused side
+// routes twice in the engine).
+static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& rng) {
+    GemmCase c;
+    c.type = type;
+    c.variant = variant;
+    c.M = T;
+    c.topk = 8;
+    c.E = 256;
+    c.N = 512;
+    c.K = 2048;
+    const Setup s = make_setup(c, rng, &cached_weights(type, int64_t(c.E) * c.N, c.K, rng));
+    Setup su = s;
+    su.w = ref::random_weights(type, int64_t(c.E) * c.N, c.K, rng);
+    DevCase dg = upload_case(b, s), du = upload_case(b, su);
+    float* h = b.alloc<float>(dg.y_elems);
+    float* y3 = b.alloc<float>(dg.y_elems);
+    GemmArgs a = dg.args;
+    a.y = nullptr;
+    a.w2 = du.args.w;
+    a.y3 = y3;
+    a.ldy3 = s.ldy;
+    const int bt = variant_bm(variant);
+    const GemmFn f = gemm_fn(type, variant), fg = gated_fn(type, bt);
+    auto unfused = [&]() {
+        b.launch_xperm(dg.xperm);
+        b.launch_gemm(f, dg.gx, dg.gy, dg.threads, dg.smem, dg.args);
+        b.launch_xperm(du.xperm);
+        b.launch_gemm(f, du.gx, du.gy, du.threads, du.smem, du.args);
+        b.launch_silu_mul(dg.y, du.y, h, dg.y_elems);
+    };
+    auto gated = [&]() {
+        b.launch_xperm(dg.xperm);
+        b.launch_gemm(fg, unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
+    };
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    auto time = [&](auto&& go) {
+        std::vector<float> ts;
+        for (int i = 0; i < 23; i++) {
+            CK(cudaEventRecord(e0));
+            go();
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (i >= 3) ts.push_back(ms);
+        }
+        return median(ts);
+    };
+    const double tu = time(unfused), tg = time(gated);
+    std::printf("  time gated %-5s g%-3d T=%-5d unfused (2 x (x_f16_perm + w%d) + SwiGlu) %.4f ms, gated %.4f ms (%.2fx)\n",
+                ref::type_name(type), bt, T, bt, tu, tg, tu / tg);
+    std::fflush(stdout);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    b.release();
+}
+
 int main(int argc, char** argv) {
     bool do_check = true, do_time = true;
     // --decode: the GEMV kernels only (gemv_<t>, mmv_<t>): their correctness cases, then the
@@ -421,6 +499,9 @@ int main(int argc, char** argv) {
     bool wg_only = false;
     // --route: moe_route only: its cases (one block and several), then its timings.
     bool route_only = false;
+    // --gated: the gated gate/up tiles: bit-equality with two unfused launches and the SwiGlu
+    // (every type, both heights; then the 35B shape), then their timings (time_gated).
+    bool gated_only = false;
     std::string moe_type;  // --only TYPE: that type at T = 512 only (one kernel to profile)
     for (int i = 1; i < argc; i++) {
         const std::string s = argv[i];
@@ -432,6 +513,7 @@ int main(int argc, char** argv) {
         if (s == "--moe") moe_only = true;
         if (s == "--wg") wg_only = true;
         if (s == "--route") route_only = true;
+        if (s == "--gated") gated_only = true;
     }
     const auto t_start = std::chrono::steady_clock::now();
     cudaDeviceProp prop;
@@ -488,6 +570,31 @@ int main(int argc, char** argv) {
     CudaBackend b;
     ref::Rng rng(7);
     int fails = 0;
+    if (gated_only) {
+        for (int t : ref::ALL_TYPES)
+            for (int v : {V_W32, V_W128}) {
+                if (variant_smem(t, v) > 232448) continue;
+                CK(cudaFuncSetAttribute(gated_fn(t, variant_bm(v)), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(variant_smem(t, v))));
+            }
+        if (do_check) {
+            std::printf("== gated gate/up tiles: bit-equal to two unfused launches and the SwiGlu\n");
+            for (int t : ref::ALL_TYPES)
+                for (int v : {V_W32, V_W128})
+                    for (int tokens : {29, 70}) fails += check_gated(b, t, v, tokens, 200, 512, false, rng);
+            for (int t : {ref::Q4_K, ref::Q5_K, ref::MXFP4, ref::IQ4_XS, ref::Q8_0})
+                for (auto [v, T] : {std::pair{V_W32, 512}, std::pair{V_W128, 8192}})
+                    fails += check_gated(b, t, v, T, 512, 2048, true, rng);
+        }
+        if (do_time && fails == 0)
+            for (int T : {512, 2048, 8192})
+                for (int t : {ref::Q4_K, ref::Q5_K, ref::MXFP4, ref::IQ4_XS, ref::Q8_0}) {
+                    if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
+                    for (int v : {V_W32, V_W128}) time_gated(b, t, v, T, rng);
+                }
+        std::printf("%s: %d failing gated cases\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     if (wg_only) {
         int nf = 0;
         if (do_check) {

@@ -8,6 +8,8 @@
 // DequantRowsArgs&, unsigned gx, unsigned gy); void release() (frees what was allocated since
 // the last release).
 #pragma once
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -95,6 +97,31 @@ inline GemmFn gemm_fn(int type, int v) {
     }
 }
 #undef LAB_KERNELS
+
+// The gated gate/up tiles (gemm_<t>_g32 / _g128, gemm_wg.cuh): a MoE gate, up and SwiGlu in one
+// launch (the engine's ops/fused.rs expert_gated).
+#define GATED_FN(name) return bt == 32 ? gemm_##name##_g32 : gemm_##name##_g128
+inline GemmFn gated_fn(int type, int bt) {
+    switch (type) {
+        case ref::Q4_K: GATED_FN(q4_k);
+        case ref::Q5_K: GATED_FN(q5_k);
+        case ref::Q6_K: GATED_FN(q6_k);
+        case ref::Q8_0: GATED_FN(q8_0);
+        case ref::BF16: GATED_FN(bf16);
+        case ref::F16: GATED_FN(f16);
+        case ref::Q4_0: GATED_FN(q4_0);
+        case ref::Q4_1: GATED_FN(q4_1);
+        case ref::Q5_0: GATED_FN(q5_0);
+        case ref::Q5_1: GATED_FN(q5_1);
+        case ref::IQ4_NL: GATED_FN(iq4_nl);
+        case ref::IQ4_XS: GATED_FN(iq4_xs);
+        case ref::MXFP4: GATED_FN(mxfp4);
+        case ref::Q2_K: GATED_FN(q2_k);
+        case ref::Q3_K: GATED_FN(q3_k);
+        default: GATED_FN(f32);
+    }
+}
+#undef GATED_FN
 
 struct GemmCase {
     std::string name;
@@ -778,4 +805,59 @@ int run_route_cases(B& b, ref::Rng& rng, bool big) {
                                  mt(65536, 128, 256), 1024);
     }
     return fails;
+}
+
+// The gated tile of height variant_bm(variant) (V_W32: g32, V_W128: g128) against the two unfused
+// launches of that variant over the same routing and x: y3 must equal silu(gate) * up bit for
+// bit, as the backend's silu_mul computes it from the two outputs (the binary map's expression),
+// at every (pair, column), and leave the padding columns poisoned. MoE gate/up shape of T tokens,
+// top 4 of 16 experts (or the 35B shape: 256 experts, top 8, when `big`). Returns 1 on failure.
+template <class B>
+inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng) {
+    GemmCase c;
+    c.name = "moe gated gate/up";
+    c.type = type;
+    c.variant = variant;
+    c.M = tokens;
+    c.topk = big ? 8 : 4;
+    c.E = big ? 256 : 16;
+    c.N = N;
+    c.K = K;
+    const Setup s = make_setup(c, rng);
+    Setup su = s;
+    su.w = ref::random_weights(type, int64_t(c.E) * c.N, c.K, rng);
+    DevCase dg = upload_case(b, s), du = upload_case(b, su);
+    const size_t ny = dg.y_elems;
+    b.poison(dg.y, ny);
+    b.poison(du.y, ny);
+    b.gemm(gemm_fn(type, variant), dg.gx, dg.gy, dg.threads, dg.smem, dg.args);
+    b.gemm(gemm_fn(type, variant), du.gx, du.gy, du.threads, du.smem, du.args);
+    float* want = b.template alloc<float>(ny);
+    b.silu_mul(dg.y, du.y, want, ny);
+    float* y3 = b.template alloc<float>(ny);
+    b.poison(y3, ny);
+    GemmArgs a = dg.args;
+    a.y = nullptr;  // the gated tile writes y3 only
+    a.w2 = du.args.w;
+    a.y3 = y3;
+    a.ldy3 = s.ldy;
+    const int bt = variant_bm(variant);
+    b.gemm(gated_fn(type, bt), unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
+    const std::vector<float> got = b.download(y3, ny), w = b.download(want, ny);
+    long long bad = 0, unwritten = 0;
+    for (int r = 0; r < s.M; r++)
+        for (int64_t j = 0; j < s.ldy; j++) {
+            const size_t i = size_t(r) * size_t(s.ldy) + size_t(j);
+            if (j >= c.N) {
+                bad += !std::isnan(got[i]);  // padding stays poisoned
+                continue;
+            }
+            unwritten += std::isnan(got[i]);
+            bad += std::memcmp(&got[i], &w[i], 4) != 0;
+        }
+    std::printf("  %s gated %-5s g%-3d tokens=%-5d E=%-3d N=%d K=%d: %lld of %lld outputs differ (%lld unwritten)\n",
+                bad ? "FAIL" : "ok  ", ref::type_name(type), bt, tokens, c.E, c.N, c.K, bad, static_cast<long long>(s.M) * c.N,
+                unwritten);
+    b.release();
+    return bad ? 1 : 0;
 }

@@ -84,6 +84,7 @@ struct PendingMma {
     uint64_t desc;
     unsigned group;
     int t;  // lane % 4
+    bool scale_d = true;  // false: d = A * B (the accumulator's old value ignored)
 };
 void land_mma(const PendingMma& q);
 struct Fiber {
@@ -453,7 +454,7 @@ inline void emu::land_mma(const emu::PendingMma& q) {
     for (int j = 0; j < q.n / 8; j++)
         for (int e = 0; e < 4; e++) {
             const int col = 8 * j + 2 * q.t + (e & 1);
-            double acc = q.d[4 * j + e];
+            double acc = q.scale_d ? q.d[4 * j + e] : 0.0;
             for (int k = 0; k < 16; k++) acc += q.a[e >> 1][k] * emu_wg_b(q.desc, k, col);
             q.d[4 * j + e] = float(acc);
         }
@@ -462,7 +463,7 @@ template <int BT>
 struct Wgmma {
     // A fragment as mma.m16n8k16's (rows 16w.. of the 64 from warp w): the warp's lanes exchange
     // theirs so each thread keeps its own two rows; the product itself happens later.
-    static void mma(float (&d)[BT / 2], const unsigned (&a)[4], uint64_t desc) {
+    static void mma(float (&d)[BT / 2], const unsigned (&a)[4], uint64_t desc, int scale_d = 1) {
         uint64_t mine[4] = {a[0], a[1], a[2], a[3]};
         auto sl = emu::exchange(mine, sizeof(mine));
         const int l = emu::tid() % 32, g = l / 4;
@@ -471,6 +472,7 @@ struct Wgmma {
         q.n = BT;
         q.desc = desc;
         q.t = l % 4;
+        q.scale_d = scale_d != 0;
         for (int h = 0; h < 2; h++)
             for (int k = 0; k < 16; k++) {
                 const int r = g + 8 * h, lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);

@@ -61,6 +61,10 @@ struct EmuBackend {
     void xperm(const XPermArgs& a) {
         emu::launch({unsigned((int64_t(a.M) * (a.K / 8) + 255) / 256), 1, 1}, {256, 1, 1}, [&] { x_f16_perm(a); });
     }
+    // o = silu(g) * u elementwise (the binary map's SwiGlu expression, tally_silu).
+    void silu_mul(const float* g, const float* u, float* o, size_t n) {
+        for (size_t i = 0; i < n; i++) o[i] = tally_silu(g[i]) * u[i];
+    }
     void release() {
         for (const auto& [m, len] : owned) munmap(m, len);
         owned.clear();

@@ -516,73 +516,6 @@ static int test_expert_side_by_side(int type, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
-// The gated tiles (gemm_<t>_g32 / _g128: the routed experts' gate, up and SwiGlu in one launch,
-// cuda/ops/fused.rs expert_gated) against the two unfused wgmma launches of the same height
-// (gemm_<t>_w32 / _w128): y3 bit-equal to silu(gate) * up as the binary map computes it, every
-// (pair, column) written and nothing else (poisoned outputs; N not a multiple of the 64 columns
-// a gated block covers, rows crossing tiles, experts with no rows).
-typedef void (*GatedFn)(GemmArgs);
-#define GATED_FNS(name) return bt == 32 ? gemm_##name##_g32 : gemm_##name##_g128
-static GatedFn gated_fn(int type, int bt) {
-    switch (type) {
-        case ref::Q4_K: GATED_FNS(q4_k);
-        case ref::Q5_K: GATED_FNS(q5_k);
-        case ref::Q6_K: GATED_FNS(q6_k);
-        case ref::Q8_0: GATED_FNS(q8_0);
-        case ref::IQ4_XS: GATED_FNS(iq4_xs);
-        case ref::MXFP4: GATED_FNS(mxfp4);
-        case ref::BF16: GATED_FNS(bf16);
-        default: GATED_FNS(q3_k);
-    }
-}
-#undef GATED_FNS
-static int test_gated(int type, int variant, int tokens, ref::Rng& rng) {
-    GemmCase c;
-    c.name = "moe gated gate/up";
-    c.type = type;
-    c.variant = variant;
-    c.M = tokens;
-    c.topk = 4;
-    c.E = 16;
-    c.N = 200;
-    c.K = 512;
-    const Setup s = make_setup(c, rng);
-    Setup su = s;
-    su.w = ref::random_weights(type, int64_t(c.E) * c.N, c.K, rng);
-    EmuBackend b;
-    DevCase dg = upload_case(b, s), du = upload_case(b, su);
-    const size_t ny = dg.y_elems;
-    b.poison(dg.y, ny);
-    b.poison(du.y, ny);
-    b.gemm(gemm_fn(type, variant), dg.gx, dg.gy, dg.threads, dg.smem, dg.args);
-    b.gemm(gemm_fn(type, variant), du.gx, du.gy, du.threads, du.smem, du.args);
-    float* y3 = b.alloc<float>(ny);
-    b.poison(y3, ny);
-    GemmArgs a = dg.args;
-    a.y = nullptr;  // the gated tile writes y3 only
-    a.w2 = du.args.w;
-    a.y3 = y3;
-    a.ldy3 = s.ldy;
-    const int bt = variant_bm(variant);
-    b.gemm(gated_fn(type, bt), unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
-    long long bad = 0, unwritten = 0;
-    for (int r = 0; r < s.M; r++)
-        for (int64_t j = 0; j < s.ldy; j++) {
-            const size_t i = size_t(r) * size_t(s.ldy) + size_t(j);
-            if (j >= c.N) {
-                bad += !std::isnan(y3[i]);  // padding stays poisoned
-                continue;
-            }
-            const float want = tally_silu(dg.y[i]) * du.y[i];
-            unwritten += std::isnan(y3[i]);
-            bad += std::memcmp(&y3[i], &want, 4) != 0;
-        }
-    std::printf("  %s gated %-5s g%-3d tokens=%-3d N=%d: %lld of %lld outputs differ (%lld unwritten)\n", bad ? "FAIL" : "ok  ",
-                ref::type_name(type), bt, tokens, c.N, bad, static_cast<long long>(s.M) * c.N, unwritten);
-    b.release();
-    return bad ? 1 : 0;
-}
-
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
@@ -622,7 +555,7 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "gated") {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K})
             for (int v : {V_W32, V_W128})
-                for (int tokens : {29, 70}) fails += test_gated(t, v, tokens, rng);
+                for (int tokens : {29, 70}) fails += check_gated(b, t, v, tokens, 200, 512, false, rng);
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }

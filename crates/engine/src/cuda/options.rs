@@ -102,6 +102,11 @@ pub struct CudaOptions {
     /// later node reads (the routed combine's, the gated shared expert's, the FFN sum's); opt-in
     /// until a GPU run has compared its logits with the default's.
     pub add_norm_skip: bool,
+    /// `TALLY_WGX_CLEAR=on`: the x-resident MoE tiles zero their accumulators after each weight
+    /// block's store (compiled with `-DTALLY_WGX_CLEAR`), as before 2026-12-04's stop 30, instead
+    /// of starting each block's first MMA with scale-d off; ptxas serialises their wgmmas in that
+    /// form. For comparison.
+    pub wgx_clear: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -133,6 +138,7 @@ impl Default for CudaOptions {
             f16_keep: true,
             gated: false,
             add_norm_skip: false,
+            wgx_clear: false,
         }
     }
 }
@@ -244,6 +250,11 @@ impl CudaOptions {
             Some("off") => o.f16_keep = false,
             Some(v) => return Err(bad("TALLY_F16_KEEP", v, "on or off")),
         }
+        match get("TALLY_WGX_CLEAR").as_deref() {
+            None | Some("") | Some("off") => {}
+            Some("on") => o.wgx_clear = true,
+            Some(v) => return Err(bad("TALLY_WGX_CLEAR", v, "on or off")),
+        }
         match get("TALLY_GATED").as_deref() {
             None | Some("") | Some("off") => {}
             Some("on") => o.gated = true,
@@ -283,6 +294,9 @@ impl CudaOptions {
         let mut d = Vec::new();
         if !self.prefetch {
             d.push("-DTALLY_NO_PREFETCH".to_string());
+        }
+        if self.wgx_clear {
+            d.push("-DTALLY_WGX_CLEAR".to_string());
         }
         for (m, &b) in GEMV_BLOCK_MACROS.iter().zip(&self.gemv_blocks) {
             if b != 2 {
@@ -345,6 +359,7 @@ impl CudaOptions {
             format!("wgx={}", on(self.wgx)),
             format!("f16_keep={}", on(self.f16_keep)),
             format!("gated={}", on(self.gated)),
+            format!("wgx_clear={}", on(self.wgx_clear)),
         ]
     }
 }
@@ -383,7 +398,8 @@ mod tests {
                 "gemvr=on",
                 "wgx=on",
                 "f16_keep=on",
-                "gated=off"
+                "gated=off",
+                "wgx_clear=off"
             ]
         );
     }
@@ -411,6 +427,9 @@ mod tests {
         assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
         assert!(!o.f16_keep && opts(&[("TALLY_F16_KEEP", "1")]).is_err());
         assert!(o.gated && opts(&[("TALLY_GATED", "no")]).is_err());
+        let c = opts(&[("TALLY_WGX_CLEAR", "on")]).expect("options");
+        assert!(c.wgx_clear && c.defines() == ["-DTALLY_WGX_CLEAR"]);
+        assert!(opts(&[("TALLY_WGX_CLEAR", "1")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "skip")]).expect("options");
         assert!(
             s.add_norm_regs && s.add_norm_skip && s.describe().contains(&"add_norm=skip".into())

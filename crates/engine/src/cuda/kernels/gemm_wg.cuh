@@ -100,66 +100,67 @@ __device__ __forceinline__ void wg_wait() {
 // Generic-proxy shared-memory stores made visible to the async proxy (the tensor cores).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// d (64 x BT, f32) += a (64 x 16 f16, this thread's fragment) * b (16 x BT f16, descriptor).
+// d (64 x BT, f32) += a (64 x 16 f16, this thread's fragment) * b (16 x BT f16, descriptor);
+// scale_d 0: d = a * b (the accumulators' old values ignored, as wgmma's scale-d predicate).
 template <int BT>
 struct Wgmma;
 template <>
 struct Wgmma<16> {
-    static __device__ __forceinline__ void mma(float (&d)[8], const u32 (&a)[4], u64 desc) {
+    static __device__ __forceinline__ void mma(float (&d)[8], const u32 (&a)[4], u64 desc, int scale_d = 1) {
         asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
         "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     }
 };
 
 template <>
 struct Wgmma<32> {
-    static __device__ __forceinline__ void mma(float (&d)[16], const u32 (&a)[4], u64 desc) {
+    static __device__ __forceinline__ void mma(float (&d)[16], const u32 (&a)[4], u64 desc, int scale_d = 1) {
         asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
         "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     }
 };
 
 template <>
 struct Wgmma<64> {
-    static __device__ __forceinline__ void mma(float (&d)[32], const u32 (&a)[4], u64 desc) {
+    static __device__ __forceinline__ void mma(float (&d)[32], const u32 (&a)[4], u64 desc, int scale_d = 1) {
         asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     }
 };
 
 template <>
 struct Wgmma<96> {
-    static __device__ __forceinline__ void mma(float (&d)[48], const u32 (&a)[4], u64 desc) {
+    static __device__ __forceinline__ void mma(float (&d)[48], const u32 (&a)[4], u64 desc, int scale_d = 1) {
         asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
         "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     }
 };
 
 template <>
 struct Wgmma<128> {
-    static __device__ __forceinline__ void mma(float (&d)[64], const u32 (&a)[4], u64 desc) {
+    static __device__ __forceinline__ void mma(float (&d)[64], const u32 (&a)[4], u64 desc, int scale_d = 1) {
         asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
         "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
     }
 };
 #endif  // TALLY_EMU
@@ -177,18 +178,21 @@ __device__ __forceinline__ void wg_x_chunk(const GemmArgs& a, const i32* s_xrow,
 }
 // The 8 k16 blocks of one K step: A {rows g, g + 8} x {k' 2t.., 8 + 2t..} from h0/h1; B from the
 // x stage at shared address xa, half kk / 4, 32 bytes further per k16 block inside the rows.
+// fresh: the step's first MMA overwrites the accumulators (a block's first K step in the
+// x-resident tile: no zeroing between blocks, which would put non-wgmma writes of them inside
+// its pipelined loop).
 template <int BT>
-__device__ __forceinline__ void wg_mma_step(float (&acc)[BT / 2], u32 xa, const u32 (&h0)[16], const u32 (&h1)[16]) {
+__device__ __forceinline__ void wg_mma_step(float (&acc)[BT / 2], u32 xa, const u32 (&h0)[16], const u32 (&h1)[16],
+                                            bool fresh = false) {
 #pragma unroll
     for (int kk = 0; kk < WG_BK / 16; kk++) {
         const u32 af[4] = {h0[2 * kk], h1[2 * kk], h0[2 * kk + 1], h1[2 * kk + 1]};
-        Wgmma<BT>::mma(acc, af, wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)));
+        Wgmma<BT>::mma(acc, af, wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)), kk == 0 && fresh ? 0 : 1);
     }
 }
-// Epilogue: acc[4j + e] is weight row r0 + 8 (e >> 1) (output column), token 8j + 2t + (e & 1);
-// CLEAR: the accumulators zeroed after (the next block of weight rows).
-template <int BT, bool CLEAR>
-__device__ __forceinline__ void wg_store(const GemmArgs& a, const i32* s_yrow, int r0, int t, float (&acc)[BT / 2]) {
+// Epilogue: acc[4j + e] is weight row r0 + 8 (e >> 1) (output column), token 8j + 2t + (e & 1).
+template <int BT>
+__device__ __forceinline__ void wg_store(const GemmArgs& a, const i32* s_yrow, int r0, int t, const float (&acc)[BT / 2]) {
     const bool split = a.layout == 1;
 #pragma unroll
     for (int j = 0; j < BT / 8; j++) {
@@ -198,7 +202,6 @@ __device__ __forceinline__ void wg_store(const GemmArgs& a, const i32* s_yrow, i
             const int n = r0 + 8 * (e >> 1);
             if (yr >= 0 && n < a.N)
                 a.y[static_cast<i64>(yr) * a.ldy + gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[4 * j + e];
-            if (CLEAR) acc[4 * j + e] = 0.0f;
         }
     }
 }
@@ -366,7 +369,7 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     cp_async_wait<0>();
 
     if constexpr (GATED) wg_store_gated<BT>(a, s_yrow, r0, t, acc);
-    else wg_store<BT, false>(a, s_yrow, r0, t, acc);
+    else wg_store<BT>(a, s_yrow, r0, t, acc);
 }
 
 // gemm_<t>_x<BT>: the wgmma tile for short K (K <= WGX_K_MAX: the MoE down projection, K = 512
@@ -382,8 +385,11 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 // Per step s (weight block j = s / KT, K step kt = s % KT): MMAs of s issued and committed;
 // copies of step s + S - 1 into the thread's slot of step s - 1 (decoded one step ago); wait
 // for step s + 1's copies; wgmma.wait_group 1 (the MMAs of s - 1 done: their A registers
-// free); decode step s + 1; at a block's last K step, wait for all MMAs, store the block's
-// outputs and clear the accumulators.
+// free); decode step s + 1; at a block's last K step, wait for all MMAs and store the block's
+// outputs. A block's first K step starts its accumulators with scale-d off (d = a * b) instead of
+// zeroing them after the store: ptxas serialised every wgmma of this loop (C7511, "insufficient
+// register resources for the wgmma pipeline") while the loop wrote the accumulators itself.
+// TALLY_WGX_CLEAR (TALLY_WGX_CLEAR=on) compiles the zeroing form back, for comparison.
 // Grid (1..ceil(N / 128), tiles), 256 threads, dynamic smem WGX_SMEM_BYTES(t, BT); otherwise
 // the preconditions and precision of gemm_<t>_w<BT>; K > WGX_K_MAX writes nothing.
 // (A lab variant, x32g, takes KMAX = 2048: 32 x rows of the gate/up's whole K, 128 KB.)
@@ -442,10 +448,20 @@ __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     float acc[BT / 2];
 #pragma unroll
     for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+#ifdef TALLY_WGX_CLEAR
+    constexpr bool kClear = true;
+#else
+    constexpr bool kClear = false;
+#endif
     auto mma = [&](int s, const u32 (&h0)[16], const u32 (&h1)[16]) {
-        wg_mma_step<BT>(acc, smem_u32(Xs + (s % KT) * XSTAGE), h0, h1);
+        wg_mma_step<BT>(acc, smem_u32(Xs + (s % KT) * XSTAGE), h0, h1, !kClear && s % KT == 0);
     };
-    auto store = [&](int s) { wg_store<BT, true>(a, s_yrow, n0_of(s) + 16 * warp + g, t, acc); };
+    auto store = [&](int s) {
+        wg_store<BT>(a, s_yrow, n0_of(s) + 16 * warp + g, t, acc);
+        if (kClear)
+#pragma unroll
+            for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+    };
 
     // x: every K step's stage, in the same cp.async group as step 0's weights.
 #pragma unroll
