@@ -223,15 +223,17 @@ static double time_launches(CudaBackend& b, GemmFn f, const DevCase& d, const st
     return median(ts);
 }
 
-// The wgmma tiles' x conversion alone (median of 20 launches).
-static double time_xperm(CudaBackend& b, const DevCase& d) {
+// Median of 20 calls of go() after 3 warm-ups, each timed alone between two events (the launches
+// go() queues, synchronised after each call).
+template <class F>
+static double time_calls(F&& go) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     std::vector<float> ts;
     for (int i = 0; i < 23; i++) {
         CK(cudaEventRecord(e0));
-        b.launch_xperm(d.xperm);
+        go();
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms = 0;
@@ -241,6 +243,11 @@ static double time_xperm(CudaBackend& b, const DevCase& d) {
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     return median(ts);
+}
+
+// The wgmma tiles' x conversion alone (median of 20 launches).
+static double time_xperm(CudaBackend& b, const DevCase& d) {
+    return time_calls([&] { b.launch_xperm(d.xperm); });
 }
 
 // Weights are generated once per (type, rows, K) and reused across M and variants.
@@ -378,25 +385,13 @@ static double time_route(CudaBackend& b, int T, int k, int E, int bm, ref::Rng& 
     a.tile_start = b.alloc<i32>(size_t(mt));
     a.tile_rows = b.alloc<i32>(size_t(mt));
     a.err = b.alloc<i32>(2);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(e0));
+    const double ms = time_calls([&] {
         if (blocks > 1) moe_route_count<<<blocks, MOE_ROUTE_THREADS>>>(a);
         moe_route<<<blocks, MOE_ROUTE_THREADS>>>(a);
         CK(cudaGetLastError());
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 3) ts.push_back(ms);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    });
     b.release();
-    return median(ts);
+    return ms;
 }
 
 // The correctness matrix's cases that `keep` selects (every type, full check): each failure goes
@@ -458,28 +453,10 @@ static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& r
         b.launch_xperm(dg.xperm);
         b.launch_gemm(fg, unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
     };
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    auto time = [&](auto&& go) {
-        std::vector<float> ts;
-        for (int i = 0; i < 23; i++) {
-            CK(cudaEventRecord(e0));
-            go();
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (i >= 3) ts.push_back(ms);
-        }
-        return median(ts);
-    };
-    const double tu = time(unfused), tg = time(gated);
+    const double tu = time_calls(unfused), tg = time_calls(gated);
     std::printf("  time gated %-5s g%-3d T=%-5d unfused (2 x (x_f16_perm + w%d) + SwiGlu) %.4f ms, gated %.4f ms (%.2fx)\n",
                 ref::type_name(type), bt, T, bt, tu, tg, tu / tg);
     std::fflush(stdout);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
     b.release();
 }
 

@@ -154,6 +154,13 @@ impl CudaOptions {
         let bad = |var: &str, v: &str, want: &str| {
             EngineError::Unsupported(format!("{var}={v}: expected {want}"))
         };
+        // A switch of `on` or `off` (unset or empty: the default).
+        let on_off = |var: &str, default: bool| match get(var).as_deref() {
+            None | Some("") => Ok(default),
+            Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            Some(v) => Err(bad(var, v, "on or off")),
+        };
         let mut o = CudaOptions::default();
         match get("TALLY_GEMM").as_deref() {
             Some("kernels") => o.cublas_min_m = None,
@@ -208,11 +215,7 @@ impl CudaOptions {
             Some("off") => o.pdl = PdlMode::Off,
             Some(v) => return Err(bad("TALLY_PDL", v, "small, all or off")),
         }
-        match get("TALLY_PREFETCH").as_deref() {
-            None | Some("") | Some("on") => {}
-            Some("off") => o.prefetch = false,
-            Some(v) => return Err(bad("TALLY_PREFETCH", v, "on or off")),
-        }
+        o.prefetch = on_off("TALLY_PREFETCH", o.prefetch)?;
         if let Some(v) = get("TALLY_GEMV_BLOCKS").filter(|v| !v.is_empty()) {
             let want = "four blocks per multiprocessor, 1 to 4 each, as G,G4,M,V (e.g. 3,2,3,3)";
             let parts: Vec<Option<u8>> = v
@@ -235,31 +238,11 @@ impl CudaOptions {
             Some("skip") => o.add_norm_skip = true,
             Some(v) => return Err(bad("TALLY_ADD_NORM", v, "regs, skip or loop")),
         }
-        match get("TALLY_GEMVR").as_deref() {
-            None | Some("") | Some("on") => {}
-            Some("off") => o.gemvr = false,
-            Some(v) => return Err(bad("TALLY_GEMVR", v, "on or off")),
-        }
-        match get("TALLY_WGX").as_deref() {
-            None | Some("") | Some("on") => {}
-            Some("off") => o.wgx = false,
-            Some(v) => return Err(bad("TALLY_WGX", v, "on or off")),
-        }
-        match get("TALLY_F16_KEEP").as_deref() {
-            None | Some("") | Some("on") => {}
-            Some("off") => o.f16_keep = false,
-            Some(v) => return Err(bad("TALLY_F16_KEEP", v, "on or off")),
-        }
-        match get("TALLY_WGX_CLEAR").as_deref() {
-            None | Some("") | Some("off") => {}
-            Some("on") => o.wgx_clear = true,
-            Some(v) => return Err(bad("TALLY_WGX_CLEAR", v, "on or off")),
-        }
-        match get("TALLY_GATED").as_deref() {
-            None | Some("") | Some("off") => {}
-            Some("on") => o.gated = true,
-            Some(v) => return Err(bad("TALLY_GATED", v, "on or off")),
-        }
+        o.gemvr = on_off("TALLY_GEMVR", o.gemvr)?;
+        o.wgx = on_off("TALLY_WGX", o.wgx)?;
+        o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
+        o.wgx_clear = on_off("TALLY_WGX_CLEAR", o.wgx_clear)?;
+        o.gated = on_off("TALLY_GATED", o.gated)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
