@@ -458,9 +458,10 @@ __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     };
     auto store = [&](int s) {
         wg_store<BT>(a, s_yrow, n0_of(s) + 16 * warp + g, t, acc);
-        if (kClear)
+        if (kClear) {
 #pragma unroll
             for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+        }
     };
 
     // x: every K step's stage, in the same cp.async group as step 0's weights.

@@ -552,7 +552,7 @@ fn expert_pairs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
 /// (checked: no later node reads them), no binary map. Where the unfused launches would run
 /// `gemm_<t>_w32` / `_w128` (`moe::gated_bt`), with weights of one type, shape and size; each
 /// output is then the bits the three nodes write (the same tile height, K order and MMAs;
-/// lab/gemm/emu `gated`). False (nothing launched) otherwise, or under `TALLY_GATED=off`.
+/// lab/gemm/emu `gated`). False (nothing launched) otherwise, and unless `TALLY_GATED=on`.
 fn expert_gated(
     b: &mut CudaBackend,
     plan: &Plan,
