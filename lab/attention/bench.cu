@@ -228,8 +228,6 @@ static void upload(const Problem& p, DevBuf& b) {
     b.h_elems = (size_t)p.pvis() * p.Hkv * p.d;
     CK(cudaMalloc(&b.k16, b.h_elems * 2));
     CK(cudaMalloc(&b.v16, b.h_elems * 2));
-    const AttnKv16 kv16{b.k16, b.v16, (long long)p.Hkv * p.d};  // read by flash_attn_h_*, attn_kv_to_f16
-    CK(cudaMemcpyToSymbol(attn_lab_kv16, &kv16, sizeof kv16));
 }
 static void release(DevBuf& b) {
     cudaFree(b.q);
@@ -287,6 +285,9 @@ static AttnArgs args_for(const Problem& p, const DevBuf& b, const Launch& L, con
     a.n_split = L.n_split;
     a.kv_chunk = L.kv_chunk;
     a.ws = b.ws;
+    a.k16 = b.k16;  // read by flash_attn_h_*, written by attn_kv_to_f16
+    a.v16 = b.v16;
+    a.ld16 = (long long)p.Hkv * p.d;
     return a;
 }
 

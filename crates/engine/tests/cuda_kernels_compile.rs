@@ -7,9 +7,11 @@
 
 use std::path::PathBuf;
 
+use tally_engine::EngineError;
 use tally_engine::cuda::compile::{
     SOURCES, compile_uncached, cuda_include_dir, options, source_text,
 };
+use tally_engine::cuda::kernels::Kernels;
 
 /// The CUDA headers, or None (the test passes) where NVRTC is absent.
 fn nvrtc() -> Option<PathBuf> {
@@ -31,6 +33,7 @@ fn nvrtc() -> Option<PathBuf> {
 fn every_kernel_source_compiles_for_sm_90a() {
     let Some(include) = nvrtc() else { return };
     let opts = options("sm_90a", &include);
+    let mut cubins = Vec::new();
     for src in SOURCES {
         let text = source_text(src).expect("source");
         assert!(
@@ -41,7 +44,37 @@ fn every_kernel_source_compiles_for_sm_90a() {
         let cubin = compile_uncached(src.name, &text, &opts)
             .unwrap_or_else(|e| panic!("{}: {e}", src.name));
         assert!(cubin.len() > 1000, "{}: suspiciously small CUBIN", src.name);
+        cubins.push((src.name, cubin));
     }
+    // Every kernel the backend resolves when it opens is a symbol of the source it names (a
+    // misspelt or moved kernel fails here, not on the GPU's first call): the symbol table holds
+    // each name between NULs.
+    let found = std::cell::RefCell::new(Vec::new());
+    let resolve = |src: &'static str, name: &'static str| {
+        let (_, cubin) = cubins
+            .iter()
+            .find(|(n, _)| *n == src)
+            .ok_or_else(|| EngineError::Internal(format!("no source {src}")))?;
+        let sym = [b"\0", name.as_bytes(), b"\0"].concat();
+        if !cubin.windows(sym.len()).any(|w| w == sym.as_slice()) {
+            return Err(EngineError::Internal(format!(
+                "{src}.cu has no kernel {name}"
+            )));
+        }
+        found.borrow_mut().push(name);
+        Ok(std::ptr::null_mut())
+    };
+    Kernels::resolve(false, &resolve).unwrap_or_else(|e| panic!("{e}"));
+    let found = found.into_inner();
+    for name in [
+        "flash_attn_h_w4_d256",
+        "attn_kv_to_f16",
+        "gemm_q4_k_g128",
+        "argmax_token",
+    ] {
+        assert!(found.contains(&name), "{name} not resolved");
+    }
+    assert!(found.len() > 300, "{} kernels resolved", found.len());
 }
 
 #[test]

@@ -306,6 +306,11 @@ pub struct AttnArgs {
     pub ws: DPtr,
     /// The batch position (`[1, 1]` i32), added to `q_offset` on the device.
     pub pos: DPtr,
+    /// f16 copies of the caches (`attn_kv_to_f16` writes them, `flash_attn_h_w4_d*` reads
+    /// them; 0 for the f32 kernels), `ld16` halves a row.
+    pub k16: DPtr,
+    pub v16: DPtr,
+    pub ld16: i64,
 }
 
 #[repr(C)]
@@ -572,7 +577,7 @@ pub fn layout_asserts(source: &str) -> String {
         }),
         "attention" => layout!(AttnArgs {
             q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_offset, scale,
-            n_split, kv_chunk, pad0, ws, pos
+            n_split, kv_chunk, pad0, ws, pos, k16, v16, ld16
         }),
         "gemm" => [
             layout!(GemmArgs {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUfunction;
 use cudarc::driver::{CudaContext, CudaModule};
 use tally_gguf::GgmlType;
 
@@ -82,6 +83,10 @@ pub struct Kernels {
     pub delta_rule_step: Kernel,
     /// `flash_attn_d{D}` by [`ATTN_HEAD_DIMS`].
     pub flash_attn: [Kernel; 4],
+    /// `flash_attn_h_w4_d{D}` (f16 K/V copies, 64-row tiles) by [`ATTN_HEAD_DIMS`].
+    pub flash_attn_h: [Kernel; 4],
+    /// Writes the f16 copies `flash_attn_h` reads.
+    pub attn_kv_to_f16: Kernel,
     /// `flash_decode_d{D}` by [`ATTN_HEAD_DIMS`].
     pub flash_decode: [Kernel; 4],
     pub flash_attn_combine: Kernel,
@@ -100,21 +105,20 @@ pub struct Kernels {
     _modules: Vec<Arc<CudaModule>>,
 }
 
-/// One compiled source, loaded.
+/// Finds kernel `name` (second) in the compiled source named first.
+pub type Resolve<'a> = dyn Fn(&'static str, &'static str) -> Result<CUfunction, EngineError> + 'a;
+
+/// One compiled source, as [`Kernels::resolve`] asks for its kernels.
 struct Module<'a> {
     name: &'static str,
-    m: &'a Arc<CudaModule>,
+    resolve: &'a Resolve<'a>,
     pdl: bool,
 }
 
 impl Module<'_> {
     fn get(&self, name: &'static str) -> Result<Kernel, EngineError> {
-        let f = self
-            .m
-            .load_function(name)
-            .map_err(|e| EngineError::Cuda(format!("kernel {name} in {}.cu: {e}", self.name)))?;
         Ok(Kernel {
-            f: f.cu_function(),
+            f: (self.resolve)(self.name, name)?,
             name,
             pdl: self.pdl,
         })
@@ -167,12 +171,26 @@ impl Kernels {
                 .map_err(|e| EngineError::Cuda(format!("loading module {}: {e}", src.name)))?;
             modules.push((src.name, module));
         }
-        let m = |name: &'static str| -> Result<Module<'_>, EngineError> {
-            modules
+        let resolve = |src: &'static str, name: &'static str| -> Result<CUfunction, EngineError> {
+            let (_, m) = modules
                 .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(name, m)| Module { name, m, pdl })
-                .ok_or_else(|| EngineError::Internal(format!("no kernel source {name}")))
+                .find(|(n, _)| *n == src)
+                .ok_or_else(|| EngineError::Internal(format!("no kernel source {src}")))?;
+            let f = m
+                .load_function(name)
+                .map_err(|e| EngineError::Cuda(format!("kernel {name} in {src}.cu: {e}")))?;
+            Ok(f.cu_function())
+        };
+        let mut k = Kernels::resolve(pdl, &resolve)?;
+        k._modules = modules.into_iter().map(|(_, m)| m).collect();
+        Ok(k)
+    }
+
+    /// Every kernel handle the backend uses, each found by `resolve` (source name, kernel name):
+    /// the one list of the names, which a test checks against the compiled sources.
+    pub fn resolve(pdl: bool, resolve: &Resolve<'_>) -> Result<Kernels, EngineError> {
+        let m = |name: &'static str| -> Result<Module<'_>, EngineError> {
+            Ok(Module { name, resolve, pdl })
         };
         let (attn, gemm) = (m("attention")?, m("gemm")?);
         let by_dim = |prefix: &str| -> Result<[Kernel; 4], EngineError> {
@@ -230,6 +248,8 @@ impl Kernels {
             delta_rule_chunk_scan: delta.get("delta_rule_chunk_scan")?,
             delta_rule_step: delta.get("delta_rule_step")?,
             flash_attn: by_dim("flash_attn")?,
+            flash_attn_h: by_dim("flash_attn_h_w4")?,
+            attn_kv_to_f16: attn.get("attn_kv_to_f16")?,
             flash_decode: by_dim("flash_decode")?,
             flash_attn_combine: attn.get("flash_attn_combine")?,
             gemm: gemm_sets,
@@ -243,8 +263,6 @@ impl Kernels {
             argmax_token: m("sample")?.get("argmax_token")?,
             _modules: Vec::new(),
         };
-        let mut k = k;
-        k._modules = modules.into_iter().map(|(_, m)| m).collect();
         Ok(k)
     }
 

@@ -14,7 +14,7 @@ mod arena;
 mod args;
 pub mod compile;
 pub mod consts;
-mod kernels;
+pub mod kernels;
 mod launch;
 mod mem;
 mod ops;

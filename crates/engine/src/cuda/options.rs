@@ -107,6 +107,19 @@ pub struct CudaOptions {
     /// of starting each block's first MMA with scale-d off; ptxas serialises their wgmmas in that
     /// form. For comparison.
     pub wgx_clear: bool,
+    /// `TALLY_ATTN=f16`: prompts of at least `attention::F16_MIN_ROWS` tokens attend through
+    /// f16 copies of the K/V cache made once per attention node (`attn_kv_to_f16`,
+    /// `flash_attn_h_w4_d*`: 64-key tiles, 4-warp blocks; 1.5x the default kernel at pp8192 in
+    /// the lab, conversion included, with the same error); `f32` (the default until a GPU run
+    /// has checked the engine's launch of it): `flash_attn_d*`, which rounds K and V to f16 as
+    /// it stages them.
+    pub attn_f16: bool,
+    /// `TALLY_ATTN_SPLIT=on`: a prompt's attention whose query tiles would leave most
+    /// multiprocessors idle (a speculative verification of a few tokens, a short turn at depth:
+    /// one block per KV head walking every key) splits the keys over the device, as decoding
+    /// does, and merges the splits with `flash_attn_combine`; opt-in until a GPU run has
+    /// checked it (the kernels' splits are checked in the lab; the engine's launch is new).
+    pub attn_split: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -139,6 +152,8 @@ impl Default for CudaOptions {
             gated: false,
             add_norm_skip: false,
             wgx_clear: false,
+            attn_f16: false,
+            attn_split: false,
         }
     }
 }
@@ -243,6 +258,12 @@ impl CudaOptions {
         o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
         o.wgx_clear = on_off("TALLY_WGX_CLEAR", o.wgx_clear)?;
         o.gated = on_off("TALLY_GATED", o.gated)?;
+        match get("TALLY_ATTN").as_deref() {
+            None | Some("") | Some("f32") => {}
+            Some("f16") => o.attn_f16 = true,
+            Some(v) => return Err(bad("TALLY_ATTN", v, "f32 or f16")),
+        }
+        o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -343,6 +364,8 @@ impl CudaOptions {
             format!("f16_keep={}", on(self.f16_keep)),
             format!("gated={}", on(self.gated)),
             format!("wgx_clear={}", on(self.wgx_clear)),
+            format!("attn={}", if self.attn_f16 { "f16" } else { "f32" }),
+            format!("attn_split={}", on(self.attn_split)),
         ]
     }
 }
@@ -382,7 +405,9 @@ mod tests {
                 "wgx=on",
                 "f16_keep=on",
                 "gated=off",
-                "wgx_clear=off"
+                "wgx_clear=off",
+                "attn=f32",
+                "attn_split=off"
             ]
         );
     }
@@ -413,6 +438,21 @@ mod tests {
         let c = opts(&[("TALLY_WGX_CLEAR", "on")]).expect("options");
         assert!(c.wgx_clear && c.defines() == ["-DTALLY_WGX_CLEAR"]);
         assert!(opts(&[("TALLY_WGX_CLEAR", "1")]).is_err());
+        let a = opts(&[("TALLY_ATTN", "f16")]).expect("options");
+        assert!(a.attn_f16 && a.describe().contains(&"attn=f16".into()));
+        let e = opts(&[("TALLY_ATTN", "half")])
+            .expect_err("half")
+            .to_string();
+        assert!(
+            e.contains("TALLY_ATTN=half") && e.contains("f32 or f16"),
+            "{e}"
+        );
+        assert!(
+            opts(&[("TALLY_ATTN_SPLIT", "on")])
+                .expect("options")
+                .attn_split
+        );
+        assert!(opts(&[("TALLY_ATTN_SPLIT", "yes")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "skip")]).expect("options");
         assert!(
             s.add_norm_regs && s.add_norm_skip && s.describe().contains(&"add_norm=skip".into())

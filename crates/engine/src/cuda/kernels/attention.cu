@@ -9,13 +9,18 @@
 //
 // Kernels (D = head_dim in {32, 64, 128, 256}; every kernel takes one AttnArgs by value):
 //   flash_attn_d{D}      prefill, 128-row tiles (8 warps), f32 K/V converted to f16 as they load.
+//   flash_attn_h_w4_d{D} prefill, 64-row tiles (4 warps, two blocks an SM), K/V read as f16 from the
+//                        copies at AttnArgs.k16 / v16 (cp.async, 64-key tiles).
+//   attn_kv_to_f16       writes those copies: the first min(P, q_offset + R) cache rows, as f16.
 //   flash_decode_d{D}    R * (H / Hkv) <= 8 (decode, last token only): f32 CUDA-core flash decoding.
 //   flash_attn_combine   merges split partials (n_split > 1) into o.
 // Variants of the same templates that the engine does not load live in lab/attention/variants.cu:
-//   flash_attn_w4_d{D}   the same with 64-row tiles (4 warps; two blocks fit on one SM).
-//   flash_attn_h_d{D}    prefill, 128-row tiles, K/V read as f16 from AttnKv16 (cp.async).
-//   flash_attn_h_w4_d{D} the same with 64-row tiles.
-//   attn_kv_to_f16       writes f16 copies of the first min(P, q_offset + R) cache rows for flash_attn_h_*.
+//   flash_attn_w4_d{D}   f32 K/V with 64-row tiles (4 warps; two blocks fit on one SM).
+//   flash_attn_h_d{D}    f16 K/V with 128-row tiles.
+// The f16 pair is the same arithmetic as flash_attn_d{D} (the f32 kernel rounds K and V to f16 as
+// it stages them; the copy rounds them once, the same way), in tiles of 64 keys instead of 32 at
+// D = 256: it ran 1.5x faster at the real shape and pp8192, conversion included, with the same
+// error (docs/results/2026-12-04-h200-decode-attn/lab-attn_bench-timing.txt).
 //
 // GQA packing: the G = H / Hkv query heads that share one KV head are packed into the rows of one
 // tile (packed row i = query row i / G, head kvh * G + i % G), so every K/V tile that a block loads
@@ -32,7 +37,8 @@
 //   flash_decode_*: only when rows <= 8; grid (n_split, Hkv), block 256, static shared memory.
 //   flash_attn_combine: after either, only when 1 < n_split <= ATTN_COMBINE_MAX_SPLITS; grid R * H,
 //                  block ATTN_COMBINE_THREADS (d / 4 <= ATTN_COMBINE_THREADS).
-//   attn_kv_to_f16: before flash_attn_h_*; grid (ceil(min(P, P_vis) * Hkv * d / 8 / 256), 2), block 256.
+//   attn_kv_to_f16: before flash_attn_h_*; grid (any x, 2), block 256: the blocks of x stride over the
+//                  min(P, P_vis) * Hkv * d / 8 chunks of 8 values (grid.y 0: K, 1: V).
 //   Grids may be larger than needed (extra blocks exit), except grid.z / grid.x of the split kernels,
 //   which must equal n_split exactly when n_split > 1 (the combine reads every split).
 // Split rule (what lab/attention/bench.cu implements; any n_split >= 1 and kv_chunk >= 1 are correct):
@@ -42,7 +48,8 @@
 //   only when ceil(rows / BM) * Hkv * 4 < SMs, the same way with target = SMs / (ceil(rows / BM) * Hkv).
 // Workspace (n_split > 1 only): ws = n_split * R * H * (d + 2) floats: partial outputs
 //   [n_split][R][H][d] (each normalised by its own sum), then (max * scale * log2 e, sum) pairs
-//   [n_split][R][H][2]. f16 copies for flash_attn_h_*: AttnKv16, at least min(P, P_vis) rows.
+//   [n_split][R][H][2]. f16 copies for flash_attn_h_*: k16 and v16, at least min(P, P_vis) rows of
+//   ld16 halves (ld16 >= Hkv * d, a multiple of 8; 16-byte aligned), written by attn_kv_to_f16.
 // Requirements: scale > 0; |q|, |k|, |v| < 65504 (f16 range); o does not alias q, k, v or ws.
 // 16-byte aligned pointers with ld a multiple of 4 take vector loads, anything else a scalar path;
 // A kernel whose D differs from d, or with H % Hkv != 0, writes nothing.
@@ -64,11 +71,13 @@ struct AttnArgs {
     i32 pad0;
     float* ws;            // split partials, n_split * R * H * (d + 2) floats (n_split > 1)
     const i32* pos;       // the batch position (n_past), added to q_offset; null: 0
+    __half* k16;          // f16 copies of k and v (flash_attn_h_*, attn_kv_to_f16; else unused)
+    __half* v16;
+    i64 ld16;
 };
 
-// f16 copies of the caches, read by the lab's flash_attn_h_* variants (lab/attention/variants.cu
-// passes them; the engine's kernels, KV16 = false, get an empty one): [>= P_vis, ld] each, 16-byte
-// aligned, ld a multiple of 8.
+// The f16 copies as the prefill template reads them (KV16 = true; the f32 kernels get an empty
+// one): [>= P_vis, ld] each, 16-byte aligned, ld a multiple of 8.
 struct AttnKv16 {
     __half* k;
     __half* v;
@@ -650,6 +659,10 @@ __device__ __forceinline__ AttnArgs at_pos(AttnArgs a) {
     extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { pdl_enter(); \
         attn::prefill<D, NW, KV16>(attn::at_pos(a), AttnKv16{});                               \
     }
+#define ATTN_PREFILL_KV16(NAME, D, NW)                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * (NW), (NW) == 4 ? 2 : 1) NAME(AttnArgs a) { pdl_enter(); \
+        attn::prefill<D, NW, true>(attn::at_pos(a), AttnKv16{a.k16, a.v16, a.ld16});           \
+    }
 #define ATTN_DECODE(NAME, D) \
     extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) { pdl_enter(); attn::decode<D>(attn::at_pos(a)); }
 
@@ -657,10 +670,44 @@ ATTN_PREFILL(flash_attn_d32, 32, ATTN_NW, false)
 ATTN_PREFILL(flash_attn_d64, 64, ATTN_NW, false)
 ATTN_PREFILL(flash_attn_d128, 128, ATTN_NW, false)
 ATTN_PREFILL(flash_attn_d256, 256, ATTN_NW, false)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d32, 32, 4)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d64, 64, 4)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d128, 128, 4)
+ATTN_PREFILL_KV16(flash_attn_h_w4_d256, 256, 4)
 ATTN_DECODE(flash_decode_d32, 32)
 ATTN_DECODE(flash_decode_d64, 64)
 ATTN_DECODE(flash_decode_d128, 128)
 ATTN_DECODE(flash_decode_d256, 256)
+
+// k16/v16[row, c] = half(k/v[row, c]) for rows < min(P, q_offset + R), c < Hkv * d; grid.y 0: K, 1: V.
+// The blocks of grid.x stride over the chunks of 8 values, so any grid covers the rows the position
+// makes visible (the host sizes it for the cache's capacity, capped).
+extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) {
+    pdl_enter();
+    const AttnArgs a = attn::at_pos(a_in);
+    const int width = a.Hkv * a.d;
+    if (width <= 0 || (width & 7) != 0 || blockIdx.y > 1 || a.ld16 < width || (a.ld16 & 7) != 0) return;
+    const bool is_v = blockIdx.y == 1;
+    const float* base = is_v ? a.v : a.k;
+    const i64 ld = is_v ? a.ldv : a.ldk;
+    __half* out = is_v ? a.v16 : a.k16;
+    const bool vec = attn::aligned(base, ld, 16);
+    const int nrow = min(a.P, a.q_offset + a.R);
+    const int c8n = width / 8;
+    const i64 n = static_cast<i64>(nrow) * c8n;
+    for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<i64>(gridDim.x) * blockDim.x) {
+        const int r = static_cast<int>(i / c8n), c = static_cast<int>(i % c8n) * 8;
+        const float* src = base + static_cast<i64>(r) * ld + c;
+        const float4 x0 = attn::ld4(src, vec), x1 = attn::ld4(src + 4, vec);
+        uint4 u;
+        u.x = attn::pack_h2(x0.x, x0.y);
+        u.y = attn::pack_h2(x0.z, x0.w);
+        u.z = attn::pack_h2(x1.x, x1.y);
+        u.w = attn::pack_h2(x1.z, x1.w);
+        *reinterpret_cast<uint4*>(out + static_cast<i64>(r) * a.ld16 + c) = u;
+    }
+}
 
 // o[r, h*d + c] = sum_z w_z O_z / sum_z w_z with w_z = l_z * 2^(m_z - max_z m_z); splits with l_z = 0
 // saw no key of the row and weigh nothing (split 0 always holds key 0, which every row sees).

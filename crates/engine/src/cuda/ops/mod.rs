@@ -174,7 +174,7 @@ pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, E
             head_dim,
             ..
         } => attention::work_bytes(
-            b.props.sm_count * b.options.decode_splits_per_sm,
+            attention::Choice::of(b),
             node.inputs[0].rows,
             node.inputs[1].rows,
             (*n_head, *n_head_kv, *head_dim),
@@ -240,7 +240,13 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
     max_dynamic_smem(k.delta_rule_chunk_prep, delta::prep_smem_bytes(128))?;
     max_dynamic_smem(k.delta_rule_chunk_scan, delta::scan_smem_bytes(128))?;
     for (&f, d) in k.flash_attn.iter().zip(ATTN_HEAD_DIMS) {
-        max_dynamic_smem(f, attention::smem_bytes(d as i64))?;
+        max_dynamic_smem(
+            f,
+            attention::smem_bytes(d as i64, super::consts::ATTN_NW, false),
+        )?;
+    }
+    for (&f, d) in k.flash_attn_h.iter().zip(ATTN_HEAD_DIMS) {
+        max_dynamic_smem(f, attention::smem_bytes(d as i64, attention::F16_NW, true))?;
     }
     Ok(())
 }
