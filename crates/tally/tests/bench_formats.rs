@@ -354,6 +354,8 @@ fn bench_decode_at_depth_is_its_own_row() {
 
 /// `--spec mtp` without `--replay-acceptance` drafts with the file's MTP block: its row says
 /// so, and has no target acceptance (the measured one is whatever the random head gives).
+/// With `-d`, one speculative row per depth, after a prompt that deep (the bench checks each
+/// against plain greedy decoding and fails on a difference).
 #[test]
 fn bench_spec_mtp_drafts_with_the_files_block() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -375,6 +377,8 @@ fn bench_spec_mtp_drafts_with_the_files_block() {
             "4",
             "-n",
             "6",
+            "-d",
+            "0,24",
             "-r",
             "3",
             "-t",
@@ -409,6 +413,13 @@ fn bench_spec_mtp_drafts_with_the_files_block() {
         .expect("the spec row");
     assert_eq!(spec["spec"]["draft"], "mtp", "{spec}");
     assert!(spec["spec"]["target_acceptance"].is_null(), "{spec}");
+    assert_eq!(spec["n_depth"], 0, "{spec}");
+    let deep = rows
+        .iter()
+        .find(|t| t["test"] == "tg6 @ d24 spec k=2")
+        .expect("the spec row at depth 24");
+    assert_eq!(deep["n_depth"], 24, "{deep}");
+    assert!(deep["avg_ts"].as_f64().is_some_and(|x| x > 0.0), "{deep}");
     println!(
         "MTP head acceptance on the synth file: {}",
         spec["spec"]["acceptance"]

@@ -410,6 +410,38 @@ inline void mma_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1)
     for (int i = 0; i < 4; i++) c[i] = d[i];
 }
 
+// cvt.rna.tf32.f32: the 13 low mantissa bits rounded to nearest, ties away from zero (adding half
+// of their weight to the magnitude and clearing them; a carry into the exponent is the right
+// rounding up), as a 32-bit pattern. Inputs are finite here.
+inline unsigned tf32_of(float x) {
+    return (ref::f32_bits(x) + 0x1000u) & 0xFFFFE000u;
+}
+// mma.sync m16n8k8 row.col f32.tf32.tf32.f32: A a0..a3 = (g, t), (g + 8, t), (g, t + 4),
+// (g + 8, t + 4); B b0, b1 = (k t, col g), (k t + 4, col g); C as mma_16816's. The tensor core
+// reads only the tf32 bits of each operand (the low 13 are ignored, as here); the products and
+// the sum of a k8 step are formed exactly (double) and rounded once into the f32 accumulator.
+inline void mma_1688_tf32(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    uint64_t mine[10];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    for (int i = 0; i < 4; i++) mine[6 + i] = ref::f32_bits(c[i]);
+    auto sl = emu::exchange(mine, sizeof(mine));
+    auto tf = [](uint64_t u) { return double(ref::bits_f32(unsigned(u) & 0xFFFFE000u)); };
+    auto A = [&](int r, int k) { return tf(sl[(r % 8) * 4 + k % 4][(r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]); };
+    auto B = [&](int k, int n) { return tf(sl[n * 4 + k % 4][4 + (k >= 4 ? 1 : 0)]); };
+    const int l = emu::tid() % 32, g = l / 4, t = l % 4;
+    float d[4];
+    for (int i = 0; i < 4; i++) {
+        const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
+        double s = 0;
+        for (int k = 0; k < 8; k++) s += A(r, k) * B(k, n);
+        d[i] = float(double(c[i]) + s);
+    }
+    emu::syncwarp();
+    for (int i = 0; i < 4; i++) c[i] = d[i];
+}
+
 // ---- Hopper's warpgroup MMA (gemm_wg.cuh) ------------------------------------------------------
 // Shared-window addresses are offsets into the dynamic buffer (itself 1024-byte aligned there).
 inline unsigned smem_u32(const void* p) {

@@ -120,6 +120,12 @@ pub struct CudaOptions {
     /// does, and merges the splits with `flash_attn_combine`; opt-in until a GPU run has
     /// checked it (the kernels' splits are checked in the lab; the engine's launch is new).
     pub attn_split: bool,
+    /// `TALLY_F32_GEMM=tf32`: the F32-weight products of many rows (the routers of a prompt)
+    /// that take `gemm_f32_simt`'s 64 x 64 tiles run them with the products on the tensor cores
+    /// in three tf32 passes (`gemm_f32_tf32`, 3xTF32: each value split into tf32 hi + lo, the
+    /// lo x lo term dropped; about f32's accuracy); `simt` (the default until a GPU run has
+    /// checked its error and time): FFMA on the CUDA cores.
+    pub f32_tf32: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -154,6 +160,7 @@ impl Default for CudaOptions {
             wgx_clear: false,
             attn_f16: false,
             attn_split: false,
+            f32_tf32: false,
         }
     }
 }
@@ -264,6 +271,11 @@ impl CudaOptions {
             Some(v) => return Err(bad("TALLY_ATTN", v, "f32 or f16")),
         }
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
+        match get("TALLY_F32_GEMM").as_deref() {
+            None | Some("") | Some("simt") => {}
+            Some("tf32") => o.f32_tf32 = true,
+            Some(v) => return Err(bad("TALLY_F32_GEMM", v, "simt or tf32")),
+        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -366,6 +378,7 @@ impl CudaOptions {
             format!("wgx_clear={}", on(self.wgx_clear)),
             format!("attn={}", if self.attn_f16 { "f16" } else { "f32" }),
             format!("attn_split={}", on(self.attn_split)),
+            format!("f32_gemm={}", if self.f32_tf32 { "tf32" } else { "simt" }),
         ]
     }
 }
@@ -407,7 +420,8 @@ mod tests {
                 "gated=off",
                 "wgx_clear=off",
                 "attn=f32",
-                "attn_split=off"
+                "attn_split=off",
+                "f32_gemm=simt"
             ]
         );
     }
@@ -453,6 +467,15 @@ mod tests {
                 .attn_split
         );
         assert!(opts(&[("TALLY_ATTN_SPLIT", "yes")]).is_err());
+        let t = opts(&[("TALLY_F32_GEMM", "tf32")]).expect("options");
+        assert!(t.f32_tf32 && t.describe().contains(&"f32_gemm=tf32".into()));
+        let e = opts(&[("TALLY_F32_GEMM", "tc")])
+            .expect_err("tc")
+            .to_string();
+        assert!(
+            e.contains("TALLY_F32_GEMM=tc") && e.contains("simt or tf32"),
+            "{e}"
+        );
         let s = opts(&[("TALLY_ADD_NORM", "skip")]).expect("options");
         assert!(
             s.add_norm_regs && s.add_norm_skip && s.describe().contains(&"add_norm=skip".into())

@@ -80,8 +80,9 @@ pub struct Args {
     /// Directory for bench.json (every field, every window).
     #[arg(long, default_value = "tally-out")]
     out_dir: std::path::PathBuf,
-    /// Also time speculative decoding of the tgN test: `mtp` (the file's multi-token-prediction
-    /// head drafts, greedily; with --replay-acceptance, replayed drafts stand in for it).
+    /// Also time speculative decoding of the tgN test, at each depth of -d: `mtp` (the file's
+    /// multi-token-prediction head drafts, greedily; with --replay-acceptance, replayed drafts
+    /// stand in for it).
     #[arg(long, value_parser = ["mtp"])]
     spec: Option<String>,
     /// Drafts verified per step with --spec (k).
@@ -693,12 +694,18 @@ pub fn main(a: Args) -> Result<()> {
         }
     }
     if a.spec.is_some() {
-        rows.push(spec::spec_row(
-            &mut ours.session,
-            &ours_facts,
-            &a,
-            a.replay_acceptance,
-        )?);
+        // One speculative row per depth, as the plain tgN rows.
+        let mut depths = a.depths.clone();
+        depths.dedup();
+        for d in depths {
+            rows.push(spec::spec_row(
+                &mut ours.session,
+                &ours_facts,
+                &a,
+                a.replay_acceptance,
+                d,
+            )?);
+        }
     }
     let mem = tally_engine::Backend::memory_in_use(&ours.session.backend);
     let peak = tally_engine::Backend::memory_peak(&ours.session.backend);

@@ -19,7 +19,9 @@
 //                      threads (4 x 4 outputs each, partials summed in slice order), static smem
 //                      3 x 64 x 36 f32 = 27648 bytes: 4x the blocks of the 64 x 64 grid, for
 //                      shapes whose 64 x 64 grid leaves SMs idle (N = 256 on 132 SMs: M < 2112)
-//   (both: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
+//   gemm_f32_tf32      gemm_f32_simt's tiles, ring and loads with the products on the tensor cores
+//                      in three tf32 passes (3xTF32, f32 accumulators: ~f32 accuracy; simt_body)
+//   (all three: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
 // Dynamic smem in bytes, GEMM_SMEM_BYTES(t, BM) = 2*(BM+128)*72*2 + 8*BM + 3*256*slot(t), slot =
 // 32 (q4_k, the 32-element and codebook formats but q5_0, IQ4_XS), 48 (q5_k, q8_0, q2_k, q5_0), 112 (q6_k),
 // 96 (q3_k), 64 (f16, bf16), 128 (f32). At BM = 32 a block of 72 KB or less leaves room for 3
@@ -33,7 +35,7 @@
 //   gemv dense:        (ceil(N / rows), M);                MoE: (ceil(N / rows), max_tiles)
 //                      rows = 2 * warps per block (GEMV_ROWS = 16 at GEMV_THREADS; fewer warps
 //                      spread a short N over more multiprocessors)
-//   gemm_f32_simt:     (ceil(N / 64), ceil(M / 64));       gemm_f32_simt_m32: (ceil(N / 32), ceil(M / 32))
+//   gemm_f32_simt, gemm_f32_tf32: (ceil(N / 64), ceil(M / 64));  gemm_f32_simt_m32: (ceil(N / 32), ceil(M / 32))
 // where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe.cu) makes for that BM
 // (any tile size works for gemv). Blocks of unused tiles (tile_expert -1) exit.
 //
@@ -160,7 +162,31 @@ __device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], u32 b0, u3
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// x rounded to tf32 (10 mantissa bits; to nearest, ties away from zero), as its 32-bit pattern
+// (the 13 low bits zero).
+__device__ __forceinline__ u32 tf32_of(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+// c += a (16x8, row) * b (8x8, col), tf32 inputs, f32 accumulators. Fragments (g = lane / 4,
+// t = lane % 4): A a0..a3 = (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B b0, b1 = (k t, col g),
+// (k t + 4, col g); C as mma_16816's.
+__device__ __forceinline__ void mma_1688_tf32(float c[4], const u32 a[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 #endif
+
+// v as hi + lo, both tf32: hi = tf32(v), lo = tf32(v - hi) (v - hi is exact in f32), so hi + lo
+// holds about 21 of v's 24 significant bits, with f32's exponent range.
+__device__ __forceinline__ void tf32_split(float v, u32& hi, u32& lo) {
+    hi = tf32_of(v);
+    lo = tf32_of(v - __uint_as_float(hi));
+}
 
 // Output column of weight row n.
 __device__ __forceinline__ int gemm_out_col(int n, bool split, int hd, int n_head) {
@@ -1019,7 +1045,14 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
 // Accumulation order (fixed, no atomics): per output and slice, k ascending with fmaf into a
 // partial that is added to the accumulator every 64 of the slice's k (shorter rounding chains:
 // 2e-7 instead of 8e-7 for one chain of 2048); then slices 0 + 1 + ... + KS-1.
-template <int BM, int BN, int KS, int BK>
+// TC (gemm_f32_tf32; the same tiles, ring and loads as gemm_f32_simt, KS = 1): the products on
+// the tensor cores in three tf32 passes (3xTF32): each x and W value is split into tf32 hi + lo
+// as its fragment is read from shared memory, and each k8 step adds lo_x hi_w, hi_x lo_w, then
+// hi_x hi_w (mma.sync m16n8k8; the lo x lo term, ~2^-22 relative, is dropped) into the same
+// 64-k partials. The 8 warps tile the 64 x 64 block as 2 (rows) x 4 (columns) warp tiles of
+// 32 x 16: two m16 by two n8 fragments each, acc[2 mt + nt][c] in the C layout. Fragment reads
+// hit distinct banks at LDS = BK + 4 = 20 floats (row g, column t: 20 g + t mod 32).
+template <int BM, int BN, int KS, int BK, bool TC = false>
 __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     constexpr int S = SIMT_STAGES, LDS = BK + 4, T = SIMT_THREADS;
     constexpr int TS = T / KS;                 // threads per K slice
@@ -1033,6 +1066,7 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     static_assert(TPN % 8 == 0 && TPM % 4 == 0, "a warp is 4 x 8 thread positions");
     static_assert(KPS % 4 == 0 && CH % T == 0 && FLUSH >= 1, "tiling");
     static_assert(KS == 1 || (KS - 1) * BM * BN <= S * ROWS * LDS, "slice partials fit the ring");
+    static_assert(!TC || (KS == 1 && BM == 64 && BN == 64 && T == 256 && BK % 8 == 0), "tf32 warp tiling");
     __shared__ __align__(16) float sm[S * ROWS * LDS];
 
     if (!gemm_args_ok(a, 1) || a.tile_expert || a.sorted_rows) return;
@@ -1087,27 +1121,61 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = part[i][j] = 0.0f;
+    // TC: this warp's 32 x 16 tile (rows wm.., columns wn..) and the lane's fragment position.
+    const int warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 16;
     auto compute = [&](int kt) {
-        const float* st = sm + (kt % S) * (ROWS * LDS) + slice * KPS;
-        const float* As = st + tm * LDS;
-        const float* Bs = st + (BM + tn) * LDS;
+        if constexpr (TC) {
+            const float* st = sm + (kt % S) * (ROWS * LDS);
 #pragma unroll
-        for (int k4 = 0; k4 < KPS; k4 += 4) {
-            float4 av[4], bv[4];
+            for (int kk = 0; kk < BK; kk += 8) {
+                u32 ah[2][4], al[2][4], bh[2][2], bl[2][2];
 #pragma unroll
-            for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4*>(As + i * TPM * LDS + k4);
-#pragma unroll
-            for (int j = 0; j < 4; j++) bv[j] = *reinterpret_cast<const float4*>(Bs + j * TPN * LDS + k4);
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    float p = part[i][j];
-                    p = fmaf(av[i].x, bv[j].x, p);
-                    p = fmaf(av[i].y, bv[j].y, p);
-                    p = fmaf(av[i].z, bv[j].z, p);
-                    part[i][j] = fmaf(av[i].w, bv[j].w, p);
+                for (int mt = 0; mt < 2; mt++) {
+                    const float* p = st + (wm + 16 * mt + fg) * LDS + kk + ft;
+                    tf32_split(p[0], ah[mt][0], al[mt][0]);
+                    tf32_split(p[8 * LDS], ah[mt][1], al[mt][1]);
+                    tf32_split(p[4], ah[mt][2], al[mt][2]);
+                    tf32_split(p[8 * LDS + 4], ah[mt][3], al[mt][3]);
                 }
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const float* q = st + (BM + wn + 8 * nt + fg) * LDS + kk + ft;
+                    tf32_split(q[0], bh[nt][0], bl[nt][0]);
+                    tf32_split(q[4], bh[nt][1], bl[nt][1]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) {
+                        float* c = part[2 * mt + nt];
+                        mma_1688_tf32(c, al[mt], bh[nt][0], bh[nt][1]);
+                        mma_1688_tf32(c, ah[mt], bl[nt][0], bl[nt][1]);
+                        mma_1688_tf32(c, ah[mt], bh[nt][0], bh[nt][1]);
+                    }
+            }
+        } else {
+            const float* st = sm + (kt % S) * (ROWS * LDS) + slice * KPS;
+            const float* As = st + tm * LDS;
+            const float* Bs = st + (BM + tn) * LDS;
+#pragma unroll
+            for (int k4 = 0; k4 < KPS; k4 += 4) {
+                float4 av[4], bv[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4*>(As + i * TPM * LDS + k4);
+#pragma unroll
+                for (int j = 0; j < 4; j++) bv[j] = *reinterpret_cast<const float4*>(Bs + j * TPN * LDS + k4);
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        float p = part[i][j];
+                        p = fmaf(av[i].x, bv[j].x, p);
+                        p = fmaf(av[i].y, bv[j].y, p);
+                        p = fmaf(av[i].z, bv[j].z, p);
+                        part[i][j] = fmaf(av[i].w, bv[j].w, p);
+                    }
+            }
         }
     };
     auto flush = [&]() {
@@ -1158,15 +1226,33 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }
 
     const bool split = a.layout == 1;
+    if constexpr (TC) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int m = m0 + tm + TPM * i;
-        if (m >= a.M) continue;
-        float* yrow = a.y + static_cast<i64>(m) * a.ldy;
+        for (int f = 0; f < 4; f++) {
+            const int mt = f >> 1, nt = f & 1;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int n = n0 + tn + TPN * j;
-            if (n < a.N) yrow[gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[i][j];
+            for (int h = 0; h < 2; h++) {  // C rows g, g + 8
+                const int m = m0 + wm + 16 * mt + fg + 8 * h;
+                if (m >= a.M) continue;
+                float* yrow = a.y + static_cast<i64>(m) * a.ldy;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {  // C columns 2t, 2t + 1
+                    const int n = n0 + wn + 8 * nt + 2 * ft + e;
+                    if (n < a.N) yrow[gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[f][2 * h + e];
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int m = m0 + tm + TPM * i;
+            if (m >= a.M) continue;
+            float* yrow = a.y + static_cast<i64>(m) * a.ldy;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int n = n0 + tn + TPN * j;
+                if (n < a.N) yrow[gemm_out_col(n, split, a.head_dim, a.n_head)] = acc[i][j];
+            }
         }
     }
 }
@@ -1497,6 +1583,10 @@ extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt(Gemm
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt_m32(GemmArgs a) {
     pdl_enter();
     simt_body<SIMT_M32_BM, SIMT_M32_BN, SIMT_M32_KS, SIMT_M32_BK>(a);
+}
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_tf32(GemmArgs a) {
+    pdl_enter();
+    simt_body<SIMT_BM, SIMT_BN, 1, SIMT_BK, true>(a);
 }
 
 #include "gemm_operands.cuh"

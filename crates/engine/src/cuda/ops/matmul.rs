@@ -171,15 +171,19 @@ pub(crate) fn dense_variant(
     Ok(2)
 }
 
-/// The f32 SIMT GEMM of an F32-weight product (m > 8 rows) and its square block tile:
-/// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, else `gemm_f32_simt_m32`
-/// (32 x 32, each K step split over 4 thread groups: 4x the blocks for the same work per output).
-pub(crate) fn simt_variant(m: usize, n: usize, sms: u32) -> Simt {
+/// The f32 GEMM of an F32-weight product (m > 8 rows) and its square block tile:
+/// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, or with `tf32`
+/// (`TALLY_F32_GEMM=tf32`) its 3xTF32 form `gemm_f32_tf32` (the same tiles); else
+/// `gemm_f32_simt_m32` (32 x 32, each K step split over 4 thread groups: 4x the blocks for the
+/// same work per output).
+pub(crate) fn simt_variant(m: usize, n: usize, sms: u32, tf32: bool) -> Simt {
     let tiles = |t: i64| (n as u64).div_ceil(t as u64) * (m as u64).div_ceil(t as u64);
-    if tiles(SIMT_TILE) >= u64::from(sms) {
-        Simt::Tile64
-    } else {
+    if tiles(SIMT_TILE) < u64::from(sms) {
         Simt::Tile32
+    } else if tf32 {
+        Simt::Tf32
+    } else {
+        Simt::Tile64
     }
 }
 
@@ -190,12 +194,14 @@ pub(crate) enum Simt {
     Tile64,
     /// `gemm_f32_simt_m32`: SIMT_M32_TILE square tiles, K split over thread groups.
     Tile32,
+    /// `gemm_f32_tf32`: SIMT_TILE square tiles, 3xTF32 products on the tensor cores.
+    Tf32,
 }
 
 impl Simt {
     fn tile(self) -> i64 {
         match self {
-            Simt::Tile64 => SIMT_TILE,
+            Simt::Tile64 | Simt::Tf32 => SIMT_TILE,
             Simt::Tile32 => SIMT_M32_TILE,
         }
     }
@@ -203,6 +209,7 @@ impl Simt {
         match self {
             Simt::Tile64 => k.gemm_f32_simt,
             Simt::Tile32 => k.gemm_f32_simt_m32,
+            Simt::Tf32 => k.gemm_f32_tf32,
         }
     }
 }
@@ -787,7 +794,7 @@ fn dense_gemm(
         (layout, head_dim, n_head),
     );
     if ty == GgmlType::F32 && m > 8 {
-        let simt = simt_variant(m, n, b.props.sm_count);
+        let simt = simt_variant(m, n, b.props.sm_count, b.options.f32_tf32);
         let tile = simt.tile() as u32;
         let grid = (blocks(n as i64, tile), blocks(m as i64, tile), 1);
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). The grid
@@ -974,12 +981,16 @@ mod tests {
     #[test]
     fn simt_variant_gives_every_sm_a_block() {
         // Router shapes (N = 256) on 132 SMs: 64 x 64 tiles from 4 x 33 blocks on.
-        assert_eq!(simt_variant(8192, 256, 132), Simt::Tile64);
-        assert_eq!(simt_variant(4096, 256, 132), Simt::Tile64);
-        assert_eq!(simt_variant(2112, 256, 132), Simt::Tile64);
-        assert_eq!(simt_variant(2048, 256, 132), Simt::Tile32);
-        assert_eq!(simt_variant(512, 256, 132), Simt::Tile32);
-        assert_eq!(simt_variant(100, 8, 132), Simt::Tile32);
+        assert_eq!(simt_variant(8192, 256, 132, false), Simt::Tile64);
+        assert_eq!(simt_variant(4096, 256, 132, false), Simt::Tile64);
+        assert_eq!(simt_variant(2112, 256, 132, false), Simt::Tile64);
+        assert_eq!(simt_variant(2048, 256, 132, false), Simt::Tile32);
+        assert_eq!(simt_variant(512, 256, 132, false), Simt::Tile32);
+        assert_eq!(simt_variant(100, 8, 132, false), Simt::Tile32);
         assert_eq!((Simt::Tile64.tile(), Simt::Tile32.tile()), (64, 32));
+        // 3xTF32 replaces the 64 x 64 SIMT tile (the same tiles) and leaves the small grids.
+        assert_eq!(simt_variant(8192, 256, 132, true), Simt::Tf32);
+        assert_eq!(simt_variant(512, 256, 132, true), Simt::Tile32);
+        assert_eq!(Simt::Tf32.tile(), 64);
     }
 }

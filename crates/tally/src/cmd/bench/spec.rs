@@ -6,9 +6,11 @@ use anyhow::Result;
 
 use super::{Args, Facts, Row, SpecRow, mean_sd, row};
 
-/// The `--spec` row: speculative greedy decoding of the tgN test's length after a one-token
-/// prompt, window by window against plain greedy decoding of the same tokens (interleaved:
-/// plain, then speculative, in each window; one untimed warm-up window first). Replayed
+/// The `--spec` row at depth `depth`: speculative greedy decoding of the tgN test's length
+/// after a one-token prompt (depth 0, as before depths existed) or a prompt of `depth` tokens
+/// (the `tgN @ dD` rows' prompt: the ledger's tokens of seed 0x5EED), window by window against
+/// plain greedy decoding of the same tokens (interleaved: plain, then speculative, in each
+/// window; one untimed warm-up window first; the prompt's prefill is untimed). Replayed
 /// drafts follow tally's own greedy continuation (recorded once, untimed); without an
 /// acceptance, the file's MTP block drafts ([`tally_engine::spec::MtpDraft`]).
 pub(super) fn spec_row(
@@ -16,10 +18,15 @@ pub(super) fn spec_row(
     facts: &Facts,
     a: &Args,
     acceptance: Option<f64>,
+    depth: usize,
 ) -> Result<Row> {
     use tally_engine::spec::{Draft, MtpDraft, ReplayDraft, greedy, greedy_plain};
     let vocab = session.model.config.vocab;
-    let prompt = [(0x5EED_u64 % vocab as u64) as u32];
+    let prompt = if depth == 0 {
+        vec![(0x5EED_u64 % vocab as u64) as u32]
+    } else {
+        tally_ledger::rng::prompt_tokens(depth, vocab as u32, 0x5EED)?
+    };
     let n = a.n_gen;
     let reference = greedy_plain(session, &prompt, n)?;
     let (mut plain_ts, mut spec_ts, mut verify, mut save, mut recompute) =
@@ -36,7 +43,7 @@ pub(super) fn spec_row(
         let plain_s = t0.elapsed().as_secs_f64();
         let mut draft: Box<dyn Draft<_>> = match acceptance {
             Some(acc) => Box::new(ReplayDraft::new(
-                1,
+                prompt.len(),
                 reference.clone(),
                 acc,
                 vocab,
@@ -74,7 +81,10 @@ pub(super) fn spec_row(
     let (avg_ts, _) = mean_sd(&spec_ts);
     let (plain_avg, _) = mean_sd(&plain_ts);
     let spec_ms: Vec<f64> = spec_ts.iter().map(|ts| (n - 1) as f64 * 1e3 / ts).collect();
-    let test = format!("tg{n} spec k={}", a.draft_max);
+    let test = match depth {
+        0 => format!("tg{n} spec k={}", a.draft_max),
+        d => format!("tg{n} @ d{d} spec k={}", a.draft_max),
+    };
     Ok(Row {
         spec: Some(SpecRow {
             draft: if acceptance.is_some() {
@@ -100,6 +110,7 @@ pub(super) fn spec_row(
             rollbacks: st.rollbacks,
             recomputes: st.recomputes,
         }),
+        n_depth: depth as u64,
         ..row(
             facts,
             "tally",
