@@ -480,7 +480,7 @@ int main(int argc, char** argv) {
     // (every type, both heights; then the 35B shape), then their timings (time_gated).
     bool gated_only = false;
     // --router: the f32 GEMMs of F32 weights (gemm_f32_simt, _simt_m32 and the 3xTF32
-    // gemm_f32_tf32): their correctness cases (bound kSimtBound against float64), then the
+    // gemm_f32_tf32, _tf32_m32): their correctness cases (bound kSimtBound against float64), then the
     // router's shape (N = 256, K = 2048) at 512, 2048 and 8192 tokens.
     bool router_only = false;
     std::string moe_type;  // --only TYPE: that type at T = 512 only (one kernel to profile)
@@ -539,7 +539,7 @@ int main(int argc, char** argv) {
             std::printf("\n");
         }
         std::printf("  regs simt :");
-        for (int v : {V_SIMT, V_SIMT_M32, V_TF32}) {
+        for (int v : {V_SIMT, V_SIMT_M32, V_TF32, V_TF32_M32}) {
             cudaFuncAttributes fa;
             CK(cudaFuncGetAttributes(&fa, gemm_fn(ref::F32, v)));
             int blocks = 0;
@@ -553,7 +553,7 @@ int main(int argc, char** argv) {
     ref::Rng rng(7);
     int fails = 0;
     if (router_only) {
-        for (int v : {V_SIMT, V_SIMT_M32, V_TF32}) {
+        for (int v : {V_SIMT, V_SIMT_M32, V_TF32, V_TF32_M32}) {
             cudaFuncAttributes fa;
             CK(cudaFuncGetAttributes(&fa, gemm_fn(ref::F32, v)));
             std::printf("  %s: %d regs, %zu B local\n", variant_name(v), fa.numRegs, fa.localSizeBytes);
@@ -567,7 +567,7 @@ int main(int argc, char** argv) {
                 c.M = M;
                 c.N = 256;
                 c.K = 2048;
-                time_shape(b, "router", c, {V_SIMT, V_SIMT_M32, V_TF32}, rng);
+                time_shape(b, "router", c, {V_SIMT, V_SIMT_M32, V_TF32, V_TF32_M32}, rng);
             }
         fails += int(g_failures.size());  // the timing shapes' own checks
         std::printf("%s: %d failing f32 GEMM cases\n", fails ? "FAILED" : "PASSED", fails);
@@ -815,7 +815,7 @@ int main(int argc, char** argv) {
                 if (d.N <= 32) vs.push_back(V_GEMV);  // tiny N: one x row per block may win
                 time_shape(b, d.name, c, vs, rng);
                 // The f32 routers the engine runs for F32 weights: the SIMT tiles and 3xTF32.
-                if (d.type == ref::F32) time_shape(b, "router f32", c, {V_SIMT, V_SIMT_M32, V_TF32}, rng);
+                if (d.type == ref::F32) time_shape(b, "router f32", c, {V_SIMT, V_SIMT_M32, V_TF32, V_TF32_M32}, rng);
             }
         }
         // MoE: 256 experts, top-8; gate/up (one x row per token), down (one per pair).

@@ -26,10 +26,10 @@ typedef void (*GemmFn)(GemmArgs);
 // integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
        V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17, V_X32G = 18,
-       V_TF32 = 19 };
+       V_TF32 = 19, V_TF32_M32 = 20 };
 inline const char* variant_name(int v) {
     static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
-                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32"};
+                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
@@ -41,14 +41,15 @@ inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128 
 // Most K of an x-resident variant.
 inline int variant_kmax(int v) { return v == V_X32G ? 2048 : WGX_K_MAX; }
 inline bool variant_wg(int v) { return v == V_W32 || v == V_W64 || v == V_W128 || variant_wgx(v); }
-// V_TF32: gemm_f32_tf32, gemm_f32_simt's tiles with 3xTF32 tensor-core products (F32 weights).
-inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32 || v == V_TF32; }
+// V_TF32 / V_TF32_M32: gemm_f32_tf32 / _m32, gemm_f32_simt's / _simt_m32's tiles with 3xTF32
+// tensor-core products (F32 weights).
+inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32 || v == V_TF32 || v == V_TF32_M32; }
 // Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
 // SIMT kernels, the dense block tile's rows (= its columns).
 inline int variant_bm(int v) {
     return v == V_X32G ? 32 : v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
            : v == V_S16 ? 16 : v == V_SIMT || v == V_TF32 ? SIMT_BM
-           : v == V_SIMT_M32 ? SIMT_M32_BM : 8;
+           : v == V_SIMT_M32 || v == V_TF32_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
     if (variant_swap(v)) return size_t(SWP_SMEM_BYTES(type, variant_bm(v)));
@@ -80,6 +81,7 @@ inline GemmFn gemm_fn(int type, int v) {
     if (v == V_SIMT) return gemm_f32_simt;
     if (v == V_SIMT_M32) return gemm_f32_simt_m32;
     if (v == V_TF32) return gemm_f32_tf32;
+    if (v == V_TF32_M32) return gemm_f32_tf32_m32;
     switch (type) {
         case ref::Q4_K: LAB_KERNELS(q4_k)
         case ref::Q5_K: LAB_KERNELS(q5_k)
@@ -524,7 +526,7 @@ inline std::vector<GemmCase> correctness_cases(bool small) {
     return cs;
 }
 
-// The f32 GEMMs (gemm_f32_simt, gemm_f32_simt_m32, gemm_f32_tf32): F32 weights, dense. Router shapes
+// The f32 GEMMs (gemm_f32_simt, _simt_m32, _tf32, _tf32_m32): F32 weights, dense. Router shapes
 // (N = 256 / 64 / 8 experts) with ldx > K and ldy > N, x misaligned by one float (scalar loads),
 // K not a multiple of the K step or of 4, and the q/gate split layout.
 inline std::vector<GemmCase> simt_cases() {
@@ -540,7 +542,7 @@ inline std::vector<GemmCase> simt_cases() {
     };
     std::vector<GemmCase> cs;
     for (const S& sh : shapes) {
-        for (int v : {V_SIMT, V_SIMT_M32, V_TF32}) {
+        for (int v : {V_SIMT, V_SIMT_M32, V_TF32, V_TF32_M32}) {
             GemmCase c;
             c.name = sh.name;
             c.type = ref::F32;

@@ -6,18 +6,18 @@
 #    (attn_kv_to_f16 + flash_attn_h_w4_d*, now in the engine's attention.cu; the lab measured
 #    2.12 against 3.19 ms at pp8192, conversion included, 2026-12-04-h200-decode-attn);
 #    prediction: pp8192 +3.5% (29 ms of attention -> ~19.5), pp2048 +1%, pp512 +0.5%;
-#  - TALLY_F32_GEMM=tf32: the routers of prompts of 2,112 tokens and more (the 64 x 64 tile) as
-#    3xTF32 on the tensor cores (gemm_f32_tf32); prediction: the router 293 -> ~90 us a layer at
-#    pp8192 (11.4 ms -> ~3.5: +3%), error ~1e-6 (the lab's bound 2e-6; emulated 1.5e-7);
+#  - TALLY_F32_GEMM=tf32: the routers as 3xTF32 on the tensor cores on the f32 GEMMs' tiles
+#    (gemm_f32_tf32, gemm_f32_tf32_m32); prediction: the router 293 -> ~90 us a layer at pp8192
+#    (11.4 ms -> ~3.5: +3%), pp512 +1-2%, error ~1e-6 (the lab's bound 2e-6; emulated 1.5e-7);
 #  - TALLY_ATTN_SPLIT=on: a prompt's attention that fills less than 4 blocks an SM (a
 #    verification of k drafts: one block per KV head walked every key) splits the keys and
 #    combines; prediction: speculative k=3 at depth 8192 +15-30% (~2 ms of the verification's
 #    attention at d8192 -> ~0.2), no change at tg128 (depth ~128).
 # Checks: the attention lab (every variant, the engine's f16 kernel through AttnArgs.k16/v16);
-# the gemm lab's --router (the three f32 GEMMs against float64, then their times at 512, 2048,
+# the gemm lab's --router (the four f32 GEMMs against float64, then their times at 512, 2048,
 # 8192 tokens); `tally check --backend cuda` with all three on: mid q4_k_m (1,000 tokens: the f16
-# path; 1/37/100: splits) and mid with 256 experts (2,200 tokens: the tf32 router); the
-# speculative bench's own equality with plain greedy at depth 8192.
+# path and the sliced tf32 router; 1/37/100: splits) and mid with 256 experts (2,200 tokens: the
+# 64 x 64 tf32 router); the speculative bench's own equality with plain greedy at depth 8192.
 # Then the 35B-A3B Q4_K_M synth file: pp512, pp2048, pp8192 default (A), TALLY_ATTN=f16 (B),
 # B + TALLY_F32_GEMM=tf32 (C), ABCABC; speculative k=3, replayed acceptance 0.8, after an
 # 8192-token prompt, split off/on.

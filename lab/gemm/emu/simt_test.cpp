@@ -1,4 +1,4 @@
-// The f32 GEMMs (gemm_f32_simt, gemm_f32_simt_m32, gemm_f32_tf32) on the CPU emulator: every case of
+// The f32 GEMMs (gemm_f32_simt, _simt_m32, _tf32, _tf32_m32) on the CPU emulator: every case of
 // simt_cases() (cases.h) against float64 (relative Frobenius error < kSimtBound = 2e-6, every
 // output written, padding untouched), run twice under different warp interleavings (scheduler
 // seeds) and compared bit for bit. Run from the repository root: sh lab/gemm/emu/simt.sh

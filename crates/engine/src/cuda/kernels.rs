@@ -94,8 +94,10 @@ pub struct Kernels {
     pub gemm: [GemmSet; 16],
     pub gemm_f32_simt: Kernel,
     pub gemm_f32_simt_m32: Kernel,
-    /// `gemm_f32_simt`'s tiles with 3xTF32 tensor-core products (`TALLY_F32_GEMM=tf32`).
+    /// `gemm_f32_simt`'s and `_simt_m32`'s tiles with 3xTF32 tensor-core products
+    /// (`TALLY_F32_GEMM=tf32`).
     pub gemm_f32_tf32: Kernel,
+    pub gemm_f32_tf32_m32: Kernel,
     pub dequant_rows: Kernel,
     pub dequant_f16: Kernel,
     pub cast_f16_rows: Kernel,
@@ -258,6 +260,7 @@ impl Kernels {
             gemm_f32_simt: gemm.get("gemm_f32_simt")?,
             gemm_f32_simt_m32: gemm.get("gemm_f32_simt_m32")?,
             gemm_f32_tf32: gemm.get("gemm_f32_tf32")?,
+            gemm_f32_tf32_m32: gemm.get("gemm_f32_tf32_m32")?,
             dequant_rows: gemm.get("dequant_rows")?,
             dequant_f16: gemm.get("dequant_f16")?,
             cast_f16_rows: gemm.get("cast_f16_rows")?,

@@ -120,11 +120,11 @@ pub struct CudaOptions {
     /// does, and merges the splits with `flash_attn_combine`; opt-in until a GPU run has
     /// checked it (the kernels' splits are checked in the lab; the engine's launch is new).
     pub attn_split: bool,
-    /// `TALLY_F32_GEMM=tf32`: the F32-weight products of many rows (the routers of a prompt)
-    /// that take `gemm_f32_simt`'s 64 x 64 tiles run them with the products on the tensor cores
-    /// in three tf32 passes (`gemm_f32_tf32`, 3xTF32: each value split into tf32 hi + lo, the
-    /// lo x lo term dropped; about f32's accuracy); `simt` (the default until a GPU run has
-    /// checked its error and time): FFMA on the CUDA cores.
+    /// `TALLY_F32_GEMM=tf32`: the F32-weight products of more than 8 rows (the routers of a
+    /// prompt or a verification) run on the f32 GEMMs' tiles with the products on the tensor
+    /// cores in three tf32 passes (`gemm_f32_tf32` / `_tf32_m32`, 3xTF32: each value split
+    /// into tf32 hi + lo, the lo x lo term dropped; about f32's accuracy); `simt` (the default
+    /// until a GPU run has checked its error and time): FFMA on the CUDA cores.
     pub f32_tf32: bool,
 }
 

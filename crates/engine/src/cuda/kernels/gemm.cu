@@ -21,7 +21,8 @@
 //                      shapes whose 64 x 64 grid leaves SMs idle (N = 256 on 132 SMs: M < 2112)
 //   gemm_f32_tf32      gemm_f32_simt's tiles, ring and loads with the products on the tensor cores
 //                      in three tf32 passes (3xTF32, f32 accumulators: ~f32 accuracy; simt_body)
-//   (all three: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
+//   gemm_f32_tf32_m32  the same for gemm_f32_simt_m32's sliced 32 x 32 tiles
+//   (all four: no dynamic smem, launch with 0; __launch_bounds__(256, 2))
 // Dynamic smem in bytes, GEMM_SMEM_BYTES(t, BM) = 2*(BM+128)*72*2 + 8*BM + 3*256*slot(t), slot =
 // 32 (q4_k, the 32-element and codebook formats but q5_0, IQ4_XS), 48 (q5_k, q8_0, q2_k, q5_0), 112 (q6_k),
 // 96 (q3_k), 64 (f16, bf16), 128 (f32). At BM = 32 a block of 72 KB or less leaves room for 3
@@ -35,7 +36,8 @@
 //   gemv dense:        (ceil(N / rows), M);                MoE: (ceil(N / rows), max_tiles)
 //                      rows = 2 * warps per block (GEMV_ROWS = 16 at GEMV_THREADS; fewer warps
 //                      spread a short N over more multiprocessors)
-//   gemm_f32_simt, gemm_f32_tf32: (ceil(N / 64), ceil(M / 64));  gemm_f32_simt_m32: (ceil(N / 32), ceil(M / 32))
+//   gemm_f32_simt, gemm_f32_tf32: (ceil(N / 64), ceil(M / 64));  gemm_f32_simt_m32, gemm_f32_tf32_m32:
+//                      (ceil(N / 32), ceil(M / 32))
 // where max_tiles = ceil(M / BM) + E bounds the tiles moe_route (moe.cu) makes for that BM
 // (any tile size works for gemv). Blocks of unused tiles (tile_expert -1) exit.
 //
@@ -1045,13 +1047,15 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
 // Accumulation order (fixed, no atomics): per output and slice, k ascending with fmaf into a
 // partial that is added to the accumulator every 64 of the slice's k (shorter rounding chains:
 // 2e-7 instead of 8e-7 for one chain of 2048); then slices 0 + 1 + ... + KS-1.
-// TC (gemm_f32_tf32; the same tiles, ring and loads as gemm_f32_simt, KS = 1): the products on
-// the tensor cores in three tf32 passes (3xTF32): each x and W value is split into tf32 hi + lo
-// as its fragment is read from shared memory, and each k8 step adds lo_x hi_w, hi_x lo_w, then
-// hi_x hi_w (mma.sync m16n8k8; the lo x lo term, ~2^-22 relative, is dropped) into the same
-// 64-k partials. The 8 warps tile the 64 x 64 block as 2 (rows) x 4 (columns) warp tiles of
-// 32 x 16: two m16 by two n8 fragments each, acc[2 mt + nt][c] in the C layout. Fragment reads
-// hit distinct banks at LDS = BK + 4 = 20 floats (row g, column t: 20 g + t mod 32).
+// TC (gemm_f32_tf32 and gemm_f32_tf32_m32: the same tiles, slices, ring and loads as
+// gemm_f32_simt and gemm_f32_simt_m32): the products on the tensor cores in three tf32 passes
+// (3xTF32): each x and W value is split into tf32 hi + lo as its fragment is read from shared
+// memory, and each k8 step adds lo_x hi_w, hi_x lo_w, then hi_x hi_w (mma.sync m16n8k8; the
+// lo x lo term, ~2^-22 relative, is dropped) into the same 64-k partials, slices summed as
+// above. A slice's warps tile its block in warp tiles of 32 x 16, TMT = 2 m16 by TNT = 2 n8
+// fragments (acc[TNT mt + nt][c] in the C layout: 16 floats, as the SIMT thread's): 64 x 64 over
+// 8 warps as 2 (rows) x 4 (columns); 32 x 32 over a slice's 2 warps as 1 x 2. Fragment reads hit
+// distinct banks at LDS = BK + 4 = 20 or 36 floats (row g, column t: 20 g + t or 4 g + t mod 32).
 template <int BM, int BN, int KS, int BK, bool TC = false>
 __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     constexpr int S = SIMT_STAGES, LDS = BK + 4, T = SIMT_THREADS;
@@ -1066,7 +1070,11 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     static_assert(TPN % 8 == 0 && TPM % 4 == 0, "a warp is 4 x 8 thread positions");
     static_assert(KPS % 4 == 0 && CH % T == 0 && FLUSH >= 1, "tiling");
     static_assert(KS == 1 || (KS - 1) * BM * BN <= S * ROWS * LDS, "slice partials fit the ring");
-    static_assert(!TC || (KS == 1 && BM == 64 && BN == 64 && T == 256 && BK % 8 == 0), "tf32 warp tiling");
+    constexpr int TMT = 2, TNT = 2;       // TC: m16 and n8 fragments a warp (a 32 x 16 warp tile)
+    constexpr int TWM = BM / (16 * TMT);  // TC: warp tiles along M
+    static_assert(!TC || (TWM * (BN / (8 * TNT)) == TS / 32 && BM % (16 * TMT) == 0 && BN % (8 * TNT) == 0 &&
+                          KPS % 8 == 0),
+                  "tf32 warp tiling");
     __shared__ __align__(16) float sm[S * ROWS * LDS];
 
     if (!gemm_args_ok(a, 1) || a.tile_expert || a.sorted_rows) return;
@@ -1121,17 +1129,18 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = part[i][j] = 0.0f;
-    // TC: this warp's 32 x 16 tile (rows wm.., columns wn..) and the lane's fragment position.
-    const int warp = tid >> 5, fg = lane >> 2, ft = lane & 3;
-    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 16;
+    // TC: this warp's tile in its slice (rows wm.., columns wn..) and the lane's fragment
+    // position; a function of tid % TS only, so the slices' partial tiles line up.
+    const int wsl = (tid % TS) >> 5, fg = lane >> 2, ft = lane & 3;
+    const int wm = (wsl % TWM) * 16 * TMT, wn = (wsl / TWM) * 8 * TNT;
     auto compute = [&](int kt) {
         if constexpr (TC) {
-            const float* st = sm + (kt % S) * (ROWS * LDS);
+            const float* st = sm + (kt % S) * (ROWS * LDS) + (tid / TS) * KPS;
 #pragma unroll
-            for (int kk = 0; kk < BK; kk += 8) {
-                u32 ah[2][4], al[2][4], bh[2][2], bl[2][2];
+            for (int kk = 0; kk < KPS; kk += 8) {
+                u32 ah[TMT][4], al[TMT][4], bh[TNT][2], bl[TNT][2];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
+                for (int mt = 0; mt < TMT; mt++) {
                     const float* p = st + (wm + 16 * mt + fg) * LDS + kk + ft;
                     tf32_split(p[0], ah[mt][0], al[mt][0]);
                     tf32_split(p[8 * LDS], ah[mt][1], al[mt][1]);
@@ -1139,16 +1148,16 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
                     tf32_split(p[8 * LDS + 4], ah[mt][3], al[mt][3]);
                 }
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
+                for (int nt = 0; nt < TNT; nt++) {
                     const float* q = st + (BM + wn + 8 * nt + fg) * LDS + kk + ft;
                     tf32_split(q[0], bh[nt][0], bl[nt][0]);
                     tf32_split(q[4], bh[nt][1], bl[nt][1]);
                 }
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
+                for (int mt = 0; mt < TMT; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < 2; nt++) {
-                        float* c = part[2 * mt + nt];
+                    for (int nt = 0; nt < TNT; nt++) {
+                        float* c = part[TNT * mt + nt];
                         mma_1688_tf32(c, al[mt], bh[nt][0], bh[nt][1]);
                         mma_1688_tf32(c, ah[mt], bl[nt][0], bl[nt][1]);
                         mma_1688_tf32(c, ah[mt], bh[nt][0], bh[nt][1]);
@@ -1229,7 +1238,7 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     if constexpr (TC) {
 #pragma unroll
         for (int f = 0; f < 4; f++) {
-            const int mt = f >> 1, nt = f & 1;
+            const int mt = f / TNT, nt = f % TNT;
 #pragma unroll
             for (int h = 0; h < 2; h++) {  // C rows g, g + 8
                 const int m = m0 + wm + 16 * mt + fg + 8 * h;
@@ -1587,6 +1596,10 @@ extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_simt_m32(
 extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_tf32(GemmArgs a) {
     pdl_enter();
     simt_body<SIMT_BM, SIMT_BN, 1, SIMT_BK, true>(a);
+}
+extern "C" __global__ void __launch_bounds__(SIMT_THREADS, 2) gemm_f32_tf32_m32(GemmArgs a) {
+    pdl_enter();
+    simt_body<SIMT_M32_BM, SIMT_M32_BN, SIMT_M32_KS, SIMT_M32_BK, true>(a);
 }
 
 #include "gemm_operands.cuh"

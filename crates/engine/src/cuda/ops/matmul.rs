@@ -172,18 +172,17 @@ pub(crate) fn dense_variant(
 }
 
 /// The f32 GEMM of an F32-weight product (m > 8 rows) and its square block tile:
-/// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, or with `tf32`
-/// (`TALLY_F32_GEMM=tf32`) its 3xTF32 form `gemm_f32_tf32` (the same tiles); else
-/// `gemm_f32_simt_m32` (32 x 32, each K step split over 4 thread groups: 4x the blocks for the
-/// same work per output).
+/// `gemm_f32_simt` (64 x 64) when that grid gives every SM a block, else `gemm_f32_simt_m32`
+/// (32 x 32, each K step split over 4 thread groups: 4x the blocks for the same work per
+/// output); with `tf32` (`TALLY_F32_GEMM=tf32`) their 3xTF32 forms `gemm_f32_tf32` /
+/// `gemm_f32_tf32_m32` (the same tiles).
 pub(crate) fn simt_variant(m: usize, n: usize, sms: u32, tf32: bool) -> Simt {
     let tiles = |t: i64| (n as u64).div_ceil(t as u64) * (m as u64).div_ceil(t as u64);
-    if tiles(SIMT_TILE) < u64::from(sms) {
-        Simt::Tile32
-    } else if tf32 {
-        Simt::Tf32
-    } else {
-        Simt::Tile64
+    match (tiles(SIMT_TILE) >= u64::from(sms), tf32) {
+        (true, false) => Simt::Tile64,
+        (false, false) => Simt::Tile32,
+        (true, true) => Simt::Tf32,
+        (false, true) => Simt::Tf32M32,
     }
 }
 
@@ -196,13 +195,15 @@ pub(crate) enum Simt {
     Tile32,
     /// `gemm_f32_tf32`: SIMT_TILE square tiles, 3xTF32 products on the tensor cores.
     Tf32,
+    /// `gemm_f32_tf32_m32`: SIMT_M32_TILE square tiles, K split, 3xTF32 products.
+    Tf32M32,
 }
 
 impl Simt {
     fn tile(self) -> i64 {
         match self {
             Simt::Tile64 | Simt::Tf32 => SIMT_TILE,
-            Simt::Tile32 => SIMT_M32_TILE,
+            Simt::Tile32 | Simt::Tf32M32 => SIMT_M32_TILE,
         }
     }
     fn kernel(self, k: &Kernels) -> Kernel {
@@ -210,6 +211,7 @@ impl Simt {
             Simt::Tile64 => k.gemm_f32_simt,
             Simt::Tile32 => k.gemm_f32_simt_m32,
             Simt::Tf32 => k.gemm_f32_tf32,
+            Simt::Tf32M32 => k.gemm_f32_tf32_m32,
         }
     }
 }
@@ -988,9 +990,9 @@ mod tests {
         assert_eq!(simt_variant(512, 256, 132, false), Simt::Tile32);
         assert_eq!(simt_variant(100, 8, 132, false), Simt::Tile32);
         assert_eq!((Simt::Tile64.tile(), Simt::Tile32.tile()), (64, 32));
-        // 3xTF32 replaces the 64 x 64 SIMT tile (the same tiles) and leaves the small grids.
+        // 3xTF32 on the same tiles.
         assert_eq!(simt_variant(8192, 256, 132, true), Simt::Tf32);
-        assert_eq!(simt_variant(512, 256, 132, true), Simt::Tile32);
-        assert_eq!(Simt::Tf32.tile(), 64);
+        assert_eq!(simt_variant(512, 256, 132, true), Simt::Tf32M32);
+        assert_eq!((Simt::Tf32.tile(), Simt::Tf32M32.tile()), (64, 32));
     }
 }
