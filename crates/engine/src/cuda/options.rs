@@ -183,6 +183,13 @@ impl CudaOptions {
             Some("off") => Ok(false),
             Some(v) => Err(bad(var, v, "on or off")),
         };
+        // A switch between two named forms: `base` (also unset or empty) or `alt` (true).
+        let either = |var: &str, base: &str, alt: &str| match get(var).as_deref() {
+            None | Some("") => Ok(false),
+            Some(v) if v == base => Ok(false),
+            Some(v) if v == alt => Ok(true),
+            Some(v) => Err(bad(var, v, &format!("{base} or {alt}"))),
+        };
         let mut o = CudaOptions::default();
         match get("TALLY_GEMM").as_deref() {
             Some("kernels") => o.cublas_min_m = None,
@@ -249,11 +256,7 @@ impl CudaOptions {
                 _ => return Err(bad("TALLY_GEMV_BLOCKS", &v, want)),
             }
         }
-        match get("TALLY_NORM").as_deref() {
-            None | Some("") | Some("warp") => {}
-            Some("block") => o.norm_warp = false,
-            Some(v) => return Err(bad("TALLY_NORM", v, "warp or block")),
-        }
+        o.norm_warp = !either("TALLY_NORM", "warp", "block")?;
         match get("TALLY_ADD_NORM").as_deref() {
             None | Some("") | Some("regs") => {}
             Some("loop") => o.add_norm_regs = false,
@@ -265,17 +268,9 @@ impl CudaOptions {
         o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
         o.wgx_clear = on_off("TALLY_WGX_CLEAR", o.wgx_clear)?;
         o.gated = on_off("TALLY_GATED", o.gated)?;
-        match get("TALLY_ATTN").as_deref() {
-            None | Some("") | Some("f32") => {}
-            Some("f16") => o.attn_f16 = true,
-            Some(v) => return Err(bad("TALLY_ATTN", v, "f32 or f16")),
-        }
+        o.attn_f16 = either("TALLY_ATTN", "f32", "f16")?;
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
-        match get("TALLY_F32_GEMM").as_deref() {
-            None | Some("") | Some("simt") => {}
-            Some("tf32") => o.f32_tf32 = true,
-            Some(v) => return Err(bad("TALLY_F32_GEMM", v, "simt or tf32")),
-        }
+        o.f32_tf32 = either("TALLY_F32_GEMM", "simt", "tf32")?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()

@@ -613,10 +613,11 @@ pub fn main(a: Args) -> Result<()> {
             noise: noise.clone(),
         })
         .collect();
+    // Each tgN depth once (the plain rows and the speculative ones).
+    let mut depths = a.depths.clone();
+    depths.dedup();
     if a.n_gen > 0 {
-        let mut depths = a.depths.clone();
-        depths.dedup();
-        for d in depths {
+        for &d in &depths {
             // Depth 0 is llama-bench's plain tgN: one prompt token first (tally needs a
             // prefill before it decodes), which the prefill series also times, as before.
             tests.push(E2eConfig {
@@ -695,9 +696,7 @@ pub fn main(a: Args) -> Result<()> {
     }
     if a.spec.is_some() {
         // One speculative row per depth, as the plain tgN rows.
-        let mut depths = a.depths.clone();
-        depths.dedup();
-        for d in depths {
+        for &d in &depths {
             rows.push(spec::spec_row(
                 &mut ours.session,
                 &ours_facts,

@@ -64,11 +64,11 @@ fn f16_copy_bytes(cap: usize, hkv: usize, d: usize) -> usize {
     (cap * hkv * d * 2).div_ceil(256) * 256
 }
 
-/// Key splits of flash decoding over a cache of `cap` positions: `sms` blocks (the SM count
-/// times `TALLY_DEC_SPLIT`) over the KV heads, at most one split per ATTN_DEC_STEP keys of the
-/// cache.
-pub fn decode_splits(sms: u32, hkv: usize, cap: usize) -> usize {
-    let target = (sms.max(1) as usize / hkv.max(1)).max(1);
+/// Key splits over a cache of `cap` positions for a grid of `blocks` blocks a split (flash
+/// decoding: one per KV head): about `sms` blocks in all (for decoding the SM count times
+/// `TALLY_DEC_SPLIT`), at most one split per ATTN_DEC_STEP keys of the cache.
+pub fn key_splits(sms: u32, blocks: usize, cap: usize) -> usize {
+    let target = (sms.max(1) as usize / blocks.max(1)).max(1);
     target.min(cap.div_ceil(ATTN_DEC_STEP as usize)).max(1)
 }
 
@@ -137,15 +137,14 @@ impl Route {
 
 /// Key splits of a prompt's attention whose `qblocks * hkv` blocks would leave most of the `sms`
 /// multiprocessors idle (fewer than four blocks each: a verification batch, a short turn at
-/// depth): as for decoding, enough splits for about one block per multiprocessor, at most one
-/// per 64 keys of the cache. The grid is fixed by the capacity; the kernels divide the keys
-/// the position makes visible (kv_chunk 0).
+/// depth): [`key_splits`], as for decoding. The grid is fixed by the capacity; the kernels
+/// divide the keys the position makes visible (kv_chunk 0).
 fn prefill_splits(sms: u32, qblocks: usize, hkv: usize, cap: usize) -> usize {
     let blocks = qblocks * hkv.max(1);
     if blocks * 4 >= sms as usize {
         return 1;
     }
-    (sms as usize / blocks).min(cap.div_ceil(64)).max(1)
+    key_splits(sms, blocks, cap)
 }
 
 /// The route of a node of `r` query rows over a `cap`-row cache: the one place it is decided
@@ -159,7 +158,7 @@ pub fn route(c: Choice, r: usize, cap: usize, (h, hkv, d): (usize, usize, usize)
         }
     };
     if decodes(r, h, hkv) {
-        let n_split = decode_splits(c.sms * c.dec_per_sm, hkv, cap);
+        let n_split = key_splits(c.sms * c.dec_per_sm, hkv, cap);
         return Route {
             kind: Kind::Decode,
             n_split,
