@@ -634,8 +634,9 @@ fn expert_gated(
     Ok(true)
 }
 
-/// Output columns a gated tile's block covers (gemm_wg.cuh: SWP_BN / 2).
-const GATED_COLS: usize = 64;
+/// Output columns a gated tile's block covers (gemm_wg.cuh: half the tile's SWP_BN weight rows
+/// are the gate's, half the up's).
+const GATED_COLS: usize = crate::cuda::consts::SWP_BN as usize / 2;
 
 /// The routed experts' down projection at `index` and the shared expert's right after it, as
 /// the plan builder orders them.
