@@ -19,6 +19,8 @@
 # HERE first: scripts/gpu/pack.sh; both kernel caches: TALLY_CACHE=.carry/kcache tally kernels
 # --arch sm_90a, and the same with TALLY_WGX_CLEAR=on; the lab: nvcc ... lab/gemm/bench.cu -o
 # .carry/lab/gemm_bench (lab/gemm/README.md). Carry .carry/bin, .carry/kcache, .carry/lab.
+# Ran 2026-12-05 (docs/results/2026-12-05-h200-stop32/, its timings lost to the noise gate); the
+# gated tile and the skip are the defaults since, so "B (default)" now includes them and C = B.
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh

@@ -26,6 +26,8 @@
 # -gencode=arch=compute_90a,code=sm_90a -I crates/engine/src/cuda/kernels lab/attention/bench.cu
 # -o .carry/lab/attn_bench, and lab/gemm/bench.cu -o .carry/lab/gemm_bench (lab/gemm/README.md).
 # Carry .carry/bin, .carry/kcache, .carry/lab.
+# Ran 2026-12-05 (docs/results/2026-12-05-h200-stop32/); TALLY_ATTN=f16 and TALLY_ATTN_SPLIT=on
+# are the defaults since (A now = B; TALLY_ATTN=f32 / TALLY_ATTN_SPLIT=off select the old forms).
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
@@ -57,6 +59,9 @@ done
 pack
 wait $SYNTH
 row synth "$(el)"
+# A llama.cpp build left running in the background (stop32.sh) would fail the noise gate.
+while pgrep -f llama-build.sh > /dev/null; do sleep 3; done
+row "background builds done" "$(el)"
 for round in 1 2; do
     for v in A B C; do
         case $v in

@@ -75,7 +75,7 @@ pub struct CudaOptions {
     pub norm_warp: bool,
     /// `add_rms_norm`'s register form (rows of at most 4 values a thread at 1,024 threads, 8 at
     /// 256: every input loaded before any output is written, bit for bit the loop form); off
-    /// with `TALLY_ADD_NORM=loop`.
+    /// with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
     pub add_norm_regs: bool,
     /// Dense integer GEMVs of up to `GEMVR_MAX_M` x rows (the output head at one token; every
     /// dense GEMV of a verification batch) on the persistent multi-row `gemvr_<t>` /
@@ -94,37 +94,39 @@ pub struct CudaOptions {
     pub f16_keep: bool,
     /// The routed experts' gate, up and SwiGlu of a prompt in one gated wgmma launch
     /// (`gemm_<t>_g32` / `_g128`, `ops/fused.rs` `expert_gated`: routing and the x conversion
-    /// once, no gate/up outputs, no binary map) where their tiles are w32 or w128: opt-in with
-    /// `TALLY_GATED=on` until a GPU run has compared its logits with the two launches and the
-    /// SwiGlu (bit for bit the same outputs by design; checked so far on the CPU emulator only).
+    /// once, no gate/up outputs, no binary map) where their tiles are w32 or w128. Bit for bit
+    /// the two launches and the SwiGlu (the lab's `--gated` on the H200, and logits digests,
+    /// 2026-12-05); with `TALLY_ADD_NORM=skip` +5.6% at pp512, +4.6% at pp8192
+    /// (`docs/results/2026-12-05-h200-stop32/`). `TALLY_GATED=off` runs the three nodes.
     pub gated: bool,
-    /// `TALLY_ADD_NORM=skip`: the fused add + norm leaves unstored the intermediate outputs no
-    /// later node reads (the routed combine's, the gated shared expert's, the FFN sum's); opt-in
-    /// until a GPU run has compared its logits with the default's.
+    /// The fused add + norm leaves unstored the intermediate outputs no later node reads (the
+    /// routed combine's, the gated shared expert's, the FFN sum's; logits digests equal to
+    /// storing them on the H200, 2026-12-05); `TALLY_ADD_NORM=regs` stores them all.
     pub add_norm_skip: bool,
     /// `TALLY_WGX_CLEAR=on`: the x-resident MoE tiles zero their accumulators after each weight
     /// block's store (compiled with `-DTALLY_WGX_CLEAR`), as before 2026-12-04's stop 30, instead
     /// of starting each block's first MMA with scale-d off; ptxas serialises their wgmmas in that
     /// form. For comparison.
     pub wgx_clear: bool,
-    /// `TALLY_ATTN=f16`: prompts of at least `attention::F16_MIN_ROWS` tokens attend through
-    /// f16 copies of the K/V cache made once per attention node (`attn_kv_to_f16`,
-    /// `flash_attn_h_w4_d*`: 64-key tiles, 4-warp blocks; 1.5x the default kernel at pp8192 in
-    /// the lab, conversion included, with the same error); `f32` (the default until a GPU run
-    /// has checked the engine's launch of it): `flash_attn_d*`, which rounds K and V to f16 as
-    /// it stages them.
+    /// Prompts of at least `attention::F16_MIN_ROWS` tokens attend through f16 copies of the
+    /// K/V cache made once per attention node (`attn_kv_to_f16`, `flash_attn_h_w4_d*`: 64-key
+    /// tiles, 4-warp blocks; 1.5x the f32 kernel at pp8192 in the lab, conversion included,
+    /// with the same error; +4.5% at pp8192 in the engine, 2026-12-05); `TALLY_ATTN=f32`:
+    /// `flash_attn_d*`, which rounds K and V to f16 as it stages them.
     pub attn_f16: bool,
-    /// `TALLY_ATTN_SPLIT=on`: a prompt's attention whose query tiles would leave most
-    /// multiprocessors idle (a speculative verification of a few tokens, a short turn at depth:
-    /// one block per KV head walking every key) splits the keys over the device, as decoding
-    /// does, and merges the splits with `flash_attn_combine`; opt-in until a GPU run has
-    /// checked it (the kernels' splits are checked in the lab; the engine's launch is new).
+    /// A prompt's attention whose query tiles would leave most multiprocessors idle (a
+    /// speculative verification of a few tokens, a short turn at depth: one block per KV head
+    /// walking every key) splits the keys over the device, as decoding does, and merges the
+    /// splits with `flash_attn_combine` (speculative k=3 after an 8,192-token prompt: 228 ->
+    /// 403 tok/s on the H200, 2026-12-05); `TALLY_ATTN_SPLIT=off` walks every key per block.
     pub attn_split: bool,
     /// `TALLY_F32_GEMM=tf32`: the F32-weight products of more than 8 rows (the routers of a
     /// prompt or a verification) run on the f32 GEMMs' tiles with the products on the tensor
     /// cores in three tf32 passes (`gemm_f32_tf32` / `_tf32_m32`, 3xTF32: each value split
-    /// into tf32 hi + lo, the lo x lo term dropped; about f32's accuracy); `simt` (the default
-    /// until a GPU run has checked its error and time): FFMA on the CUDA cores.
+    /// into tf32 hi + lo, the lo x lo term dropped). Checked on the H200 (4.7e-7 against
+    /// float64, simt 1.8e-7) but not faster: the router's tiles are not held by FFMA (0.280
+    /// against 0.298 ms at 8,192 rows, 5% slower at 512; the engine +0.3% at pp8192, -0.6% at
+    /// pp512, 2026-12-05), so `simt`, FFMA on the CUDA cores, stays the default.
     pub f32_tf32: bool,
 }
 
@@ -155,11 +157,11 @@ impl Default for CudaOptions {
             gemvr: true,
             wgx: true,
             f16_keep: true,
-            gated: false,
-            add_norm_skip: false,
+            gated: true,
+            add_norm_skip: true,
             wgx_clear: false,
-            attn_f16: false,
-            attn_split: false,
+            attn_f16: true,
+            attn_split: true,
             f32_tf32: false,
         }
     }
@@ -258,17 +260,20 @@ impl CudaOptions {
         }
         o.norm_warp = !either("TALLY_NORM", "warp", "block")?;
         match get("TALLY_ADD_NORM").as_deref() {
-            None | Some("") | Some("regs") => {}
-            Some("loop") => o.add_norm_regs = false,
-            Some("skip") => o.add_norm_skip = true,
-            Some(v) => return Err(bad("TALLY_ADD_NORM", v, "regs, skip or loop")),
+            None | Some("") | Some("skip") => {}
+            Some("regs") => o.add_norm_skip = false,
+            Some("loop") => {
+                o.add_norm_regs = false;
+                o.add_norm_skip = false;
+            }
+            Some(v) => return Err(bad("TALLY_ADD_NORM", v, "skip, regs or loop")),
         }
         o.gemvr = on_off("TALLY_GEMVR", o.gemvr)?;
         o.wgx = on_off("TALLY_WGX", o.wgx)?;
         o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
         o.wgx_clear = on_off("TALLY_WGX_CLEAR", o.wgx_clear)?;
         o.gated = on_off("TALLY_GATED", o.gated)?;
-        o.attn_f16 = either("TALLY_ATTN", "f32", "f16")?;
+        o.attn_f16 = !either("TALLY_ATTN", "f16", "f32")?;
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         o.f32_tf32 = either("TALLY_F32_GEMM", "simt", "tf32")?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
@@ -408,14 +413,14 @@ mod tests {
                 "prefetch=on",
                 "gemv_blocks=2,2,2,2",
                 "norm=warp",
-                "add_norm=regs",
+                "add_norm=skip",
                 "gemvr=on",
                 "wgx=on",
                 "f16_keep=on",
-                "gated=off",
+                "gated=on",
                 "wgx_clear=off",
-                "attn=f32",
-                "attn_split=off",
+                "attn=f16",
+                "attn_split=on",
                 "f32_gemm=simt"
             ]
         );
@@ -437,27 +442,29 @@ mod tests {
             ("TALLY_GEMVR", "off"),
             ("TALLY_WGX", "off"),
             ("TALLY_F16_KEEP", "off"),
-            ("TALLY_GATED", "on"),
+            ("TALLY_GATED", "off"),
         ])
         .expect("options");
         assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
         assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
         assert!(!o.f16_keep && opts(&[("TALLY_F16_KEEP", "1")]).is_err());
-        assert!(o.gated && opts(&[("TALLY_GATED", "no")]).is_err());
+        assert!(!o.gated && opts(&[("TALLY_GATED", "no")]).is_err());
+        assert!(!o.add_norm_skip && o.describe().contains(&"add_norm=loop".into()));
         let c = opts(&[("TALLY_WGX_CLEAR", "on")]).expect("options");
         assert!(c.wgx_clear && c.defines() == ["-DTALLY_WGX_CLEAR"]);
         assert!(opts(&[("TALLY_WGX_CLEAR", "1")]).is_err());
-        let a = opts(&[("TALLY_ATTN", "f16")]).expect("options");
-        assert!(a.attn_f16 && a.describe().contains(&"attn=f16".into()));
+        let a = opts(&[("TALLY_ATTN", "f32")]).expect("options");
+        assert!(!a.attn_f16 && a.describe().contains(&"attn=f32".into()));
+        assert!(opts(&[("TALLY_ATTN", "f16")]).expect("options").attn_f16);
         let e = opts(&[("TALLY_ATTN", "half")])
             .expect_err("half")
             .to_string();
         assert!(
-            e.contains("TALLY_ATTN=half") && e.contains("f32 or f16"),
+            e.contains("TALLY_ATTN=half") && e.contains("f16 or f32"),
             "{e}"
         );
         assert!(
-            opts(&[("TALLY_ATTN_SPLIT", "on")])
+            !opts(&[("TALLY_ATTN_SPLIT", "off")])
                 .expect("options")
                 .attn_split
         );
@@ -471,9 +478,9 @@ mod tests {
             e.contains("TALLY_F32_GEMM=tc") && e.contains("simt or tf32"),
             "{e}"
         );
-        let s = opts(&[("TALLY_ADD_NORM", "skip")]).expect("options");
+        let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
-            s.add_norm_regs && s.add_norm_skip && s.describe().contains(&"add_norm=skip".into())
+            s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())
         );
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
