@@ -6,8 +6,8 @@
 #  2. the x-resident MoE down tiles' scale-d form (default) against TALLY_WGX_CLEAR=on: digests
 #     were equal, the time was lost to the noise gate: pp512/2048/8192 A (clear) / B, ABAB;
 #  3. pp32768 with the defaults of 2026-12-05 (f16 attention, gated gate/up, add-norm skip, key
-#     splits): twice refused by the gate for a power-capped clock; run it once more after a
-#     pause, and tally alone pp32768 with TALLY_ATTN=f32 for the before.
+#     splits): twice refused by the gate for a power-capped clock, which since counts as the
+#     work's own speed (machine::gpu_busy); and pp32768 with TALLY_ATTN=f32 for the before.
 # HERE first: scripts/gpu/pack.sh; TALLY_CACHE=.carry/kcache tally kernels --arch sm_90a, and the
 # same with TALLY_WGX_CLEAR=on. Carry .carry/bin, .carry/kcache (or both packed in one
 # tar.xz if the tree would pass 64 MiB: unpack into .carry first).
