@@ -140,12 +140,14 @@ const NEAR_TIE: f32 = 1e-3;
 
 /// What a divergence at one token says: plain greedy decoding's logits there (`logits`), the
 /// token it chose (`want`) and the one the speculative run kept (`pick`). A margin below
-/// [`NEAR_TIE`] of the chosen logit is a near-tie, anything larger is a bug.
+/// [`NEAR_TIE`] of the logits' scale (their largest magnitude) is a near-tie, anything larger is
+/// a bug.
 fn divergence_verdict(logits: &[f32], want: u32, pick: u32) -> String {
     let at = |t: u32| logits.get(t as usize).copied().unwrap_or(f32::NAN);
     let (lw, lp) = (at(want), at(pick));
     let margin = lw - lp;
-    let rel = margin / lw.abs().max(f32::MIN_POSITIVE);
+    let scale = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let rel = margin / scale.max(f32::MIN_POSITIVE);
     let verdict = if rel.is_finite() && rel.abs() < NEAR_TIE {
         "a near-tie between batched and one-token logits (within the backend's rounding), \
          not a bug"
