@@ -415,6 +415,9 @@ pub struct FakeCosts {
     pub observe_barrier_ms: f64,
     /// Added per replayed dispatch (its barriers).
     pub replay_barrier_ms: f64,
+    /// Added once to every run that replays anything, whatever the count (a fixed cost of
+    /// entering replay, such as llama.cpp's peer building a one-node graph per node).
+    pub replay_entry_ms: f64,
     /// Standalone per-call time over in-graph per-node time, per category (missing: 1).
     pub standalone_ratio: BTreeMap<Category, f64>,
     /// Standalone MoE time under first-k routing over realistic routing.
@@ -430,6 +433,7 @@ impl Default for FakeCosts {
             gap_ms: 0.0,
             observe_barrier_ms: 0.0,
             replay_barrier_ms: 0.0,
+            replay_entry_ms: 0.0,
             standalone_ratio: BTreeMap::new(),
             first_k_ratio: 0.6,
             decode_ms_per_token: 1.0,
@@ -635,6 +639,7 @@ impl Subject for FakeSubject {
             }
         }
         if let RunMode::Replay { categories, times } = mode {
+            wall_ms += self.costs.replay_entry_ms;
             let k = f64::from(*times).powf(self.faults.replay_power);
             for &c in categories {
                 let n = self.nodes_in(c);

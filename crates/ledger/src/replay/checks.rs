@@ -175,9 +175,14 @@ pub struct LinearityCheck {
     pub category: Category,
     /// Replay counts.
     pub replays: Vec<u32>,
+    /// The count the increments are measured from: the smallest replay count (each increment
+    /// is `replay xk - replay xbase`, fitted against `k - base`, so a fixed cost of entering
+    /// replay is in neither), or 0 in records made before: `replay xk - observe` against `k`.
+    #[serde(default)]
+    pub base_replays: u32,
     /// Median increment per count.
     pub increments_ms: Vec<f64>,
-    /// Least-squares line of increment against count.
+    /// Least-squares line of increment against `count - base_replays`.
     pub fit: Option<LinearFit>,
     /// Required R^2.
     pub min_r2: f64,
@@ -187,15 +192,19 @@ pub struct LinearityCheck {
     pub pass: bool,
 }
 
-/// Fits increments against replay counts and applies the pass rule.
+/// Fits increments against replay counts above `base_replays` and applies the pass rule.
 pub fn linearity_check(
     category: Category,
     replays: &[u32],
+    base_replays: u32,
     increments_ms: &[f64],
     min_r2: f64,
     max_intercept_ratio: f64,
 ) -> LinearityCheck {
-    let xs: Vec<f64> = replays.iter().map(|&k| f64::from(k)).collect();
+    let xs: Vec<f64> = replays
+        .iter()
+        .map(|&k| f64::from(k) - f64::from(base_replays))
+        .collect();
     let fit = linear_fit(&xs, increments_ms);
     let pass = fit.as_ref().is_some_and(|f| {
         f.r2 >= min_r2
@@ -205,6 +214,7 @@ pub fn linearity_check(
     LinearityCheck {
         category,
         replays: replays.to_vec(),
+        base_replays,
         increments_ms: increments_ms.to_vec(),
         fit,
         min_r2,

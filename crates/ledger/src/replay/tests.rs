@@ -83,8 +83,10 @@ fn exact_figures_from_a_deterministic_subject() {
     assert_eq!(v.linearity.category, Category::DenseProj);
     let fit = v.linearity.fit.as_ref().unwrap();
     assert!(close(fit.slope_ms, 6.12) && fit.intercept_ms.abs() < 1e-9 && close(fit.r2, 1.0));
+    // Measured from the first replay: 0, 1 and 3 dispatches beyond it.
     assert_eq!(v.linearity.increments_ms.len(), 3);
-    assert!(close(v.linearity.increments_ms[2], 4.0 * 6.12));
+    assert_eq!(v.linearity.base_replays, 1);
+    assert!(close(v.linearity.increments_ms[2], 3.0 * 6.12));
     assert!(v.digest.pass);
     assert_eq!(v.digest.distinct_plain_digests, 1);
     assert_eq!(r.categories.len(), 10);
@@ -134,10 +136,11 @@ fn nonlinear_replay_is_untrusted() {
     assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
     let lin = &r.validations.linearity;
     assert!(!lin.pass);
-    // increments 6.12, 24.48, 97.92: slope 6.12 * 36/7, intercept -5 * 6.12, r2 48/49.
+    // Over the first replay (4 - 1 = 3 and 16 - 1 = 15 units of 6.12 ms at 1 and 3 more
+    // replays): 0, 18.36, 91.8; slope 6.12 * 36/7, intercept -6.12 * 6/7, r2 48/49.
     let fit = lin.fit.as_ref().unwrap();
     assert!(close(fit.slope_ms, 6.12 * 36.0 / 7.0));
-    assert!(close(fit.intercept_ms, -5.0 * 6.12));
+    assert!(close(fit.intercept_ms, -6.12 * 6.0 / 7.0));
     assert!(close(fit.r2, 48.0 / 49.0));
     assert!(
         r.problems[0]
@@ -326,6 +329,7 @@ fn tolerance_and_linearity_rules_by_hand() {
     let l = linearity_check(
         Category::DenseProj,
         &[1, 2, 4],
+        0,
         &[162.0, 324.0, 648.0],
         0.98,
         0.1,
@@ -335,6 +339,7 @@ fn tolerance_and_linearity_rules_by_hand() {
     let l = linearity_check(
         Category::DenseProj,
         &[1, 2, 4],
+        0,
         &[192.0, 354.0, 678.0],
         0.98,
         0.1,
@@ -345,6 +350,7 @@ fn tolerance_and_linearity_rules_by_hand() {
     let l = linearity_check(
         Category::DenseProj,
         &[1, 2, 4],
+        0,
         &[160.0, 326.0, 647.0],
         0.98,
         0.1,
@@ -467,4 +473,34 @@ fn a_group_run_at_another_speed_is_brought_to_the_baseline_level() {
             .iter()
             .any(|p| matches!(p, ReplayProblem::SumOfParts { .. }))
     );
+}
+
+/// A fixed cost of entering replay (2 ms a run) is no reason to call replays non-linear: the
+/// fit measures every count from the first replay. Over the observe run (base 0, the method
+/// before) the same replays have a 2 ms intercept and fail.
+#[test]
+fn linearity_is_measured_from_the_first_replay() {
+    let mut s = fake();
+    s.costs.replay_entry_ms = 2.0; // a third of dense's 6.12 ms slope: fails over observe
+    let c = ReplayConfig {
+        linearity_category: Some(Category::DenseProj),
+        tolerance_ratio: 0.5, // the categories' increments carry the entry cost (a), (b)
+        ..cfg()
+    };
+    let g = s.graph.clone();
+    let r = replay(&mut s, &g, &c).unwrap();
+    let lin = &r.validations.linearity;
+    assert!(lin.pass, "{:?}", r.problems);
+    assert_eq!(lin.base_replays, 1);
+    let fit = lin.fit.as_ref().unwrap();
+    assert!(close(fit.slope_ms, 6.12) && fit.intercept_ms.abs() < 1e-9);
+    let old = linearity_check(
+        Category::DenseProj,
+        &[1, 2, 4],
+        0,
+        &[8.12, 14.24, 26.48],
+        0.98,
+        0.1,
+    );
+    assert!(!old.pass && close(old.fit.unwrap().intercept_ms, 2.0));
 }

@@ -276,8 +276,13 @@ fn replay_text(r: &ReplayReport, md: bool) -> String {
         .zip(&l.increments_ms)
         .map(|(k, i)| format!("x{k} {}", ms(*i)))
         .collect();
+    let over = if l.base_replays > 0 {
+        format!(" over x{}", l.base_replays)
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "(c) linearity of {}: {} ms; fit slope {} ms, intercept {} ms, R^2 {} (need >= {}, \
+        "(c) linearity of {}: {} ms{over}; fit slope {} ms, intercept {} ms, R^2 {} (need >= {}, \
          |intercept| <= {} of slope): {}\n",
         l.category,
         incs.join(", "),
