@@ -75,9 +75,7 @@ impl ReplayConfig {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), LedgerError> {
         let bad = |m: &str| Err(LedgerError::Config(format!("replay: {m}")));
-        let mut distinct = self.replays.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
+        let distinct = distinct_counts(&self.replays);
         if distinct.len() < 2 || distinct[0] == 0 {
             return bad("replays needs at least two distinct counts, all >= 1 (e.g. 1,2,4)");
         }
@@ -410,10 +408,7 @@ pub fn replay_many(
             .unwrap_or(p.cats[0]);
         lin_cats.push(chosen);
         entries.push(entry(i, &p.engine, RunMode::Observe(set([chosen]))));
-        let mut ks = cfg.replays.clone();
-        ks.sort_unstable();
-        ks.dedup();
-        for k in ks {
+        for k in distinct_counts(&cfg.replays) {
             entries.push(entry(
                 i,
                 &p.engine,
@@ -552,6 +547,14 @@ fn observation_changes_output(all: &GroupRecord) -> bool {
         })
 }
 
+/// The replay counts of the linearity group, ascending, each once (the order its series run in).
+fn distinct_counts(replays: &[u32]) -> Vec<u32> {
+    let mut ks = replays.to_vec();
+    ks.sort_unstable();
+    ks.dedup();
+    ks
+}
+
 /// The replay series of `times` in one subject's view of a group.
 fn replay_series(own: &GroupRecord, k: u32) -> Option<usize> {
     own.series.iter().position(|x| {
@@ -571,9 +574,7 @@ fn replay_series(own: &GroupRecord, k: u32) -> Option<usize> {
 /// without the observe run, first in its block in every other window. Records made before the
 /// plain series ended the linearity group: base 0, `replay xk - observe` (series 0).
 fn linearity_points(lin: &GroupRecord, replays: &[u32]) -> (Vec<u32>, u32, Vec<f64>) {
-    let mut ks = replays.to_vec();
-    ks.sort_unstable();
-    ks.dedup();
+    let ks = distinct_counts(replays);
     let (base_series, k0) = if plain_series(lin).is_none() {
         (Some(0), 0)
     } else {
