@@ -591,8 +591,9 @@ int main(int argc, char** argv) {
         }
         if (do_time && fails == 0)
             for (int T : {512, 2048, 8192})
-                for (int t : {ref::Q4_K, ref::Q5_K, ref::MXFP4, ref::IQ4_XS, ref::Q8_0}) {
+                for (int t : {ref::Q4_K, ref::Q5_K, ref::MXFP4, ref::IQ4_XS, ref::Q8_0, ref::F16}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
+                    if (t == ref::F16 && moe_type.empty()) continue;  // --only f16
                     for (int v : {V_W32, V_W128}) time_gated(b, t, v, T, rng);
                 }
         std::printf("%s: %d failing gated cases\n", fails ? "FAILED" : "PASSED", fails);
@@ -609,8 +610,9 @@ int main(int argc, char** argv) {
         if (do_time && nf == 0) {
             const std::vector<int> moe_v = {V_M64, V_M32, V_S32, V_W32, V_W128, V_X64, V_X96, V_X128, V_X32G};
             for (int T : {512, 2048, 8192}) {
-                for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K}) {
+                for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K, ref::F16}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
+                    if (t == ref::F16 && moe_type.empty()) continue;  // --only f16: an f16 copy's tiles
                     if (T > 512 && moe_type.empty() && t != ref::Q4_K && t != ref::Q6_K) continue;
                     time_moe_shapes(b, T, t, t != ref::Q6_K, moe_v, rng);
                 }

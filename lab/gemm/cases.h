@@ -36,7 +36,7 @@ inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
 // V_X64 / V_X96 / V_X128: the x-resident wgmma tile for K <= WGX_K_MAX (gemm_<t>_x64 / _x96 /
 // _x128; grid.x 1 for x64 and x96, ceil(N / 128 / 8) for x128, so both the one-block walk and a
 // strided one run; x96 and x64 are engine kernels, x128 too). V_X32G: the same with 32 rows and K
-// up to 2048 (the gate/up of short prompts; a lab variant).
+// up to 2048 (an engine kernel since 2026-12-05: the Q4_K down of short prompts).
 inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128 || v == V_X32G; }
 // Most K of an x-resident variant.
 inline int variant_kmax(int v) { return v == V_X32G ? 2048 : WGX_K_MAX; }

@@ -53,7 +53,7 @@ pub struct GemmSet {
     pub swap: Kernel,
     /// The swapped tile on wgmma and its x-resident form for K <= 512 (x from `x_f16_perm`), in
     /// `WgTile::ALL`'s order: `gemm_<t>_w32`, `_w128`, `_x64`, `_x96`, `_x128`.
-    pub wg: [Kernel; 5],
+    pub wg: [Kernel; 6],
     /// The gated wgmma tiles (`gemm_<t>_g32`, `_g128`: a MoE gate, up and their SwiGlu in one
     /// launch; the same sums as `_w32` / `_w128`).
     pub wg_gated: [Kernel; 2],
@@ -224,6 +224,7 @@ impl Kernels {
                     k(format!("gemm_{t}_x64"))?,
                     k(format!("gemm_{t}_x96"))?,
                     k(format!("gemm_{t}_x128"))?,
+                    k(format!("gemm_{t}_x32g"))?,
                 ],
                 wg_gated: [k(format!("gemm_{t}_g32"))?, k(format!("gemm_{t}_g128"))?],
             });

@@ -109,6 +109,9 @@ pub struct CudaBackend {
     /// The cuBLAS path's f16 copies of dense weights, decoded once (`ops::matmul::keep_f16`),
     /// by (weight buffer, output layout).
     f16_weights: HashMap<(u64, (i32, i32, i32)), DevBuf>,
+    /// `TALLY_EXPERT_F16`: f16 copies of routed-expert weights (`[E * N, K]`), decoded once
+    /// (`ops::matmul::keep_f16`), by the GGUF weight's device buffer.
+    f16_experts: HashMap<u64, DevBuf>,
 }
 
 /// The NVRTC architecture the backend compiles for on a device of compute capability `cc`
@@ -199,6 +202,7 @@ impl CudaBackend {
             snapshots: Default::default(),
             trace,
             f16_weights: HashMap::new(),
+            f16_experts: HashMap::new(),
         })
     }
 

@@ -128,6 +128,16 @@ pub struct CudaOptions {
     /// against 0.298 ms at 8,192 rows, 5% slower at 512; the engine +0.3% at pp8192, -0.6% at
     /// pp512, 2026-12-05), so `simt`, FFMA on the CUDA cores, stays the default.
     pub f32_tf32: bool,
+    /// `TALLY_EXPERT_F16=on`: the routed experts' down projections of a prompt (K <=
+    /// `WGX_K_MAX`, enough rows per expert: `moe::expert_f16_wanted`) read an f16 copy of the
+    /// expert weights, decoded once when a plan first needs it and kept while the device has
+    /// room (`ops/matmul.rs` `keep_f16`), on the f16 x-resident tiles, instead of decoding the
+    /// GGUF blocks in every tile. Decode and verification steps keep reading the GGUF bytes.
+    pub expert_f16: bool,
+    /// `TALLY_X32G=on`: the Q4_K routed down projections of short prompts (up to 32 rows per
+    /// expert) on the x-resident 32-row tile `gemm_<t>_x32g` instead of `gemm_<t>_m32`
+    /// (`ops/matmul.rs` `wg_tile`; lab: 0.158 against 0.203 ms at 512 tokens).
+    pub x32g: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -163,6 +173,8 @@ impl Default for CudaOptions {
             attn_f16: true,
             attn_split: true,
             f32_tf32: false,
+            expert_f16: false,
+            x32g: false,
         }
     }
 }
@@ -276,6 +288,8 @@ impl CudaOptions {
         o.attn_f16 = !either("TALLY_ATTN", "f16", "f32")?;
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         o.f32_tf32 = either("TALLY_F32_GEMM", "simt", "tf32")?;
+        o.expert_f16 = on_off("TALLY_EXPERT_F16", o.expert_f16)?;
+        o.x32g = on_off("TALLY_X32G", o.x32g)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -379,6 +393,8 @@ impl CudaOptions {
             format!("attn={}", if self.attn_f16 { "f16" } else { "f32" }),
             format!("attn_split={}", on(self.attn_split)),
             format!("f32_gemm={}", if self.f32_tf32 { "tf32" } else { "simt" }),
+            format!("expert_f16={}", on(self.expert_f16)),
+            format!("x32g={}", on(self.x32g)),
         ]
     }
 }
@@ -421,7 +437,9 @@ mod tests {
                 "wgx_clear=off",
                 "attn=f16",
                 "attn_split=on",
-                "f32_gemm=simt"
+                "f32_gemm=simt",
+                "expert_f16=off",
+                "x32g=off"
             ]
         );
     }
@@ -478,6 +496,12 @@ mod tests {
             e.contains("TALLY_F32_GEMM=tc") && e.contains("simt or tf32"),
             "{e}"
         );
+        let x = opts(&[("TALLY_EXPERT_F16", "on")]).expect("options");
+        assert!(x.expert_f16 && x.describe().contains(&"expert_f16=on".into()));
+        assert!(opts(&[("TALLY_EXPERT_F16", "f16")]).is_err());
+        let g = opts(&[("TALLY_X32G", "on")]).expect("options");
+        assert!(g.x32g && g.describe().contains(&"x32g=on".into()));
+        assert!(opts(&[("TALLY_X32G", "2")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())

@@ -1285,16 +1285,13 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 #endif
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
-// The lab's variants of the wgmma tiles (nvcc builds), not compiled into the engine: w64, x32g.
+// The lab's variant of the wgmma tiles (nvcc builds), not compiled into the engine: w64.
 #ifdef TALLY_NVRTC
 #define TALLY_WG_LAB_KERNELS(name, T)
 #else
 #define TALLY_WG_LAB_KERNELS(name, T)                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w64(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 64>(a);                                                                      \
-    }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x32g(GemmArgs a) { pdl_enter(); \
-        gemm_wgx_body<T, 32, 2048>(a);                                                               \
     }
 #endif
 
@@ -1335,6 +1332,9 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x128(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 128>(a);                                                                    \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x32g(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 32, 2048>(a);                                                               \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) gemv_##name(GemmArgs a) {                \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \

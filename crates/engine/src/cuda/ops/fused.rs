@@ -580,7 +580,12 @@ fn expert_gated(
     if wg.buf.bytes < wg.row_bytes * rows || wu.buf.bytes < wu.row_bytes * rows {
         return Ok(false); // the unfused launches report it
     }
-    let Some(tile) = moe::gated_bt(wg, g.inputs[1].rows, k, b.options.wgx) else {
+    let Some(tile) = moe::gated_bt(
+        wg,
+        g.inputs[1].rows,
+        k,
+        super::matmul::MoeTiles::of(&b.options),
+    ) else {
         return Ok(false);
     };
     // The gate and up outputs are not written: none may be read after the SwiGlu, but where

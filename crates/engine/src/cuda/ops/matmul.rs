@@ -281,11 +281,42 @@ pub(crate) const WGX_K_MAX: usize = 512;
 /// alignment slack, every K step of x (WGX_K_MAX / 128 stages of bt rows of 128 halves), two row
 /// tables, the weight ring (same stages as the wgmma tile's).
 pub(crate) fn wgx_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
+    wgx_smem_bytes_k(ty, bt, WGX_K_MAX)
+}
+
+/// [`wgx_smem_bytes`] of the tile holding up to `kmax` of K (`WGX_SMEM_BYTES_K(t, bt, kmax)`).
+pub(crate) fn wgx_smem_bytes_k(ty: GgmlType, bt: i64, kmax: usize) -> u32 {
     let (s, slot) = (wg_stages(ty), gemm_slot_bytes(ty));
-    (1024
-        + (WGX_K_MAX as i64 / SWP_BK) * 2 * bt * 128
-        + 8 * bt
-        + s * GEMM_THREADS as i64 * 2 * slot) as u32
+    (1024 + (kmax as i64 / SWP_BK) * 2 * bt * 128 + 8 * bt + s * GEMM_THREADS as i64 * 2 * slot)
+        as u32
+}
+
+/// The MoE tiles the options allow ([`wg_tile`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MoeTiles {
+    /// `CudaOptions::wgx`: the x-resident tiles and w32 (else w128 only).
+    pub wgx: bool,
+    /// `CudaOptions::x32g`: the Q4_K down of short prompts on x32g (with `wgx`).
+    pub x32g: bool,
+}
+
+impl MoeTiles {
+    /// The defaults' tiles, and `TALLY_WGX=off`'s.
+    pub(crate) const DEFAULT: MoeTiles = MoeTiles {
+        wgx: true,
+        x32g: false,
+    };
+    #[cfg(test)]
+    pub(crate) const NO_WGX: MoeTiles = MoeTiles {
+        wgx: false,
+        x32g: false,
+    };
+    pub(crate) fn of(o: &crate::cuda::CudaOptions) -> MoeTiles {
+        MoeTiles {
+            wgx: o.wgx,
+            x32g: o.x32g,
+        }
+    }
 }
 
 /// The wgmma tile a MoE projection runs on, if any (x converted to f16 in its K order first).
@@ -299,13 +330,19 @@ pub(crate) enum WgTile {
     X64,
     X96,
     X128,
+    /// `gemm_<t>_x32g`: the x-resident tile with 32 rows and K up to X32G_K_MAX (one block
+    /// walking every weight row).
+    X32G,
 }
+
+/// Most K of `gemm_<t>_x32g` (its template's KMAX in gemm.cu).
+pub(crate) const X32G_K_MAX: usize = 2048;
 
 impl WgTile {
     /// x rows per tile.
     pub(crate) fn bt(self) -> i64 {
         match self {
-            WgTile::W32 => 32,
+            WgTile::W32 | WgTile::X32G => 32,
             WgTile::X64 => 64,
             WgTile::X96 => 96,
             WgTile::W128 | WgTile::X128 => WG_BT,
@@ -315,6 +352,7 @@ impl WgTile {
     pub(crate) fn smem_bytes(self, ty: GgmlType) -> u32 {
         match self {
             WgTile::W32 | WgTile::W128 => wg_smem_bytes(ty, self.bt()),
+            WgTile::X32G => wgx_smem_bytes_k(ty, 32, X32G_K_MAX),
             x => wgx_smem_bytes(ty, x.bt()),
         }
     }
@@ -325,17 +363,18 @@ impl WgTile {
         let blocks = n.div_ceil(SWP_BN as usize).max(1) as u32;
         match self {
             WgTile::W32 | WgTile::W128 => blocks,
-            WgTile::X64 | WgTile::X96 => 1,
+            WgTile::X64 | WgTile::X96 | WgTile::X32G => 1,
             WgTile::X128 => blocks.div_ceil(8),
         }
     }
     /// The tiles of a type's kernel set, in `GemmSet::wg`'s order.
-    pub(crate) const ALL: [WgTile; 5] = [
+    pub(crate) const ALL: [WgTile; 6] = [
         WgTile::W32,
         WgTile::W128,
         WgTile::X64,
         WgTile::X96,
         WgTile::X128,
+        WgTile::X32G,
     ];
 }
 
@@ -360,15 +399,21 @@ pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
 ///   per expert (512 tokens: 0.42-0.51 against 0.57 for s32; x96 lost 2% of pp512 in the
 ///   engine) and x96 above (2,048 tokens: 0.479 against 0.763 for x64 and 0.900 for w128; 8,192
 ///   tokens: 1.41 against 1.72 for w128; x128 does not fit). The other types' downs stay where
-///   they were.
+///   they were. Lab, 2026-12-05 (`scripts/gpu/expert-f16-lab.sh`, H200; not yet run in the
+///   engine, so both opt-in): the Q4_K down up to 32 rows per expert on x32g (512 tokens: 0.158
+///   against 0.203 for m32 and 0.213 for x64; it lost to w32 before the x-resident tiles'
+///   wgmmas were pipelined), and the f16 copies of
+///   `TALLY_EXPERT_F16` on x64 up to 32 rows (512 tokens: 0.305 against Q6_K's 0.375), x96 up
+///   to 100 (2,048: 0.342 against 0.428) and x128 above (8,192: 0.900 against 1.246).
 ///
-/// `wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles and w32.
-pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<WgTile> {
+/// `tiles.wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles and w32;
+/// `tiles.x32g` (`TALLY_X32G=on`): the Q4_K down of short prompts on x32g.
+pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Option<WgTile> {
     if k as i64 % SWP_BK != 0 || mean <= 2.0 {
         return None;
     }
     let w128 = (mean > 100.0 && (k >= 1024 || ty == GgmlType::Q6_K)).then_some(WgTile::W128);
-    if !wgx {
+    if !tiles.wgx {
         return w128;
     }
     let fits = |t: WgTile| wg_tile_smem_if_fits(ty, t).is_some();
@@ -389,6 +434,11 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, wgx: bool) -> Option<Wg
         GgmlType::Q6_K if fits(WgTile::X96) => Some(WgTile::X96),
         GgmlType::Q4_K if mean > 100.0 && fits(WgTile::X128) => Some(WgTile::X128),
         GgmlType::Q4_K if mean > 32.0 && fits(WgTile::X96) => Some(WgTile::X96),
+        GgmlType::Q4_K if tiles.x32g && fits(WgTile::X32G) => Some(WgTile::X32G),
+        // An expert copy's f16 weights (TALLY_EXPERT_F16; moe::expert_f16_wanted).
+        GgmlType::F16 if mean <= 32.0 && fits(WgTile::X64) => Some(WgTile::X64),
+        GgmlType::F16 if mean > 100.0 && fits(WgTile::X128) => Some(WgTile::X128),
+        GgmlType::F16 if fits(WgTile::X96) => Some(WgTile::X96),
         _ => w128,
     }
 }
@@ -445,6 +495,12 @@ pub fn geometry_asserts() -> String {
                 ty.name()
             );
         }
+        s += &format!(
+            "static_assert(WGX_SMEM_BYTES_K({}, 32, {X32G_K_MAX}) == {}, \"x32g smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            wgx_smem_bytes_k(ty, 32, X32G_K_MAX),
+            ty.name()
+        );
         for k in [32usize, 512, 2048, 4096, 8192] {
             s += &format!(
                 "static_assert(mmv_rows_per_step({}, {k}) == {}, \"mmv rows per step of {} K {k} differs from matmul.rs\");\n",
@@ -583,6 +639,10 @@ pub(crate) fn keep_f16(b: &mut CudaBackend, plan: &Plan) -> Result<(), EngineErr
     let (used, total) = b.memory_use();
     let mut free = total.saturating_sub(used) as usize;
     for (index, node) in plan.nodes.iter().enumerate() {
+        if let tally_model::Op::MoeMatMul { k, .. } = &node.op {
+            keep_expert_f16(b, plan, index, node.inputs[1].rows * k, &mut free)?;
+            continue;
+        }
         let tally_model::Op::MatMul { layout } = &node.op else {
             continue;
         };
@@ -608,6 +668,54 @@ pub(crate) fn keep_f16(b: &mut CudaBackend, plan: &Plan) -> Result<(), EngineErr
         dequant_f16_into(b, w, code, buf.ptr)?;
         b.f16_weights.insert(key, buf);
     }
+    Ok(())
+}
+
+/// Rows of an expert copy one `dequant_f16` launch decodes (its grid.y, at most 65,535).
+const EXPERT_F16_SLICE: usize = 32768;
+
+/// `TALLY_EXPERT_F16`: the f16 copy of the expert weights of MoE node `index` (`pairs` (token,
+/// expert) pairs), made now when `moe::expert_f16_wanted` and the device keeps
+/// F16_KEEP_RESERVE free after it; `moe::expert_source` then points the node's tiles at it.
+fn keep_expert_f16(
+    b: &mut CudaBackend,
+    plan: &Plan,
+    index: usize,
+    pairs: usize,
+    free: &mut usize,
+) -> Result<(), EngineError> {
+    if !b.options.expert_f16 {
+        return Ok(());
+    }
+    let dw = b.weights.of(plan, index, 0)?;
+    if !super::moe::expert_f16_wanted(dw, pairs) || b.f16_experts.contains_key(&dw.buf.ptr) {
+        return Ok(());
+    }
+    let (k, rows) = (dw.dims[0] as usize, (dw.dims[1] * dw.dims[2]) as usize);
+    // A short buffer is left to the node, which reports it.
+    if dw.buf.bytes < dw.row_bytes * rows {
+        return Ok(());
+    }
+    let bytes = 2 * rows * k;
+    if *free < bytes + F16_KEEP_RESERVE {
+        return Ok(());
+    }
+    *free -= bytes;
+    let (key, ty, row_bytes) = (dw.buf.ptr, dw.ty, dw.row_bytes);
+    let buf = DevBuf::alloc(bytes, "an f16 copy of expert weights")?;
+    // The E blocks of N rows as one [E * N, K] weight in storage order (layout 0), decoded in
+    // slices of EXPERT_F16_SLICE rows (dequant_f16's grid.y is the row).
+    for r0 in (0..rows).step_by(EXPERT_F16_SLICE) {
+        let w = W {
+            ptr: key + (r0 * row_bytes) as u64,
+            ty,
+            row_bytes,
+            k,
+            n: EXPERT_F16_SLICE.min(rows - r0),
+        };
+        dequant_f16_into(b, w, (0, 0, 0), buf.ptr + (2 * r0 * k) as u64)?;
+    }
+    b.f16_experts.insert(key, buf);
     Ok(())
 }
 

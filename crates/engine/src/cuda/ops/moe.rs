@@ -7,8 +7,8 @@ use tally_model::{Node, Plan};
 
 use super::Io;
 use super::matmul::{
-    SWAP_BT, TILE_BM, WgTile, gemm_smem_bytes, gemv_grid, gemv_min_threads, mmv_grid_x,
-    swap_smem_bytes, use_mmv, use_swap, wg_tile,
+    MoeTiles, SWAP_BT, TILE_BM, WGX_K_MAX, WgTile, gemm_smem_bytes, gemv_grid, gemv_min_threads,
+    mmv_grid_x, swap_smem_bytes, use_mmv, use_swap, wg_tile,
 };
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs, XPermArgs};
@@ -64,11 +64,11 @@ impl MoeTables {
         k: usize,
         ty: GgmlType,
         x_rows: usize,
-        wgx: bool,
+        tiles: MoeTiles,
     ) -> MoeTables {
         let mean = pairs as f64 / experts.max(1) as f64;
         let wg = if k as i64 % GEMM_BK == 0 {
-            wg_tile(ty, k, mean, wgx)
+            wg_tile(ty, k, mean, tiles)
         } else {
             None
         };
@@ -150,13 +150,62 @@ impl MoeTables {
 /// expert weight `w` (`[K, N, E]`), its input one row per token or (`pair_input`) per pair:
 /// the one place their shape is decided.
 /// `wgx`: `CudaOptions::wgx` (which tiles are allowed; one-row tiles do not depend on it).
-fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool, wgx: bool) -> MoeTables {
+fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool, tiles: MoeTiles) -> MoeTables {
+    tables_of(w, w.ty, tokens, k, pair_input, tiles)
+}
+
+/// [`tables`] for weights of type `ty` (the GGUF's, or F16 for a kept copy).
+fn tables_of(
+    w: &DevWeight,
+    ty: GgmlType,
+    tokens: usize,
+    k: usize,
+    pair_input: bool,
+    tiles: MoeTiles,
+) -> MoeTables {
     let (kk, e) = (
         w.dims[0] as usize,
         w.dims.get(2).copied().unwrap_or(1) as usize,
     );
     let x_rows = if pair_input { tokens * k } else { tokens };
-    MoeTables::new(tokens * k, e, kk, w.ty, x_rows, wgx)
+    MoeTables::new(tokens * k, e, kk, ty, x_rows, tiles)
+}
+
+/// Fewest (token, expert) pairs per expert, on average, at which a routed projection reads an
+/// f16 copy of its weights (`TALLY_EXPERT_F16`): below it the projection is bound by the
+/// weight bytes it reads, which the copy multiplies (2 bytes a weight against Q6_K's 0.82).
+pub(crate) const EXPERT_F16_MIN_MEAN: f64 = 8.0;
+
+/// Whether the routed projection over expert weights `w` (`[K, N, E]`) with `pairs` (token,
+/// expert) pairs reads an f16 copy (`TALLY_EXPERT_F16`): the down projections (K <= WGX_K_MAX,
+/// where the f16 x-resident tiles run) in the types whose in-tile decoding held the tile
+/// (lab/gemm `--wg`, `scripts/gpu/expert-f16-lab.sh`), with at least EXPERT_F16_MIN_MEAN
+/// rows per expert.
+pub(crate) fn expert_f16_wanted(w: &DevWeight, pairs: usize) -> bool {
+    expert_f16_wanted_for(w.ty, &w.dims, pairs)
+}
+
+/// [`expert_f16_wanted`] of a weight of type `ty` and ggml dims `dims`.
+fn expert_f16_wanted_for(ty: GgmlType, dims: &[u64], pairs: usize) -> bool {
+    let &[kk, _, e] = dims else {
+        return false;
+    };
+    let mean = pairs as f64 / e.max(1) as f64;
+    kk as usize <= WGX_K_MAX
+        && kk % 128 == 0
+        && matches!(ty, GgmlType::Q6_K)
+        && mean >= EXPERT_F16_MIN_MEAN
+}
+
+/// The weights an `Op::MoeMatMul` over `w` with `pairs` pairs reads: its f16 copy (pointer,
+/// F16, 2 K bytes a row) when `TALLY_EXPERT_F16` made one and wants it here, else the GGUF's.
+pub(crate) fn expert_source(b: &CudaBackend, w: &DevWeight, pairs: usize) -> (u64, GgmlType, i64) {
+    if b.options.expert_f16 && expert_f16_wanted(w, pairs) {
+        if let Some(copy) = b.f16_experts.get(&w.buf.ptr) {
+            return (copy.ptr, GgmlType::F16, 2 * w.dims[0] as i64);
+        }
+    }
+    (w.buf.ptr, w.ty, w.row_bytes as i64)
 }
 
 /// Whether `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, runs on `gemv_<t>`
@@ -164,7 +213,7 @@ fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool, wgx: bool) -
 /// replaces, bit for bit).
 pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
     w.dims.len() == 3
-        && tables(w, tokens, k, false, true).direct()
+        && tables(w, tokens, k, false, MoeTiles::DEFAULT).direct()
         && !use_mmv(w.ty, w.dims[0] as usize)
 }
 
@@ -172,7 +221,7 @@ pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
 /// with one-row tiles read straight from the ids (no routing launch).
 pub(crate) fn runs_direct_mmv(w: &DevWeight, tokens: usize, k: usize) -> bool {
     w.dims.len() == 3
-        && tables(w, tokens, k, false, true).direct()
+        && tables(w, tokens, k, false, MoeTiles::DEFAULT).direct()
         && use_mmv(w.ty, w.dims[0] as usize)
 }
 
@@ -185,14 +234,9 @@ pub fn work_bytes(
     pair_input: bool,
 ) -> Result<usize, EngineError> {
     let w = b.weights.of(plan, index, 0)?;
-    Ok(tables(
-        w,
-        plan.nodes[index].inputs[1].rows,
-        k,
-        pair_input,
-        b.options.wgx,
-    )
-    .bytes())
+    let tokens = plan.nodes[index].inputs[1].rows;
+    let (_, ty, _) = expert_source(b, w, tokens * k);
+    Ok(tables_of(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options)).bytes())
 }
 
 /// One `Op::MoeMatMul` launch's arguments (its routing tables made, when it needs them).
@@ -348,11 +392,11 @@ pub(crate) fn launch_xperm(b: &CudaBackend, xp: &XPermArgs) -> Result<(), Engine
 /// `Op::MoeMatMul` over `w` for `tokens` tokens, `k` experts each, one input row per token:
 /// 32 or 128 where its tables put it on `gemm_<t>_w32` or `_w128`, else None (the gated tile
 /// gives the bits of those two only).
-pub(crate) fn gated_bt(w: &DevWeight, tokens: usize, k: usize, wgx: bool) -> Option<WgTile> {
+pub(crate) fn gated_bt(w: &DevWeight, tokens: usize, k: usize, tiles: MoeTiles) -> Option<WgTile> {
     if w.dims.len() != 3 {
         return None;
     }
-    let t = tables(w, tokens, k, false, wgx);
+    let t = tables(w, tokens, k, false, tiles);
     match t.wg {
         Some(tile @ (WgTile::W32 | WgTile::W128)) if !t.direct() => Some(tile),
         _ => None,
@@ -378,10 +422,11 @@ pub(crate) fn expert_gemm(
         )));
     }
     let (kk, n, e) = (w.dims[0] as usize, w.dims[1] as usize, w.dims[2] as usize);
-    let ty = w.ty;
-    let (wptr, row_bytes) = (w.buf.ptr, w.row_bytes as i64);
     let tokens = node.inputs[1].rows;
-    let tables = tables(w, tokens, k, pair_input, b.options.wgx);
+    // The f16 copy, where TALLY_EXPERT_F16 made one for this projection (E blocks of N rows of
+    // 2 K bytes: keep_f16 sized it from the same dims).
+    let (wptr, ty, row_bytes) = expert_source(b, w, tokens * k);
+    let tables = tables_of(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options));
     let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
     })?;
@@ -540,7 +585,7 @@ mod tests {
     #[test]
     fn tiles_by_rows_per_expert_and_the_wgmma_copy_of_x() {
         // 8,192 tokens of the 35B model: 65,536 pairs over 256 experts, 256 rows each.
-        let gate = MoeTables::new(65536, 256, 2048, GgmlType::Q4_K, 8192, true);
+        let gate = MoeTables::new(65536, 256, 2048, GgmlType::Q4_K, 8192, MoeTiles::DEFAULT);
         assert!(gate.wg == Some(WgTile::W128) && gate.bm == 128);
         let base = 0x1000_0000u64;
         let a = gate.addresses(base);
@@ -557,52 +602,52 @@ mod tests {
         // The down projections (K = 512): Q6_K and Q4_K on the x-resident tiles (x one row
         // per pair; x128's grid.x 2 for N = 2048), Q8_0 on the 64-row tile without a copy;
         // TALLY_WGX=off: Q6_K on w128.
-        let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, true);
+        let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::DEFAULT);
         assert!(d6.wg == Some(WgTile::X96) && d6.bytes() >= 2 * 65536 * 512);
-        let d6o = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, false);
+        let d6o = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::NO_WGX);
         assert!(d6o.wg == Some(WgTile::W128) && d6o.bm == 128);
-        let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, true);
+        let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, MoeTiles::DEFAULT);
         assert!(d4.wg == Some(WgTile::X128) && d4.bm == 128 && d4.addresses(base)[7] != 0);
         assert_eq!(WgTile::X128.grid_x(2048), 2);
-        let d8 = MoeTables::new(65536, 256, 512, GgmlType::Q8_0, 65536, true);
+        let d8 = MoeTables::new(65536, 256, 512, GgmlType::Q8_0, 65536, MoeTiles::DEFAULT);
         assert!(d8.wg.is_none() && d8.bm == 64 && d8.addresses(base)[7] == 0);
         assert_eq!(d8.bytes(), d8.table_bytes());
         // 512 tokens: the Q6_K down on the 64-row x-resident tile (one block walks all N), the
         // Q4_K gate/up on w32 (x converted), the IQ4_XS gate/up on the 32-row tiles.
-        let d6s = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, true);
+        let d6s = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, MoeTiles::DEFAULT);
         assert!(d6s.wg == Some(WgTile::X64) && d6s.bm == 64);
         assert_eq!(WgTile::X64.grid_x(2048), 1);
-        let g4s = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, true);
+        let g4s = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, MoeTiles::DEFAULT);
         assert!(g4s.wg == Some(WgTile::W32) && g4s.bm == 32 && g4s.addresses(base)[7] != 0);
-        let gis = MoeTables::new(4096, 256, 2048, GgmlType::IQ4_XS, 512, true);
+        let gis = MoeTables::new(4096, 256, 2048, GgmlType::IQ4_XS, 512, MoeTiles::DEFAULT);
         assert!(gis.wg.is_none() && gis.bm == 32);
         // 2,048 tokens (64 rows per expert): the Q4_K gate/up still on w32, its down on x96;
         // the Q5_K gate/up on the 64-row tiles.
-        let g4m = MoeTables::new(16384, 256, 2048, GgmlType::Q4_K, 2048, true);
+        let g4m = MoeTables::new(16384, 256, 2048, GgmlType::Q4_K, 2048, MoeTiles::DEFAULT);
         assert!(g4m.wg == Some(WgTile::W32) && g4m.bm == 32);
-        let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, true);
+        let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, MoeTiles::DEFAULT);
         assert!(d4m.wg == Some(WgTile::X96) && d4m.bm == 96);
-        let g5m = MoeTables::new(16384, 256, 2048, GgmlType::Q5_K, 2048, true);
+        let g5m = MoeTables::new(16384, 256, 2048, GgmlType::Q5_K, 2048, MoeTiles::DEFAULT);
         assert!(g5m.wg.is_none() && g5m.bm == 64);
         // TALLY_WGX=off: the tiles of before (Q4_K down on m64, Q6_K down of 512 tokens on
         // the 32-row ones).
-        let d4o = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, false);
+        let d4o = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, MoeTiles::NO_WGX);
         assert!(d4o.wg.is_none() && d4o.bm == 64);
-        let d6so = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, false);
+        let d6so = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, MoeTiles::NO_WGX);
         assert!(d6so.wg.is_none() && d6so.bm == 32);
         // The x-resident tile of 128 rows does not fit with Q6_K's 112-byte slots.
         assert!(
             crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::X128).is_none()
         );
         // 32,768 tokens: at most 128 routing blocks, so 2,048 pairs each.
-        let long = MoeTables::new(262144, 256, 2048, GgmlType::Q4_K, 32768, true);
+        let long = MoeTables::new(262144, 256, 2048, GgmlType::Q4_K, 32768, MoeTiles::DEFAULT);
         assert_eq!(long.route_grid(), (2048, 128));
         // 512 tokens, TALLY_WGX=off: 16 rows per expert, the 32-row tiles.
-        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, false);
+        let p512 = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, MoeTiles::NO_WGX);
         assert!(p512.wg.is_none() && p512.bm == 32);
         assert_eq!(p512.route_grid(), (1024, 4));
         // A short prompt: one routing block, no per-block counts.
-        let short = MoeTables::new(296, 256, 2048, GgmlType::Q4_K, 37, true);
+        let short = MoeTables::new(296, 256, 2048, GgmlType::Q4_K, 37, MoeTiles::DEFAULT);
         assert_eq!(short.route_grid(), (1024, 1));
         assert_eq!(short.addresses(base)[6], 0);
         assert_eq!(
@@ -610,10 +655,62 @@ mod tests {
             4 * (256 + 296 + 3 * short.max_tiles + 2)
         );
         // Decode: one-row tiles read from the ids, no tables at all.
-        let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1, true);
+        let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1, MoeTiles::DEFAULT);
         assert!(one.direct() && one.bytes() == 0);
+        // TALLY_X32G=on: the Q4_K down of 512 tokens (16 rows per expert) on x32g instead of
+        // m32 (x32g holds up to 2,048 of K: 197,888 bytes of shared memory for Q4_K; Q6_K's does
+        // not fit); from 33 rows per expert x96 as before.
+        let x32g = MoeTiles {
+            wgx: true,
+            x32g: true,
+        };
+        let d4x = MoeTables::new(4096, 256, 512, GgmlType::Q4_K, 4096, x32g);
+        assert!(d4x.wg == Some(WgTile::X32G) && d4x.bm == 32);
+        assert_eq!(WgTile::X32G.smem_bytes(GgmlType::Q4_K), 197_888);
+        assert!(
+            crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::X32G).is_none()
+        );
+        let d4 = MoeTables::new(4096, 256, 512, GgmlType::Q4_K, 4096, MoeTiles::DEFAULT);
+        assert!(d4.wg.is_none() && d4.bm == 32);
+        let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, x32g);
+        assert!(d4m.wg == Some(WgTile::X96));
+        // An expert copy's f16 downs (TALLY_EXPERT_F16): x64 up to 32 rows per expert, x96 to
+        // 100, x128 above (it fits for f16: 231,424 bytes).
+        for (pairs, tile) in [
+            (4096, WgTile::X64),
+            (16384, WgTile::X96),
+            (65536, WgTile::X128),
+        ] {
+            let t = MoeTables::new(pairs, 256, 512, GgmlType::F16, pairs, MoeTiles::DEFAULT);
+            assert_eq!(t.wg, Some(tile), "{pairs} pairs");
+        }
+        assert_eq!(WgTile::X128.smem_bytes(GgmlType::F16), 231_424);
         // K not a multiple of the tiles' K step: the GEMV, whatever the rows.
-        let odd = MoeTables::new(65536, 256, 2000, GgmlType::F32, 8192, true);
+        let odd = MoeTables::new(65536, 256, 2000, GgmlType::F32, 8192, MoeTiles::DEFAULT);
         assert!(odd.direct() && odd.wg.is_none());
+    }
+
+    /// Which routed projections read an f16 copy under TALLY_EXPERT_F16: the Q6_K downs (K =
+    /// 512) from 8 rows per expert; never the gate/up (K = 2048, where f16 lost to Q4_K in the
+    /// lab), other types, decode (8 pairs) or a 2-D weight.
+    #[test]
+    fn expert_f16_copies_only_the_q6_k_downs_of_prompts() {
+        let down = [512, 2048, 256];
+        assert!(expert_f16_wanted_for(GgmlType::Q6_K, &down, 4096));
+        assert!(expert_f16_wanted_for(GgmlType::Q6_K, &down, 2048));
+        assert!(!expert_f16_wanted_for(GgmlType::Q6_K, &down, 2047));
+        assert!(!expert_f16_wanted_for(GgmlType::Q6_K, &down, 8));
+        assert!(!expert_f16_wanted_for(GgmlType::Q4_K, &down, 65536));
+        assert!(!expert_f16_wanted_for(
+            GgmlType::Q6_K,
+            &[2048, 512, 256],
+            65536
+        ));
+        assert!(!expert_f16_wanted_for(GgmlType::Q6_K, &[512, 2048], 65536));
+        assert!(!expert_f16_wanted_for(
+            GgmlType::Q6_K,
+            &[320, 2048, 256],
+            65536
+        ));
     }
 }
