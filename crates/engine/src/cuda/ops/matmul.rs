@@ -301,11 +301,12 @@ pub(crate) struct MoeTiles {
 }
 
 impl MoeTiles {
-    /// The defaults' tiles, and `TALLY_WGX=off`'s.
+    /// The defaults' tiles.
     pub(crate) const DEFAULT: MoeTiles = MoeTiles {
         wgx: true,
         x32g: false,
     };
+    /// `TALLY_WGX=off`'s tiles.
     #[cfg(test)]
     pub(crate) const NO_WGX: MoeTiles = MoeTiles {
         wgx: false,

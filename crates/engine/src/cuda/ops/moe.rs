@@ -149,7 +149,7 @@ impl MoeTables {
 /// The routing tables of a MoE projection of `tokens` tokens with `k` experts each over the
 /// expert weight `w` (`[K, N, E]`), its input one row per token or (`pair_input`) per pair:
 /// the one place their shape is decided.
-/// `wgx`: `CudaOptions::wgx` (which tiles are allowed; one-row tiles do not depend on it).
+/// `tiles`: the tiles the options allow (`MoeTiles::of`; one-row tiles do not depend on them).
 fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool, tiles: MoeTiles) -> MoeTables {
     tables_of(w, w.ty, tokens, k, pair_input, tiles)
 }
@@ -393,7 +393,8 @@ pub(crate) fn launch_xperm(b: &CudaBackend, xp: &XPermArgs) -> Result<(), Engine
 /// 32 or 128 where its tables put it on `gemm_<t>_w32` or `_w128`, else None (the gated tile
 /// gives the bits of those two only).
 pub(crate) fn gated_bt(w: &DevWeight, tokens: usize, k: usize, tiles: MoeTiles) -> Option<WgTile> {
-    if w.dims.len() != 3 {
+    // The gated tile reads the GGUF's weights: never where an expert copy would be read.
+    if w.dims.len() != 3 || expert_f16_wanted(w, tokens * k) {
         return None;
     }
     let t = tables(w, tokens, k, false, tiles);
