@@ -495,29 +495,23 @@ fn faster_beyond_noise(samples: &[f64], tests: usize) -> bool {
 /// power nu - 3 and nu - 2).
 fn student_t_upper_tail(t: f64, nu: usize) -> f64 {
     let theta = (t / (nu as f64).sqrt()).atan();
-    let (s, c2) = (theta.sin(), theta.cos().powi(2));
-    let inside = if nu % 2 == 1 {
-        // Terms k = 1, 3, ..., nu - 2 of 2 4 ... (k - 1) / (3 5 ... k) cos^(k - 1).
-        let (mut term, mut sum) = (1.0, 0.0);
-        if nu > 1 {
-            sum = 1.0;
-            let mut k = 3;
-            while k < nu {
-                term *= (k - 1) as f64 / k as f64 * c2;
-                sum += term;
-                k += 2;
-            }
-        }
-        2.0 / std::f64::consts::PI * (theta + s * theta.cos() * sum)
-    } else {
+    let (s, c) = (theta.sin(), theta.cos());
+    // 1 + sum over k = k0, k0 + 2, ... < nu of ((k0 - 1) (k0 + 1) ... (k - 1)) / (k0 (k0 + 2) ...
+    // k) cos^(k - k0 + 2): the bracket of either form.
+    let series = |k0: usize| {
         let (mut term, mut sum) = (1.0, 1.0);
-        let mut k = 2;
-        while k < nu {
-            term *= (k - 1) as f64 / k as f64 * c2;
+        for k in (k0..nu).step_by(2) {
+            term *= (k - 1) as f64 / k as f64 * c * c;
             sum += term;
-            k += 2;
         }
-        s * sum
+        sum
+    };
+    let inside = if nu == 1 {
+        2.0 / std::f64::consts::PI * theta
+    } else if nu % 2 == 1 {
+        2.0 / std::f64::consts::PI * (theta + s * c * series(3))
+    } else {
+        s * series(2)
     };
     ((1.0 - inside) / 2.0).clamp(0.0, 0.5)
 }

@@ -149,13 +149,9 @@ impl MoeTables {
 /// The routing tables of a MoE projection of `tokens` tokens with `k` experts each over the
 /// expert weight `w` (`[K, N, E]`), its input one row per token or (`pair_input`) per pair:
 /// the one place their shape is decided.
+/// `ty`: the type the tiles read (the GGUF's, or F16 for a kept copy: `expert_source`);
 /// `tiles`: the tiles the options allow (`MoeTiles::of`; one-row tiles do not depend on them).
-fn tables(w: &DevWeight, tokens: usize, k: usize, pair_input: bool, tiles: MoeTiles) -> MoeTables {
-    tables_of(w, w.ty, tokens, k, pair_input, tiles)
-}
-
-/// [`tables`] for weights of type `ty` (the GGUF's, or F16 for a kept copy).
-fn tables_of(
+fn tables(
     w: &DevWeight,
     ty: GgmlType,
     tokens: usize,
@@ -213,7 +209,7 @@ pub(crate) fn expert_source(b: &CudaBackend, w: &DevWeight, pairs: usize) -> (u6
 /// replaces, bit for bit).
 pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
     w.dims.len() == 3
-        && tables(w, tokens, k, false, MoeTiles::DEFAULT).direct()
+        && tables(w, w.ty, tokens, k, false, MoeTiles::DEFAULT).direct()
         && !use_mmv(w.ty, w.dims[0] as usize)
 }
 
@@ -221,7 +217,7 @@ pub(crate) fn runs_direct_gemv(w: &DevWeight, tokens: usize, k: usize) -> bool {
 /// with one-row tiles read straight from the ids (no routing launch).
 pub(crate) fn runs_direct_mmv(w: &DevWeight, tokens: usize, k: usize) -> bool {
     w.dims.len() == 3
-        && tables(w, tokens, k, false, MoeTiles::DEFAULT).direct()
+        && tables(w, w.ty, tokens, k, false, MoeTiles::DEFAULT).direct()
         && use_mmv(w.ty, w.dims[0] as usize)
 }
 
@@ -236,7 +232,7 @@ pub fn work_bytes(
     let w = b.weights.of(plan, index, 0)?;
     let tokens = plan.nodes[index].inputs[1].rows;
     let (_, ty, _) = expert_source(b, w, tokens * k);
-    Ok(tables_of(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options)).bytes())
+    Ok(tables(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options)).bytes())
 }
 
 /// One `Op::MoeMatMul` launch's arguments (its routing tables made, when it needs them).
@@ -397,7 +393,7 @@ pub(crate) fn gated_bt(w: &DevWeight, tokens: usize, k: usize, tiles: MoeTiles) 
     if w.dims.len() != 3 || expert_f16_wanted(w, tokens * k) {
         return None;
     }
-    let t = tables(w, tokens, k, false, tiles);
+    let t = tables(w, w.ty, tokens, k, false, tiles);
     match t.wg {
         Some(tile @ (WgTile::W32 | WgTile::W128)) if !t.direct() => Some(tile),
         _ => None,
@@ -427,7 +423,7 @@ pub(crate) fn expert_gemm(
     // The f16 copy, where TALLY_EXPERT_F16 made one for this projection (E blocks of N rows of
     // 2 K bytes: keep_f16 sized it from the same dims).
     let (wptr, ty, row_bytes) = expert_source(b, w, tokens * k);
-    let tables = tables_of(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options));
+    let tables = tables(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options));
     let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
     })?;
