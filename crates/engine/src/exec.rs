@@ -77,6 +77,10 @@ pub struct Instrument {
     categories: CategorySet,
     times: u32,
     pub replays: u64,
+    /// Time inside the watched nodes, from the barrier before each to the barrier after it
+    /// (replays excluded): [`tally_ledger::subject::RunOutcome::in_node_ms`].
+    pub in_node_ms: f64,
+    start: Option<Instant>,
 }
 
 impl Instrument {
@@ -90,6 +94,8 @@ impl Instrument {
             categories,
             times,
             replays: 0,
+            in_node_ms: 0.0,
+            start: None,
         }
     }
     fn watched(&self, plan: &Plan, i: usize) -> bool {
@@ -101,12 +107,16 @@ impl Hook for Instrument {
     fn before(&mut self, b: &mut dyn Backend, plan: &Plan, i: usize) -> Result<(), EngineError> {
         if self.watched(plan, i) {
             b.barrier()?;
+            self.start = Some(Instant::now());
         }
         Ok(())
     }
     fn after(&mut self, b: &mut dyn Backend, plan: &Plan, i: usize) -> Result<(), EngineError> {
         if self.watched(plan, i) {
             b.barrier()?;
+            if let Some(t) = self.start.take() {
+                self.in_node_ms += t.elapsed().as_secs_f64() * 1e3;
+            }
             for _ in 0..self.times {
                 b.dispatch(plan, i, Target::Scratch)?;
                 b.barrier()?;

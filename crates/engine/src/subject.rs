@@ -77,12 +77,16 @@ impl<B: Backend> TallySubject<B> {
         &mut self,
         tokens: &[u32],
         mode: &RunMode,
-    ) -> Result<(Vec<f32>, crate::exec::ExecStats), EngineError> {
+    ) -> Result<(Vec<f32>, crate::exec::ExecStats, Option<f64>), EngineError> {
         match mode {
-            RunMode::Plain => self.session.append(tokens),
+            RunMode::Plain => {
+                let (logits, stats) = self.session.append(tokens)?;
+                Ok((logits, stats, None))
+            }
             other => {
                 let mut hook = Instrument::new(other);
-                self.session.append_with(tokens, &mut hook)
+                let (logits, stats) = self.session.append_with(tokens, &mut hook)?;
+                Ok((logits, stats, Some(hook.in_node_ms)))
             }
         }
     }
@@ -167,12 +171,13 @@ impl<B: Backend> Subject for TallySubject<B> {
     ) -> Result<RunOutcome, SubjectError> {
         self.restore_context(context)?;
         let t0 = Instant::now();
-        let (logits, stats) = self.run_batch(tokens, mode).map_err(|e| self.err(e))?;
+        let (logits, stats, in_node_ms) = self.run_batch(tokens, mode).map_err(|e| self.err(e))?;
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(RunOutcome {
             wall_ms,
             output_digest: digest(&logits),
             dispatches: stats.dispatches,
+            in_node_ms,
         })
     }
 
@@ -220,6 +225,7 @@ impl<B: Backend> Subject for TallySubject<B> {
             wall_ms,
             output_digest: digest(&last),
             dispatches,
+            in_node_ms: None,
         })
     }
 

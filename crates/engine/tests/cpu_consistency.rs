@@ -496,10 +496,17 @@ fn fused_launches_run_on_the_plain_path_only() {
     assert_eq!(stats.dispatches, plan.nodes.len() as u64);
     let fused = s.backend.fused;
     let all: CategorySet = Category::ALL.into_iter().collect();
-    let (observed, stats) = s
-        .prefill_with(&ids, &mut Instrument::new(&RunMode::Observe(all)))
-        .expect("observe");
+    let mut hook = Instrument::new(&RunMode::Observe(all));
+    let t0 = std::time::Instant::now();
+    let (observed, stats) = s.prefill_with(&ids, &mut hook).expect("observe");
+    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     assert_eq!(observed, want);
+    // The time inside the observed nodes is a part of the run's wall time.
+    assert!(
+        hook.in_node_ms > 0.0 && hook.in_node_ms <= wall_ms,
+        "{} of {wall_ms}",
+        hook.in_node_ms
+    );
     assert_eq!(s.backend.fused, fused, "an instrumented run fused nodes");
     assert_eq!(stats.dispatches, plan.nodes.len() as u64);
 }

@@ -472,6 +472,9 @@ pub struct FakeFaults {
     /// that observes or replays anything else, every prefill (plain ones included) takes
     /// `factor` times as long.
     pub slow_group: Option<(Category, f64)>,
+    /// The engine cannot tell the time inside its nodes (`in_node_ms` is None), as in records
+    /// made before it was asked.
+    pub no_node_time: bool,
 }
 
 impl Default for FakeFaults {
@@ -488,6 +491,7 @@ impl Default for FakeFaults {
             warming_prefills: 0,
             level_switch: None,
             slow_group: None,
+            no_node_time: false,
         }
     }
 }
@@ -632,8 +636,12 @@ impl Subject for FakeSubject {
         let mut wall_ms = self.plain_ms();
         let mut digest = FAKE_DIGEST;
         let mut dispatches = self.work_nodes() - self.faults.missing_dispatches;
+        // Inside the observed nodes: their work and barriers (not the gaps, not the replays).
+        let mut in_node_ms = observed_set(mode).map(|_| 0.0);
         for &c in observed_set(mode).into_iter().flatten() {
-            wall_ms += self.costs.observe_barrier_ms * self.nodes_in(c) as f64;
+            let barriers = self.costs.observe_barrier_ms * self.nodes_in(c) as f64;
+            wall_ms += barriers;
+            in_node_ms = in_node_ms.map(|t| t + self.category_ms(c) + barriers);
             if self.faults.observe_changes_digest == Some(c) {
                 digest ^= 0x0B5;
             }
@@ -658,8 +666,9 @@ impl Subject for FakeSubject {
         if self.faults.odd_digest_prefills.contains(&self.prefills) {
             digest ^= 0x0DD;
         }
+        let mut scale = 1.0;
         if self.faults.spike_prefills.contains(&self.prefills) {
-            wall_ms *= 10.0;
+            scale *= 10.0;
         }
         if let (Some((c, _)), Some(s)) = (self.faults.slow_group, observed_set(mode)) {
             self.in_slow_group = s.len() == 1 && s.contains(&c);
@@ -667,22 +676,26 @@ impl Subject for FakeSubject {
         if let Some((_, factor)) = self.faults.slow_group
             && self.in_slow_group
         {
-            wall_ms *= factor;
+            scale *= factor;
         }
         if let Some((period, factor)) = self.faults.level_switch
             && (self.prefills / period.max(1)) % 2 == 1
         {
-            wall_ms *= factor;
+            scale *= factor;
         }
         let n = self.faults.warming_prefills;
         if self.prefills < n {
-            wall_ms *= 1.0 + 0.5 * (n - self.prefills) as f64 / n as f64;
+            scale *= 1.0 + 0.5 * (n - self.prefills) as f64 / n as f64;
         }
+        wall_ms *= scale;
         self.prefills += 1;
         Ok(RunOutcome {
             wall_ms,
             output_digest: digest,
             dispatches,
+            in_node_ms: in_node_ms
+                .filter(|_| !self.faults.no_node_time)
+                .map(|t| t * scale),
         })
     }
 
@@ -692,6 +705,7 @@ impl Subject for FakeSubject {
             wall_ms: n_gen as f64 * self.costs.decode_ms_per_token,
             output_digest: FAKE_DIGEST,
             dispatches: n_gen as u64 * self.work_nodes(),
+            in_node_ms: None,
         })
     }
 

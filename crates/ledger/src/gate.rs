@@ -64,6 +64,10 @@ pub struct RunSample {
     pub output_digest: u64,
     /// Dispatches through the engine's executor.
     pub dispatches: u64,
+    /// Time inside the observed nodes ([`crate::subject::RunOutcome::in_node_ms`]); absent in
+    /// plain runs, from engines that cannot tell, and in records made before 2026-12-05.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_node_ms: Option<f64>,
 }
 
 /// Whether a window counts.
@@ -196,6 +200,7 @@ impl GroupRecord {
             .filter_map(|w| {
                 let mut r = *w.runs.get(series)?;
                 r.wall_ms /= w.level;
+                r.in_node_ms = r.in_node_ms.map(|t| t / w.level);
                 Some(r)
             })
             .collect()
@@ -209,6 +214,17 @@ impl GroupRecord {
     /// Statistics of a series' kept wall times.
     pub fn stats(&self, series: usize) -> Option<Stats> {
         Stats::of(&self.samples_ms(series))
+    }
+
+    /// Statistics of a series' time inside its observed nodes, over the kept windows whose run
+    /// reported it (None when none did).
+    pub fn in_node_stats(&self, series: usize) -> Option<Stats> {
+        let v: Vec<f64> = self
+            .runs(series)
+            .iter()
+            .filter_map(|r| r.in_node_ms)
+            .collect();
+        Stats::of(&v)
     }
 
     /// Paired differences `b - a` of two series over kept windows (adjacent runs, so drift
@@ -535,6 +551,7 @@ impl Gate {
                 wall_ms: out.wall_ms,
                 output_digest: out.output_digest,
                 dispatches: out.dispatches,
+                in_node_ms: out.in_node_ms,
             });
         }
         Ok(runs.into_iter().flatten().collect())

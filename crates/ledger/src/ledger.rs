@@ -365,7 +365,12 @@ pub struct SideSummary {
     pub in_graph_sum_ms: Option<f64>,
     /// Observe-all baseline.
     pub observe_all_ms: Option<f64>,
-    /// In-graph sum over the observe-all baseline.
+    /// The observe-all run's time outside its nodes (graph building, scheduling, host work):
+    /// in no category (None when the engine cannot tell).
+    #[serde(default)]
+    pub outside_nodes_ms: Option<f64>,
+    /// In-graph sum over the observe-all run's time inside its nodes (its wall time when the
+    /// engine cannot tell).
     pub in_graph_coverage_ratio: Option<f64>,
     /// Observe-all minus plain.
     pub observation_cost_ms: Option<f64>,

@@ -176,11 +176,13 @@ fn every_record_round_trips() {
         ReplayProblem::AllAtOnce {
             increment_ms: 1.0,
             baseline_ms: 2.0,
+            node_time: true,
             tolerance_ratio: 0.1,
         },
         ReplayProblem::SumOfParts {
             sum_ms: 1.0,
             baseline_ms: 2.0,
+            node_time: false,
             tolerance_ratio: 0.1,
         },
         ReplayProblem::NonDeterministic {

@@ -164,6 +164,13 @@ pub struct RunOutcome {
     pub output_digest: u64,
     /// Dispatches that went through the engine's executor (probe completeness).
     pub dispatches: u64,
+    /// In an observe or replay run: the time spent inside the observed nodes, each from the
+    /// barrier before it to the barrier after it, replays excluded (on llama.cpp's peer, the
+    /// graph segment the scheduler computes up to an observed node). The rest of the run's
+    /// wall time (graph building, scheduling, host work between nodes) is outside the nodes:
+    /// the replay protocol compares what replaying adds with this, not with the wall time.
+    /// None in plain runs and from engines that cannot tell.
+    pub in_node_ms: Option<f64>,
 }
 
 /// Standalone-timing request for one distinct op.

@@ -493,12 +493,14 @@ impl LlamaPeer {
                 wall_ms,
                 output_digest: digest,
                 dispatches,
+                in_node_ms: None,
             });
         }
         let probe = self.probe_mut();
         probe.mode = ProbeMode::Idle;
         let error = probe.error.take();
         let work = probe.counts.work_nodes;
+        let in_node_ms = probe.counts.in_node_ms;
         let replay = probe.replay_stats().clone();
         self.last_replay = replay;
         let (wall_ms, digest) = run?;
@@ -509,6 +511,7 @@ impl LlamaPeer {
             wall_ms,
             output_digest: digest,
             dispatches: work,
+            in_node_ms: Some(in_node_ms),
         })
     }
 

@@ -54,6 +54,11 @@ pub(crate) struct ProbeCounts {
     pub work_nodes: u64,
     /// Nodes the graph was split at.
     pub observed: u64,
+    /// Time inside the observed nodes: from the callback's "yes" for a node to its second call
+    /// (the scheduler computes the graph segment ending at the node and synchronises in
+    /// between), replays excluded. With every work node observed, each segment is one node
+    /// and the views before it.
+    pub in_node_ms: f64,
 }
 
 /// Cached classification of one tensor address (llama.cpp reuses graphs, so addresses repeat).
@@ -79,6 +84,8 @@ pub(crate) struct Probe {
     graph_ended: bool,
     seen_in_graph: HashSet<usize>,
     cache: HashMap<usize, CacheEntry>,
+    /// When the callback last answered "yes" (the segment it asked for is computing).
+    segment_start: Option<std::time::Instant>,
 }
 
 impl Probe {
@@ -93,6 +100,7 @@ impl Probe {
             graph_ended: false,
             seen_in_graph: HashSet::new(),
             cache: HashMap::new(),
+            segment_start: None,
         }
     }
 
@@ -106,6 +114,7 @@ impl Probe {
         self.graph_ended = false;
         self.seen_in_graph.clear();
         self.replay.stats = ReplayStats::default();
+        self.segment_start = None;
     }
 
     /// Turns replay verification on or off.
@@ -204,10 +213,17 @@ impl Probe {
                         }
                         _ => false,
                     };
-                    !noop && selected
+                    let split = !noop && selected;
+                    if split {
+                        self.segment_start = Some(std::time::Instant::now());
+                    }
+                    split
                 }
             }
         } else {
+            if let Some(t) = self.segment_start.take() {
+                self.counts.in_node_ms += t.elapsed().as_secs_f64() * 1e3;
+            }
             self.counts.observed += 1;
             if let ProbeMode::Replay { times, .. } = self.mode {
                 // SAFETY: the node was just computed and its backend synchronised; it and its

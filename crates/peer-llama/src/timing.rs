@@ -237,6 +237,7 @@ impl LlamaPeer {
             wall_ms,
             output_digest,
             dispatches: 0,
+            in_node_ms: None,
         })
     }
 

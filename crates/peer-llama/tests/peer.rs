@@ -230,6 +230,14 @@ fn replay_leaves_the_outputs_bit_identical() {
         .unwrap();
     assert_eq!(observe.output_digest, plain.output_digest);
     assert_eq!(observe.dispatches, work);
+    // The time inside the observed nodes is a part of the run's wall time; plain runs have none.
+    assert_eq!(plain.in_node_ms, None);
+    let inside = observe.in_node_ms.expect("an observe run times its nodes");
+    assert!(
+        inside > 0.0 && inside <= observe.wall_ms,
+        "{inside} of {}",
+        observe.wall_ms
+    );
     for times in [1, 2] {
         let r = p
             .prefill(

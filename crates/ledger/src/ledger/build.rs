@@ -190,9 +190,10 @@ fn summary(m: &Measurement, category_sum_ms: f64) -> SideSummary {
         standalone_first_k_coverage_ratio: cov.and_then(|c| c.first_k_coverage_ratio),
         in_graph_sum_ms: rp.map(|r| r.sum_of_increments_ms),
         observe_all_ms: rp.map(|r| r.observe_all.median_ms),
+        outside_nodes_ms: rp.and_then(|r| r.observation.outside_nodes_ms),
         in_graph_coverage_ratio: rp.and_then(|r| {
-            (r.observe_all.median_ms > 0.0)
-                .then(|| r.sum_of_increments_ms / r.observe_all.median_ms)
+            let node_ms = r.observation.node_time_ms();
+            (node_ms > 0.0).then(|| r.sum_of_increments_ms / node_ms)
         }),
         observation_cost_ms: rp.map(|r| r.observation.cost_ms),
         observation_cost_ratio: rp.and_then(|r| r.observation.cost_ratio),
