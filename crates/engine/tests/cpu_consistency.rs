@@ -509,4 +509,20 @@ fn fused_launches_run_on_the_plain_path_only() {
     );
     assert_eq!(s.backend.fused, fused, "an instrumented run fused nodes");
     assert_eq!(stats.dispatches, plan.nodes.len() as u64);
+    // Replays are not inside: with every node replayed four times, four fifths of the node work
+    // is outside the timed intervals.
+    let all: CategorySet = Category::ALL.into_iter().collect();
+    let mut hook = Instrument::new(&RunMode::Replay {
+        categories: all,
+        times: 4,
+    });
+    let t0 = std::time::Instant::now();
+    let (replayed, _) = s.prefill_with(&ids, &mut hook).expect("replay");
+    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(replayed, want);
+    assert!(
+        hook.in_node_ms > 0.0 && hook.in_node_ms < 0.5 * wall_ms,
+        "{} of {wall_ms}",
+        hook.in_node_ms
+    );
 }

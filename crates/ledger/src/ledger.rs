@@ -363,7 +363,7 @@ pub struct SideSummary {
     pub standalone_first_k_coverage_ratio: Option<f64>,
     /// Sum of in-graph increments.
     pub in_graph_sum_ms: Option<f64>,
-    /// Observe-all baseline.
+    /// The observe-all run's median wall time.
     pub observe_all_ms: Option<f64>,
     /// The observe-all run's time outside its nodes (graph building, scheduling, host work):
     /// in no category (None when the engine cannot tell).

@@ -16,7 +16,7 @@
 //! nodes), which no replay repeats and no category holds. Both engines report the time between
 //! the barriers around each observed node ([`crate::subject::RunOutcome::in_node_ms`]); the
 //! rest is its own figure, [`ObservationCost::outside_nodes_ms`] (on the demo's 2-core VM,
-//! 2026-12-05: llama.cpp's peer 0.4 ms of a 23 ms run, tally 0.07 of 80). Records and engines
+//! 2026-12-05: llama.cpp's peer 0.4 ms of a 23 ms run, tally 0.07 of 79). Records and engines
 //! without it compare with the wall time, as before.
 
 use schemars::JsonSchema;
@@ -98,7 +98,8 @@ impl ReplayConfig {
     }
 }
 
-/// What observing costs: observe-all baseline against the plain run.
+/// What observing costs: the observe-all run's wall time against the plain run's, and where
+/// the observed run's time goes (inside its nodes or outside them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ObservationCost {
     /// Plain-run median (same windows).
@@ -114,8 +115,9 @@ pub struct ObservationCost {
     /// `observe_all_ms`).
     #[serde(default)]
     pub in_node_ms: Option<f64>,
-    /// `observe_all_ms - in_node_ms`: what the observed run spends outside its nodes (graph
-    /// building, scheduling, host work), which no category accounts for.
+    /// `observe_all_ms - in_node_ms` (a difference of the two medians): what the observed run
+    /// spends outside its nodes (graph building, scheduling, host work), which no category
+    /// accounts for.
     #[serde(default)]
     pub outside_nodes_ms: Option<f64>,
 }

@@ -166,7 +166,9 @@ pub struct RunOutcome {
     pub dispatches: u64,
     /// In an observe or replay run: the time spent inside the observed nodes, each from the
     /// barrier before it to the barrier after it, replays excluded (on llama.cpp's peer, the
-    /// graph segment the scheduler computes up to an observed node). The rest of the run's
+    /// graph segment the scheduler computes up to an observed node, so it reports a time only
+    /// when every work node was observed: in a run that observes some categories, the other
+    /// categories' nodes are computed inside those segments). The rest of the run's
     /// wall time (graph building, scheduling, host work between nodes) is outside the nodes:
     /// the replay protocol compares what replaying adds with this, not with the wall time.
     /// None in plain runs and from engines that cannot tell.

@@ -500,7 +500,8 @@ impl LlamaPeer {
         probe.mode = ProbeMode::Idle;
         let error = probe.error.take();
         let work = probe.counts.work_nodes;
-        let in_node_ms = probe.counts.in_node_ms;
+        // Only when every work node was its own segment is the segments' time the nodes' time.
+        let in_node_ms = (!probe.counts.unobserved_work).then_some(probe.counts.in_node_ms);
         let replay = probe.replay_stats().clone();
         self.last_replay = replay;
         let (wall_ms, digest) = run?;
@@ -511,7 +512,7 @@ impl LlamaPeer {
             wall_ms,
             output_digest: digest,
             dispatches: work,
-            in_node_ms: Some(in_node_ms),
+            in_node_ms,
         })
     }
 

@@ -59,6 +59,9 @@ pub(crate) struct ProbeCounts {
     /// between), replays excluded. With every work node observed, each segment is one node
     /// and the views before it.
     pub in_node_ms: f64,
+    /// A work node was answered "no" in an observe or replay run: its work is inside the next
+    /// segment, so `in_node_ms` is not the observed nodes' time alone.
+    pub unobserved_work: bool,
 }
 
 /// Cached classification of one tensor address (llama.cpp reuses graphs, so addresses repeat).
@@ -214,6 +217,7 @@ impl Probe {
                         _ => false,
                     };
                     let split = !noop && selected;
+                    self.counts.unobserved_work |= !noop && !selected;
                     if split {
                         self.segment_start = Some(std::time::Instant::now());
                     }

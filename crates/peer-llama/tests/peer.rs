@@ -238,6 +238,31 @@ fn replay_leaves_the_outputs_bit_identical() {
         "{inside} of {}",
         observe.wall_ms
     );
+    // Replays are not inside: with every node replayed four times, four fifths of the node work
+    // is outside the timed segments.
+    let r4 = p
+        .prefill(
+            &[],
+            &tokens,
+            &RunMode::Replay {
+                categories: all.clone(),
+                times: 4,
+            },
+        )
+        .unwrap();
+    let inside4 = r4
+        .in_node_ms
+        .expect("a replay run of every node times its nodes");
+    assert!(inside4 < 0.5 * r4.wall_ms, "{inside4} of {}", r4.wall_ms);
+    // Observing one category leaves the others' work inside its segments: no node time then.
+    let one = p
+        .prefill(
+            &[],
+            &tokens,
+            &RunMode::Observe(BTreeSet::from([Category::DenseProj])),
+        )
+        .unwrap();
+    assert_eq!(one.in_node_ms, None);
     for times in [1, 2] {
         let r = p
             .prefill(

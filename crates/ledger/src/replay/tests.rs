@@ -140,6 +140,72 @@ fn without_node_times_uncovered_time_fails_all_at_once_and_sum_of_parts() {
     ));
 }
 
+/// The checks read the observe run's node time (series 1 of the all-categories group), not the
+/// replay run's: doubling the replay run's node time in the record changes nothing on
+/// re-analysis. And a record without node times (made before they were asked) is judged
+/// against the wall time: the 5 ms of gaps then fail (a) and (b), saying so.
+#[test]
+fn reanalysis_reads_the_observe_runs_node_time_and_old_records_the_wall_time() {
+    let mut s = fake();
+    s.costs.gap_ms = 5.0;
+    let r = run(&mut s);
+    assert!(r.trusted, "{:?}", r.problems);
+    let mut doubled = r.clone();
+    for w in &mut doubled.all_group.windows {
+        if let Some(t) = w.runs[2].in_node_ms.as_mut() {
+            *t *= 2.0;
+        }
+    }
+    let again = doubled.reanalysed(&r.recorded_config()).unwrap();
+    assert_eq!(again.validations, r.validations);
+    assert_eq!(again.observation, r.observation);
+    let mut old = r.clone();
+    for w in &mut old.all_group.windows {
+        for run in &mut w.runs {
+            run.in_node_ms = None;
+        }
+    }
+    let judged = old.reanalysed(&r.recorded_config()).unwrap();
+    assert_eq!(judged.observation.in_node_ms, None);
+    assert!(!judged.trusted);
+    assert!(judged.problems.iter().all(|p| matches!(
+        p,
+        ReplayProblem::AllAtOnce {
+            node_time: false,
+            ..
+        } | ReplayProblem::SumOfParts {
+            node_time: false,
+            ..
+        }
+    )));
+    assert_eq!(judged.problems.len(), 2);
+    // A record without the field at all (JSON written before it existed) reads as None.
+    let json = serde_json::to_string(&old.all_group).unwrap();
+    assert!(!json.contains("in_node_ms"));
+    let back: GroupRecord = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, old.all_group);
+}
+
+/// With each sample the fastest of two runs, the node time kept is the kept run's: every first
+/// run of a pair is a 10x spike here, and a node time taken from it would read 10x.
+#[test]
+fn best_of_keeps_the_node_time_of_the_run_it_keeps() {
+    let mut s = fake();
+    s.faults.spike_prefills = (0..4000).step_by(2).collect();
+    let mut c = cfg();
+    c.noise.best_of = 2;
+    let g = s.graph.clone();
+    let r = replay(&mut s, &g, &c).unwrap();
+    let observe = r.all_group.runs(1);
+    assert!(!observe.is_empty());
+    for run in &observe {
+        assert!(
+            close(run.wall_ms, 19.11) && close(run.in_node_ms.unwrap(), 19.11),
+            "{run:?}"
+        );
+    }
+}
+
 #[test]
 fn a_small_gap_stays_within_tolerance() {
     let mut s = fake();

@@ -218,7 +218,8 @@ fn side_lines(name: &str, s: &SideSummary, run: &str) -> Vec<String> {
             out
         ),
         _ => format!(
-            "in-graph {} of the observe-all baseline {} ms",
+            "in-graph {} of the observe-all run's wall time {} ms (the engine does not time \
+             its nodes)",
             pct(s.in_graph_coverage_ratio),
             opt(s.observe_all_ms, 3)
         ),

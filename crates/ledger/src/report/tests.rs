@@ -102,6 +102,16 @@ fn terminal_and_markdown_carry_rows_units_and_verdicts() {
     assert!(t.contains("upper bound"));
     assert!(t.contains("A replay: trusted"));
     assert!(t.contains("A dead work: 0 dead, 8 partially dead nodes"));
+    // The fakes spend no time outside their nodes: the coverage line and each measurement's
+    // replay section say what the checks compared with.
+    assert!(
+        t.contains("in-graph 100.0% of the observe-all run's ")
+            && t.contains(" ms inside its nodes (0.000 ms outside them"),
+        "{t}"
+    );
+    let m = render_measurement(&a);
+    assert!(m.contains("outside them 0.000 ms"), "{m}");
+    assert!(m.contains("all categories at once vs the observe-all run's time inside its nodes"));
     let md = render_markdown(&l);
     assert!(
         md.starts_with("# Ledger pp8: A = toy@0.0.0-fake (cpu) vs B = peer <&>@0.0.0-fake (cpu)")
