@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired|gated|swap|wg]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired|multirow|gated|swap|wg]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -240,7 +240,9 @@ static int test_nonfinite_x(int type, ref::Rng& rng) {
 
 // gemv_multi_<t> (four projections of one x in one launch) against each projection alone on
 // gemv_<t> (2 rows a warp) and gemv4_<t> (4): every output bit-equal. Segments of different N,
-// one in the q/gate split layout, grids of 256 and 64 threads; poisoned outputs.
+// one in the q/gate split layout, grids of 256 and 64 threads; poisoned outputs. With `mr`, the
+// multi-row launch (MultiGemvArgs::mr = M: every x row in each block, grid.y 1, 2 rows a warp,
+// gemv_int_mr_body) against the same block-per-row references.
 typedef void (*MultiFn)(MultiGemvArgs);
 static MultiFn multi_fn(int type) {
     switch (type) {
@@ -254,7 +256,7 @@ static MultiFn multi_fn(int type) {
         default: return gemv_multi_q3_k;
     }
 }
-static int test_multi(int type, int M, ref::Rng& rng) {
+static int test_multi(int type, int M, ref::Rng& rng, bool mr = false) {
     const int K = 2048, S = 4;
     const int Ns[S] = {200, 64, 30, 36};  // segment 1: layout 1 with 2 heads of 16
     const int64_t rb = ref::row_bytes(type, K);
@@ -300,21 +302,22 @@ static int test_multi(int type, int M, ref::Rng& rng) {
     for (int threads : {256, 64}) {
         int end = 0;
         for (int s = 0; s < S; s++) {
-            m.rw[s] = s == 0 ? 4 : 2;  // segment 0 on gemv4's body, the others on gemv's
+            m.rw[s] = s == 0 && !mr ? 4 : 2;  // segment 0 on gemv4's body, the others on gemv's
             const int cols = m.rw[s] * (threads / 32);
             end += (Ns[s] + cols - 1) / cols;
             m.block_end[s] = end;
             b.poison(got[s], size_t(M) * Ns[s]);
         }
         m.n_seg = S;
+        m.mr = mr ? M : 0;
         MultiFn f = multi_fn(type);
-        emu::launch({unsigned(end), unsigned(M), 1}, {unsigned(threads), 1, 1}, [&] { f(m); });
+        emu::launch({unsigned(end), mr ? 1u : unsigned(M), 1}, {unsigned(threads), 1, 1}, [&] { f(m); });
         for (int s = 0; s < S; s++)
             for (size_t i = 0; i < size_t(M) * Ns[s]; i++)
                 bad += std::memcmp(&got[s][i], &want[s][i], 4) != 0 || want[s][i] != want[s][i];
     }
-    std::printf("  %s gemv_multi %-5s M=%d K=%d 4 segments: %lld of %zu outputs differ\n", bad ? "FAIL" : "ok  ",
-                ref::type_name(type), M, K, bad, 2 * total);
+    std::printf("  %s gemv_multi%s %-5s M=%d K=%d 4 segments: %lld of %zu outputs differ\n", bad ? "FAIL" : "ok  ",
+                mr ? " (rows in one block)" : "", ref::type_name(type), M, K, bad, 2 * total);
     b.release();
     return bad ? 1 : 0;
 }
@@ -556,6 +559,14 @@ int main(int argc, char** argv) {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K})
             for (int v : {V_W32, V_W128})
                 for (int tokens : {29, 70}) fails += check_gated(b, t, v, tokens, 200, 512, false, rng);
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
+    // "multirow": gemv_multi with every x row of a 2-4 row batch in one block, every integer
+    // format, against a block per row.
+    if (argc > 1 && std::string(argv[1]) == "multirow") {
+        for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q3_K})
+            for (int M : {2, 3, 4}) fails += test_multi(t, M, rng, true);
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }

@@ -359,7 +359,10 @@ pub struct MultiGemvArgs {
     /// Rows per warp of each segment: 2 (`gemv_<t>`'s body) or 4 (`gemv4_<t>`'s).
     pub rw: [i32; GEMV_MULTI_SEGS],
     pub n_seg: i32,
-    pub pad0: i32,
+    /// `gemv_multi_<t>`: 0 (a block per x row, grid.y = M), or 2 to `GEMVR_MAX_M`: every x row
+    /// in each block (grid.y 1, 2 rows per warp, integer formats, K <= `GEMV_QK_MAX /
+    /// GEMVR_MAX_M`; gemm.cu's gemv_int_mr_body). `mmv_multi_<t>`: 0.
+    pub mr: i32,
 }
 
 impl GemmArgs {
@@ -585,7 +588,7 @@ pub fn layout_asserts(source: &str) -> String {
                 sorted_rows, x_div, tile_expert, tile_start, tile_rows, layout, head_dim, n_head,
                 n_expert, w2, y2, ldy2, y3, ldy3, xh, ldxh
             }),
-            layout!(MultiGemvArgs { seg, block_end, rw, n_seg, pad0 }),
+            layout!(MultiGemvArgs { seg, block_end, rw, n_seg, mr }),
             layout!(DequantF16Args { w, row_bytes, ty as type, k as K, n as N, out, layout, head_dim, n_head }),
             layout!(CastF16Args { x, ldx, m as M, k as K, out }),
             layout!(XPermArgs { x, ldx, out, ldo, m as M, k as K, kquant, pad0 }),

@@ -35,7 +35,8 @@ pub const GEMV_QK_MAX: i64 = 8192;
 /// Longest row (K) of the multi-row persistent GEMV (`gemvr_<t>`, `gemvr4_<t>`): its x rows
 /// live in dynamic shared memory, (K / 8 + K / 32) x 16 bytes each (40 KB at 4 rows of 4096).
 pub const GEMVR_K_MAX: i64 = 4096;
-/// Most x rows of `gemvr4_<t>` (`gemvr_<t>` takes one).
+/// Most x rows of `gemvr4_<t>` (`gemvr_<t>` takes one), and of one block of a multi-row
+/// `gemv_multi_<t>` launch (`MultiGemvArgs::mr`).
 pub const GEMVR_MAX_M: usize = 4;
 /// Weight rows an integer-GEMV block should cover at least: each block quantises the whole x row
 /// once, so the host launches those GEMVs with blocks of at least this many weight rows (on the
@@ -102,6 +103,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("GEMV_MULTI_SEGS", GEMV_MULTI_SEGS as i64),
     ("GEMV_QK_MAX", GEMV_QK_MAX),
     ("GEMVR_K_MAX", GEMVR_K_MAX),
+    ("GEMVR_MAX_M", GEMVR_MAX_M as i64),
     ("SIMT_THREADS", SIMT_THREADS as i64),
     ("SIMT_STAGES", SIMT_STAGES),
     ("SIMT_BM", SIMT_TILE),

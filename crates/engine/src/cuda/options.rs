@@ -138,6 +138,14 @@ pub struct CudaOptions {
     /// expert) on the x-resident 32-row tile `gemm_<t>_x32g` instead of `gemm_<t>_m32`
     /// (`ops/matmul.rs` `wg_tile`; lab: 0.158 against 0.203 ms at 512 tokens).
     pub x32g: bool,
+    /// `TALLY_GEMV_MR=on`: a fused `gemv_multi_<t>` launch of 2 to `GEMVR_MAX_M` x rows (a
+    /// verification batch's in-projections: qkv, z, beta, alpha; q, k, v; the shared expert's
+    /// gate and up) takes every row in each block, each weight piece loaded and converted once
+    /// for all rows, instead of a block per row (`ops/fused.rs` `multi`; integer formats, K <=
+    /// `GEMV_QK_MAX / GEMVR_MAX_M`). The same sums bit for bit (the emulator's `multirow` mode).
+    /// Not yet run on a GPU: the 4-token verification's fused GEMVs took 2.7x the one-token
+    /// time (`docs/results/2026-12-04-h200-spec-profile/`).
+    pub gemv_mr: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -175,6 +183,7 @@ impl Default for CudaOptions {
             f32_tf32: false,
             expert_f16: false,
             x32g: false,
+            gemv_mr: false,
         }
     }
 }
@@ -290,6 +299,7 @@ impl CudaOptions {
         o.f32_tf32 = either("TALLY_F32_GEMM", "simt", "tf32")?;
         o.expert_f16 = on_off("TALLY_EXPERT_F16", o.expert_f16)?;
         o.x32g = on_off("TALLY_X32G", o.x32g)?;
+        o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -395,6 +405,7 @@ impl CudaOptions {
             format!("f32_gemm={}", if self.f32_tf32 { "tf32" } else { "simt" }),
             format!("expert_f16={}", on(self.expert_f16)),
             format!("x32g={}", on(self.x32g)),
+            format!("gemv_mr={}", on(self.gemv_mr)),
         ]
     }
 }
@@ -439,7 +450,8 @@ mod tests {
                 "attn_split=on",
                 "f32_gemm=simt",
                 "expert_f16=off",
-                "x32g=off"
+                "x32g=off",
+                "gemv_mr=off"
             ]
         );
     }
@@ -502,6 +514,9 @@ mod tests {
         let g = opts(&[("TALLY_X32G", "on")]).expect("options");
         assert!(g.x32g && g.describe().contains(&"x32g=on".into()));
         assert!(opts(&[("TALLY_X32G", "2")]).is_err());
+        let r = opts(&[("TALLY_GEMV_MR", "on")]).expect("options");
+        assert!(r.gemv_mr && r.describe().contains(&"gemv_mr=on".into()));
+        assert!(opts(&[("TALLY_GEMV_MR", "4")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())

@@ -115,7 +115,9 @@ struct MultiGemvArgs {
     i32 block_end[GEMV_MULTI_SEGS];  // prefix sums of the segments' grid widths
     i32 rw[GEMV_MULTI_SEGS];         // rows per warp: 2 or 4
     i32 n_seg;
-    i32 pad0;
+    i32 mr;  // gemv_multi: 0 or 1, a block per x row (grid.y = M); 2..GEMVR_MAX_M, every x row
+             // in each block (grid.y = 1, rw 2, integer formats, K <= GEMV_QK_MAX / GEMVR_MAX_M:
+             // gemv_int_mr_body); mmv_multi: 0
 };
 
 // The segment s of a gemv_multi_<t> / mmv_multi_<t> launch that this block belongs to, its index
@@ -968,6 +970,73 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
     }
 }
 
+// Integer GEMV of M <= MR x rows in one block (gemv_multi_<t> with MultiGemvArgs::mr > 1: the
+// in-projections of a verification batch in one fused launch): every x row is quantised once per
+// block into gemv_x_smem (row j's units at 4 P j, its metadata at P j, gemvr_body's layout, so K
+// <= GEMV_QK_MAX / MR), then each weight piece is loaded and converted once and taken against all
+// M rows. Per (x row, weight row) the pieces, lanes, order and expressions are gemv_int_body's, so
+// every output is gemv_<t>'s bit for bit: a verification batch's rows equal one-token steps'.
+// Against a block per x row (grid.y = M): the weight bytes and their conversion once instead of M
+// times, M - 1 fewer blocks quantising nothing new. Dense only; a violated precondition writes
+// nothing.
+template <int T, int RW, int MR>
+__device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx, const int M) {
+    if constexpr (qt_has_bytes(T)) {
+        if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
+        if (a.tile_expert || M < 1 || M > MR || a.M != M || a.K > GEMV_QK_MAX / MR) return;  // block-uniform
+        const bool paired = RW == 2 && a.w2 != nullptr;
+        if (paired && (a.layout != 0 || !a.y2)) return;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
+        const int nb = paired ? bx * warps + warp : bx * (warps * RW) + warp * RW;
+        const bool live = nb < a.N;  // warp-uniform; every warp still takes part in the barrier
+        const u8* wrow[RW];
+        gemv_weight_rows<RW>(a, a.w, paired, nb, wrow);
+        const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+        const int P = a.K / 32;
+        constexpr int ZO = Piece<T>::ZO;
+        GemvX& sx = gemv_x_smem();
+        Piece<T> pc[RW];
+        // The first pieces' loads go out before x is quantised.
+        if (live && lane < P) {
+#pragma unroll
+            for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], lane);
+        }
+        for (int j = 0; j < M; j++)
+            gemv_quantize_x<T>(a.x + static_cast<i64>(j) * a.ldx, a.K, xvec, sx.q + 4 * P * j, sx.m + P * j);
+        __syncthreads();
+        if (!live) return;  // no barriers below
+        float acc[MR][RW];
+#pragma unroll
+        for (int j = 0; j < MR; j++)
+#pragma unroll
+            for (int r = 0; r < RW; r++) acc[j][r] = 0.0f;
+        for (int p = lane; p < P; p += 32) {
+            if (p != lane) {
+#pragma unroll
+                for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
+            }
+            u32 b[RW][8];
+            float sc[RW][2], off[RW][2];
+#pragma unroll
+            for (int r = 0; r < RW; r++) pc[r].to_bytes(p, b[r], sc[r], off[r]);
+#pragma unroll
+            for (int j = 0; j < MR; j++) {
+                if (j >= M) break;
+                u32 xw[16];
+                gemv_x_piece(sx.q + 4 * P * j, p, xw);
+                const uint4 m = sx.m[P * j + p];
+#pragma unroll
+                for (int r = 0; r < RW; r++) acc[j][r] += gemv_piece_dot<ZO>(xw, m, b[r], sc[r], off[r]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < MR; j++) {
+            if (j >= M) break;
+            gemv_store<RW>(a, paired, acc[j], lane, nb, j);
+        }
+    }
+}
+
 // f32 GEMV: warp w of the block owns RW weight rows (gemv_<t>: 2, gemv4_<t>: 4) from
 // blockIdx.x * warps * RW + RW * w; its lanes take pieces p = lane, lane + 32, ... of every row,
 // each x element loaded once for the RW rows (the x loads through L1 were 8x the Q4_K weight
@@ -1365,7 +1434,8 @@ __device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
 #pragma unroll
     for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
         if (s == j) {
-            if (m.rw[j] == 4) gemv_body<T, 4>(m.seg[j], bx);
+            if (m.mr > 1) gemv_int_mr_body<T, 2, GEMVR_MAX_M>(m.seg[j], bx, m.mr);
+            else if (m.rw[j] == 4) gemv_body<T, 4>(m.seg[j], bx);
             else gemv_body<T, 2>(m.seg[j], bx);
             return;
         }

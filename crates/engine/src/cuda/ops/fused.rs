@@ -42,8 +42,8 @@ use tally_model::{Node, Op, OutLayout, Plan};
 use super::delta;
 use super::elementwise::shared_gate_threads;
 use super::matmul::{
-    WgTile, gemv_grid, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv, runs_mmv,
-    wg_tile_smem_if_fits,
+    WgTile, gemv_grid, gemv_is_int, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv,
+    runs_mmv, wg_tile_smem_if_fits,
 };
 use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
@@ -52,7 +52,9 @@ use crate::EngineError;
 use crate::backend::Target;
 use crate::cuda::CudaBackend;
 use crate::cuda::args::{AddNormArgs, GemmArgs, MultiGemvArgs, NormArgs};
-use crate::cuda::consts::{GEMM_THREADS, GEMV_MULTI_SEGS, GEMV_THREADS, MMV_THREADS};
+use crate::cuda::consts::{
+    GEMM_THREADS, GEMV_MULTI_SEGS, GEMV_QK_MAX, GEMV_THREADS, GEMVR_MAX_M, MMV_THREADS,
+};
 use crate::cuda::launch::launch;
 
 /// Runs nodes `index..` of `plan` as one fused launch if they match a pattern: the number of
@@ -704,7 +706,7 @@ fn expert_downs(
         block_end: [gx_r as i32 + gx_d as i32; GEMV_MULTI_SEGS],
         rw: [2; GEMV_MULTI_SEGS],
         n_seg: 2,
-        pad0: 0,
+        mr: 0,
     };
     a.seg[1] = dense;
     a.block_end[0] = gx_r as i32;
@@ -898,10 +900,11 @@ fn multi(
         ))
     })?;
     let x = b.view(plan, &first.inputs[0])?;
+    let mr = multi_rows(b.options.gemv_mr, ty, k as usize, rows);
     let mut args = Vec::with_capacity(segs.len());
     for &(j, w, row_bytes, n, (layout, head_dim, n_head)) in &segs {
         let y = b.view(plan, &plan.nodes[j].outputs[0])?;
-        let rw = gemv_rows_per_warp(b, n);
+        let rw = if mr > 1 { 2 } else { gemv_rows_per_warp(b, n) };
         args.push((
             n,
             rw,
@@ -919,15 +922,33 @@ fn multi(
         .map(|&(_, rw, _)| gemv_min_threads(ty, k as usize, rw))
         .max()
         .unwrap_or(64);
-    let (a, grid, threads) = multi_args(&args, rows, b.props.sm_count, min_threads);
+    // A block per x row (grid.y = rows), or every row in each block (mr > 1, grid.y 1).
+    let grid_rows = if mr > 1 { 1 } else { rows };
+    let (mut a, grid, threads) = multi_args(&args, grid_rows, b.props.sm_count, min_threads);
+    a.mr = mr as i32;
     // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
     // s is the argument set `gemv_<t>` would get for node index + s (dense, plain or q/gate
     // layout, 2 columns per warp): its weight holds N rows of row_bytes (checked above), x is the
     // shared input view, y the node's output view, in buffers `prepare` sized. Its blocks are
     // block_end[s-1]..block_end[s] of grid.x, each covering rw[s] * threads / 32 columns; grid.y
-    // is the M rows; threads <= GEMV_THREADS, the launch bound.
+    // is the M rows, or 1 with mr = M rows in each block (multi_rows: an integer format, K <=
+    // GEMV_QK_MAX / GEMVR_MAX_M, 2 <= M <= GEMVR_MAX_M, rw 2); threads <= GEMV_THREADS, the
+    // launch bound.
     unsafe { launch(set.gemv_multi, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
     Ok(segs.len())
+}
+
+/// The x rows each block of a `gemv_multi_<t>` launch takes (`MultiGemvArgs::mr`): all `rows`
+/// of a verification batch (2 to GEMVR_MAX_M) with `TALLY_GEMV_MR=on`, an integer format and
+/// K <= GEMV_QK_MAX / GEMVR_MAX_M (every row's quantised x in the block's shared memory); else
+/// 0, a block per row.
+fn multi_rows(on: bool, ty: tally_gguf::GgmlType, k: usize, rows: usize) -> usize {
+    let fits = gemv_is_int(ty, k) && k as i64 <= GEMV_QK_MAX / GEMVR_MAX_M as i64;
+    if on && fits && (2..=GEMVR_MAX_M).contains(&rows) {
+        rows
+    } else {
+        0
+    }
 }
 
 /// One segment of a `gemv_multi_<t>` launch: output columns, rows per warp (2 or 4) and its
@@ -964,7 +985,7 @@ fn multi_args(
         block_end: [0; GEMV_MULTI_SEGS],
         rw: [2; GEMV_MULTI_SEGS],
         n_seg: segs.len() as i32,
-        pad0: 0,
+        mr: 0,
     };
     let mut end = 0;
     for (s, (nb, &(_, rw, g))) in blocks(threads).into_iter().zip(segs).enumerate() {
@@ -1191,6 +1212,37 @@ mod tests {
     use tally_model::{PlanOptions, build_plan};
 
     use super::*;
+
+    /// `TALLY_GEMV_MR=on` puts a 2-4 row verification batch's fused GEMVs in one block per
+    /// column group (integer formats, K <= 2048), every segment at 2 rows a warp: qkv, z, beta,
+    /// alpha of 4 tokens in 512 + 256 + 2 + 2 blocks and one grid row, where a block per row
+    /// launches (516, 4).
+    #[test]
+    fn multi_row_launches_take_every_row_in_a_block() {
+        use tally_gguf::GgmlType::{BF16, Q4_K, Q6_K};
+        assert_eq!(multi_rows(true, Q4_K, 2048, 4), 4);
+        assert_eq!(multi_rows(true, Q6_K, 2048, 2), 2);
+        for (on, ty, k, rows) in [
+            (false, Q4_K, 2048, 4), // the switch is off by default
+            (true, Q4_K, 2048, 1),  // one-token steps: a block per row, as before
+            (true, Q4_K, 2048, 5),  // more rows than a block holds
+            (true, Q4_K, 4096, 4),  // four quantised rows of 4096 do not fit
+            (true, BF16, 2048, 4),  // the f32 body has no shared x
+        ] {
+            assert_eq!(multi_rows(on, ty, k, rows), 0, "{ty:?} k {k} rows {rows}");
+        }
+        let seg = |n: usize, rw: usize| {
+            (
+                n,
+                rw,
+                GemmArgs::dense((0, 0), (0, 0), (0, 0), (4, n, 2048), (0, 0, 0)),
+            )
+        };
+        let segs = [seg(8192, 2), seg(4096, 2), seg(32, 2), seg(32, 2)];
+        let (a, grid, threads) = multi_args(&segs, 1, 132, 64);
+        assert_eq!((grid, threads), ((772, 1, 1), 256));
+        assert_eq!((a.block_end, a.rw), ([512, 768, 770, 772], [2; 4]));
+    }
 
     /// The grids `gemv_multi_<t>` launched with on the H200 (132 SMs), as ncu recorded them in
     /// docs/results/2026-12-02-h200-decode-host/ab2/step-d0-none.txt: qkv (rw 4), z, beta,
