@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Issue 13, 2026-12-05 (stop 34): TALLY_GEMV_MR=on, the fused in-projection GEMVs of a 2-4 row
-# verification batch (gemv_multi_<t>: qkv, z, beta, alpha; q, k, v; the shared expert's gate and
-# up) with every x row in one block, each weight piece loaded and converted once for all rows,
+# verification batch (gemv_multi_<t>: qkv, z, beta, alpha; q, k, v) with every x row in one block, each weight piece loaded and converted once for all rows,
 # instead of a block per row (gemm.cu gemv_int_mr_body; bit for bit gemv_<t>'s sums in the CPU
 # emulator, `lab/gemm/emu/emu_test.cpp multirow`). Not yet run on a GPU.
 # Why (docs/results/2026-12-04-h200-spec-profile/): a 4-token verification's gemv_multi took
