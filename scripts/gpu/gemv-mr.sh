@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Issue 13, 2026-12-05 (stop 34): TALLY_GEMV_MR=on, the fused in-projection GEMVs of a 2-4 row
-# verification batch (gemv_multi_<t>: qkv, z, beta, alpha; q, k, v) with every x row in one block, each weight piece loaded and converted once for all rows,
-# instead of a block per row (gemm.cu gemv_int_mr_body; bit for bit gemv_<t>'s sums in the CPU
+# verification batch (gemv_multi_<t>: qkv, z, beta, alpha; q, k, v) with every x row in one
+# block, each weight piece loaded and converted once for all rows, instead of a block per row (gemm.cu gemv_int_mr_body; bit for bit gemv_<t>'s sums in the CPU
 # emulator, `lab/gemm/emu/emu_test.cpp multirow`). Not yet run on a GPU.
 # Why (docs/results/2026-12-04-h200-spec-profile/): a 4-token verification's gemv_multi took
 # 285 us against 106 at one token (2.7x) on the 4-layer file, with the dense weights' bytes the
 # same at either; the earlier try (every projection unfused onto the persistent gemvr4) lost the
 # fused launch and was slower (docs/results/2026-12-04-h200-verify/).
-# Prediction (written before): gemv_multi of the verification 2.7x -> ~1.4x the one-token time;
-# the 40-layer k = 3 verification ~7.0 -> ~6.3 ms; spec k=3 at replayed acceptance 0.8
-# 1.28x -> ~1.38x plain greedy. Plain decode unchanged (one-token steps never take the path).
+# Prediction (written before): these launches of the verification 2.7x -> ~1.4x their one-token
+# time (the routed + shared expert launch, also gemv_multi in that profile, is not changed); the
+# 40-layer k = 3 verification ~7.0 -> ~6.6 ms; spec k=3 at replayed acceptance 0.8 1.28x ->
+# ~1.33x plain greedy. Plain decode unchanged (one-token steps never take the path).
 # Runs: speculative decoding k = 3 and k = 1 at acceptance 0.8, ABAB (A defaults, B
 # TALLY_GEMV_MR=on); each bench holds every token to plain greedy decoding's (exit 1 if one
 # differs), so B is also the correctness check on the hardware; then tg128 A and B.
