@@ -562,8 +562,8 @@ int main(int argc, char** argv) {
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }
-    // "multirow": gemv_multi with every x row of a 2-4 row batch in one block, every integer
-    // format, against a block per row.
+    // "multirow": gemv_multi with every x row of a 2-4 row batch in one block, 7 integer formats
+    // (those multi_fn maps), against a block per row.
     if (argc > 1 && std::string(argv[1]) == "multirow") {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q3_K})
             for (int M : {2, 3, 4}) fails += test_multi(t, M, rng, true);

@@ -139,12 +139,15 @@ pub struct CudaOptions {
     /// (`ops/matmul.rs` `wg_tile`; lab: 0.158 against 0.203 ms at 512 tokens).
     pub x32g: bool,
     /// `TALLY_GEMV_MR=on`: a fused `gemv_multi_<t>` launch of 2 to `GEMVR_MAX_M` x rows (a
-    /// verification batch's in-projections of one input: qkv, z, beta, alpha; q, k, v) takes
-    /// every row in each block, each weight piece loaded and converted once
-    /// for all rows, instead of a block per row (`ops/fused.rs` `multi`; integer formats, K <=
-    /// `GEMV_QK_MAX / GEMVR_MAX_M`). The same sums bit for bit (the emulator's `multirow` mode).
-    /// Not yet run on a GPU: the 4-token verification's fused GEMVs took 2.7x the one-token
-    /// time (`docs/results/2026-12-04-h200-spec-profile/`).
+    /// verification batch, a 2-4 token prompt or tail; the in-projections of one input: qkv, z,
+    /// beta, alpha; q, k, v) takes every row in each block, each weight piece loaded and
+    /// converted once for all rows, instead of a block per row (`ops/fused.rs` `multi`; integer
+    /// formats, K <= `GEMV_QK_MAX / GEMVR_MAX_M`). The same sums bit for bit in the CPU
+    /// emulator's `multirow` mode (no fused multiply-adds there; `scripts/gpu/gemv-mr.sh`
+    /// compares logits digests on the GPU).
+    /// Not yet run on a GPU: the 4-token verification's `gemv_multi` launches took 2.7x the
+    /// one-token time, the routed + shared expert launch included
+    /// (`docs/results/2026-12-04-h200-spec-profile/`).
     pub gemv_mr: bool,
 }
 

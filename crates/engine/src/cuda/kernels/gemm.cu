@@ -1434,8 +1434,9 @@ __device__ __forceinline__ void gemv_multi_body(const MultiGemvArgs& m) {
 #pragma unroll
     for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
         if (s == j) {
-            if (m.mr > 1) gemv_int_mr_body<T, 2, GEMVR_MAX_M>(m.seg[j], bx, m.mr);
-            else if (m.rw[j] == 4) gemv_body<T, 4>(m.seg[j], bx);
+            if (m.mr > 1) {  // every x row in this block: 2 rows a warp, one grid row
+                if (m.rw[j] == 2 && blockIdx.y == 0) gemv_int_mr_body<T, 2, GEMVR_MAX_M>(m.seg[j], bx, m.mr);
+            } else if (m.rw[j] == 4) gemv_body<T, 4>(m.seg[j], bx);
             else gemv_body<T, 2>(m.seg[j], bx);
             return;
         }
