@@ -874,6 +874,28 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     }
 }
 
+// One weight piece p of RW rows against M <= MR quantised x rows (gemv_quantize_x's layout: row
+// j's units at sq + 4 P j, its metadata at sm + P j): each row's piece converted once, then x
+// row by x row, each (x row, weight row) sum with gemv_int_body's expression.
+template <int T, int MR, int RW>
+__device__ __forceinline__ void gemv_piece_rows(const Piece<T> (&pc)[RW], int p, const uint4* sq, const uint4* sm,
+                                                int P, int M, float (&acc)[MR][RW]) {
+    constexpr int ZO = Piece<T>::ZO;
+    u32 b[RW][8];
+    float sc[RW][2], off[RW][2];
+#pragma unroll
+    for (int r = 0; r < RW; r++) pc[r].to_bytes(p, b[r], sc[r], off[r]);
+#pragma unroll
+    for (int j = 0; j < MR; j++) {
+        if (j >= M) break;
+        u32 xw[16];
+        gemv_x_piece(sq + 4 * P * j, p, xw);
+        const uint4 m = sm[P * j + p];
+#pragma unroll
+        for (int r = 0; r < RW; r++) acc[j][r] += gemv_piece_dot<ZO>(xw, m, b[r], sc[r], off[r]);
+    }
+}
+
 // The integer GEMV over up to MR x rows at once, persistent (gemvr_<t>: MR = 1 and 4 weight rows
 // a warp, gemvr4_<t>: MR = 4 and 2 weight rows a warp, which keeps its converted pieces in
 // registers without spilling): dense only, K <= GEMVR_K_MAX, M <= MR. Every x row is quantised
@@ -936,19 +958,7 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
                         acc[0][r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
                     }
                 } else {  // every row's piece converted once, then x row by x row
-                    u32 b[RW][8];
-                    float sc[RW][2], off[RW][2];
-#pragma unroll
-                    for (int r = 0; r < RW; r++) pc[r].to_bytes(p, b[r], sc[r], off[r]);
-#pragma unroll
-                    for (int j = 0; j < MR; j++) {
-                        if (j >= M) break;
-                        u32 xw[16];
-                        gemv_x_piece(sq + 4 * P * j, p, xw);
-                        const uint4 m = sm[P * j + p];
-#pragma unroll
-                        for (int r = 0; r < RW; r++) acc[j][r] += gemv_piece_dot<ZO>(xw, m, b[r], sc[r], off[r]);
-                    }
+                    gemv_piece_rows<T, MR, RW>(pc, p, sq, sm, P, M, acc);
                 }
             }
             // The next group's first pieces, then this group's sums.
@@ -993,7 +1003,6 @@ __device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx
         gemv_weight_rows<RW>(a, a.w, paired, nb, wrow);
         const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
         const int P = a.K / 32;
-        constexpr int ZO = Piece<T>::ZO;
         GemvX& sx = gemv_x_smem();
         Piece<T> pc[RW];
         // The first pieces' loads go out before x is quantised.
@@ -1015,19 +1024,7 @@ __device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx
 #pragma unroll
                 for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
             }
-            u32 b[RW][8];
-            float sc[RW][2], off[RW][2];
-#pragma unroll
-            for (int r = 0; r < RW; r++) pc[r].to_bytes(p, b[r], sc[r], off[r]);
-#pragma unroll
-            for (int j = 0; j < MR; j++) {
-                if (j >= M) break;
-                u32 xw[16];
-                gemv_x_piece(sx.q + 4 * P * j, p, xw);
-                const uint4 m = sx.m[P * j + p];
-#pragma unroll
-                for (int r = 0; r < RW; r++) acc[j][r] += gemv_piece_dot<ZO>(xw, m, b[r], sc[r], off[r]);
-            }
+            gemv_piece_rows<T, MR, RW>(pc, p, sx.q, sx.m, P, M, acc);
         }
 #pragma unroll
         for (int j = 0; j < MR; j++) {
