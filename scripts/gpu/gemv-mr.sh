@@ -22,6 +22,8 @@
 # HERE first: scripts/gpu/pack.sh; mv .carry/bin/tally .carry/bin/tally-nopeer;
 # TALLY_CACHE=.carry/kcache .carry/bin/tally-nopeer kernels --arch sm_90a;
 # tar cJf .carry/new.tar.xz -C .carry bin/tally-nopeer kcache. Carry .carry/new.tar.xz.
+# Since its run (docs/results/2026-12-05-h200-gemv-mr/) the path is the default: A is now
+# TALLY_GEMV_MR=off, B the default.
 set -u
 cd "$(dirname "$0")/../.."
 [ -f .carry/new.tar.xz ] && tar xJf .carry/new.tar.xz -C .carry
@@ -37,7 +39,7 @@ for f in $MID $F; do
     n=$(basename $f .gguf)
     for v in A B; do
         e=()
-        [ $v = B ] && e=(TALLY_GEMV_MR=on)
+        [ $v = A ] && e=(TALLY_GEMV_MR=off)
         env "${e[@]}" timeout 120 "$T" run --model $f --backend cuda --tokens 3 -n 6 -o json \
             > "$OUT/run-$n-$v.json" 2> "$OUT/run-$n-$v.err"
     done
@@ -46,7 +48,7 @@ done
 for round in 1 2; do
     for v in A B; do
         e=()
-        [ $v = B ] && e=(TALLY_GEMV_MR=on)
+        [ $v = A ] && e=(TALLY_GEMV_MR=off)
         for k in 3 1; do
             env "${e[@]}" timeout 120 "$T" bench -m $F --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max $k \
                 --replay-acceptance 0.8 -o md > "$OUT/spec-k$k-$v-$round.md" 2> "$OUT/spec-k$k-$v-$round.err"
@@ -57,7 +59,7 @@ for round in 1 2; do
 done
 for v in A B; do
     e=()
-    [ $v = B ] && e=(TALLY_GEMV_MR=on)
+    [ $v = A ] && e=(TALLY_GEMV_MR=off)
     env "${e[@]}" timeout 90 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$v.json" 2> "$OUT/tg-$v.err"
     row "tg128 $v" "rc=$? $(bench_row "$OUT/tg-$v.json") ($(el))"
 done

@@ -138,16 +138,15 @@ pub struct CudaOptions {
     /// expert) on the x-resident 32-row tile `gemm_<t>_x32g` instead of `gemm_<t>_m32`
     /// (`ops/matmul.rs` `wg_tile`; lab: 0.158 against 0.203 ms at 512 tokens).
     pub x32g: bool,
-    /// `TALLY_GEMV_MR=on`: a fused `gemv_multi_<t>` launch of 2 to `GEMVR_MAX_M` x rows (a
+    /// A fused `gemv_multi_<t>` launch of 2 to `GEMVR_MAX_M` x rows (a
     /// verification batch, a 2-4 token prompt or tail; the in-projections of one input: qkv, z,
     /// beta, alpha; q, k, v) takes every row in each block, each weight piece loaded and
     /// converted once for all rows, instead of a block per row (`ops/fused.rs` `multi`; integer
     /// formats, K <= `GEMV_QK_MAX / GEMVR_MAX_M`). The same sums bit for bit in the CPU
     /// emulator's `multirow` mode (no fused multiply-adds there; `scripts/gpu/gemv-mr.sh`
-    /// compares logits digests on the GPU).
-    /// Not yet run on a GPU: the 4-token verification's `gemv_multi` launches took 2.7x the
-    /// one-token time, the routed + shared expert launch included
-    /// (`docs/results/2026-12-04-h200-spec-profile/`).
+    /// compares logits digests on the GPU: the same). On the H200 speculative decoding at k = 3
+    /// +1.9% (1.28x -> 1.30-1.31x plain greedy), k = 1 and plain decoding unchanged
+    /// (`docs/results/2026-12-05-h200-gemv-mr/`). On unless `TALLY_GEMV_MR=off`.
     pub gemv_mr: bool,
 }
 
@@ -186,7 +185,7 @@ impl Default for CudaOptions {
             f32_tf32: false,
             expert_f16: false,
             x32g: false,
-            gemv_mr: false,
+            gemv_mr: true,
         }
     }
 }
@@ -454,7 +453,7 @@ mod tests {
                 "f32_gemm=simt",
                 "expert_f16=off",
                 "x32g=off",
-                "gemv_mr=off"
+                "gemv_mr=on"
             ]
         );
     }
@@ -517,8 +516,8 @@ mod tests {
         let g = opts(&[("TALLY_X32G", "on")]).expect("options");
         assert!(g.x32g && g.describe().contains(&"x32g=on".into()));
         assert!(opts(&[("TALLY_X32G", "2")]).is_err());
-        let r = opts(&[("TALLY_GEMV_MR", "on")]).expect("options");
-        assert!(r.gemv_mr && r.describe().contains(&"gemv_mr=on".into()));
+        let r = opts(&[("TALLY_GEMV_MR", "off")]).expect("options");
+        assert!(!r.gemv_mr && r.describe().contains(&"gemv_mr=off".into()));
         assert!(opts(&[("TALLY_GEMV_MR", "4")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(

@@ -939,8 +939,8 @@ fn multi(
 }
 
 /// The x rows each block of a `gemv_multi_<t>` launch takes (`MultiGemvArgs::mr`): all `rows`
-/// of a verification batch (2 to GEMVR_MAX_M) with `TALLY_GEMV_MR=on`, an integer format and
-/// K <= GEMV_QK_MAX / GEMVR_MAX_M (every row's quantised x in the block's shared memory); else
+/// of a verification batch (2 to GEMVR_MAX_M) unless `TALLY_GEMV_MR=off`, with an integer
+/// format and K <= GEMV_QK_MAX / GEMVR_MAX_M (every row's quantised x in the block's shared memory); else
 /// 0, a block per row.
 fn multi_rows(on: bool, ty: tally_gguf::GgmlType, k: usize, rows: usize) -> usize {
     let fits = gemv_is_int(ty, k) && k as i64 <= GEMV_QK_MAX / GEMVR_MAX_M as i64;
@@ -1213,17 +1213,17 @@ mod tests {
 
     use super::*;
 
-    /// `TALLY_GEMV_MR=on` puts a 2-4 row verification batch's fused GEMVs in one block per
-    /// column group (integer formats, K <= 2048), every segment at 2 rows a warp: qkv, z, beta,
-    /// alpha of 4 tokens in 512 + 256 + 2 + 2 blocks and one grid row, where a block per row
-    /// launches (516, 4).
+    /// The multi-row launch (on unless `TALLY_GEMV_MR=off`) puts a 2-4 row verification
+    /// batch's fused GEMVs in one block per column group (integer formats, K <= 2048), every
+    /// segment at 2 rows a warp: qkv, z, beta, alpha of 4 tokens in 512 + 256 + 2 + 2 blocks and
+    /// one grid row, where a block per row launches (516, 4).
     #[test]
     fn multi_row_launches_take_every_row_in_a_block() {
         use tally_gguf::GgmlType::{BF16, Q4_K, Q6_K};
         assert_eq!(multi_rows(true, Q4_K, 2048, 4), 4);
         assert_eq!(multi_rows(true, Q6_K, 2048, 2), 2);
         for (on, ty, k, rows) in [
-            (false, Q4_K, 2048, 4), // the switch is off by default
+            (false, Q4_K, 2048, 4), // TALLY_GEMV_MR=off
             (true, Q4_K, 2048, 1),  // one-token steps: a block per row, as before
             (true, Q4_K, 2048, 5),  // more rows than a block holds
             (true, Q4_K, 4096, 4),  // four quantised rows of 4096 do not fit
