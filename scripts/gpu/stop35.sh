@@ -20,8 +20,8 @@ F=/tmp/q4km.gguf
 MID=/tmp/mid-q4_k_m.gguf
 "$T" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
 for n in 64 1000; do
-    TALLY_EXPERT_F16=on TALLY_X32G=on timeout 150 "$T" check --model $MID --backend cuda --tokens $n -n 3 > "$OUT/check-mid-$n.log" 2>&1
-    row "check mid $n x32g+expert_f16" "rc=$? $(grep -E 'worst node' "$OUT/check-mid-$n.log" | head -1 | cut -c1-90) ($(el))"
+    TALLY_EXPERT_F16=on TALLY_X32G=on TALLY_PREFETCH_AHEAD=on timeout 150 "$T" check --model $MID --backend cuda --tokens $n -n 3 > "$OUT/check-mid-$n.log" 2>&1
+    row "check mid $n x32g+expert_f16+prefetch_ahead" "rc=$? $(grep -E 'worst node' "$OUT/check-mid-$n.log" | head -1 | cut -c1-90) ($(el))"
 done
 wait
 row synth "$(ls -la $F | awk '{print $5}') bytes ($(el))"
@@ -30,17 +30,38 @@ env_of() {
     case $1 in
         B) echo TALLY_X32G=on ;;
         C) echo TALLY_X32G=on TALLY_EXPERT_F16=on ;;
+        D) echo TALLY_PREFETCH_AHEAD=on ;;
+        E) echo TALLY_X32G=on TALLY_EXPERT_F16=on TALLY_PREFETCH_AHEAD=on ;;
         *) echo TALLY_UNUSED=1 ;;
     esac
 }
+# D: TALLY_PREFETCH_AHEAD=on (the prompt's tensor-core tiles prefetch their whole weight slice
+# at the block's start). Prediction (written before): the 512-token expert tiles from ~1 TB/s
+# toward 2 TB/s: pp512 +10-20%, pp8192 +0-5% (its tiles are nearer the MMA bound).
 for round in 1 2; do
-    for v in A B C; do
+    for v in A B C D E; do
         env $(env_of $v) timeout 90 "$T" bench -m $F --backend cuda -p 512,2048,8192 -n 0 -r 3 -o json \
             > "$OUT/pp-$v-$round.json" 2> "$OUT/pp-$v-$round.err"
         row "pp $v round $round" "rc=$? $(bench_row "$OUT/pp-$v-$round.json") ($(el))"
     done
     pack
 done
+# TALLY_PREFETCH_AHEAD=on (the persistent GEMV prefetches its next row group into L2; the head
+# reads 417 MB at ~2.5 TB/s). Prediction (written before): the head 0.17 -> ~0.12 ms a token,
+# tg128 +1.5%; spec k = 3 (the verification's dense projections on gemvr4 too) +1-2%.
+for round in 1 2; do
+    for v in A P; do
+        e=(TALLY_UNUSED=1)
+        [ $v = P ] && e=(TALLY_PREFETCH_AHEAD=on)
+        env "${e[@]}" timeout 60 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json \
+            > "$OUT/tg-$v-$round.json" 2> "$OUT/tg-$v-$round.err"
+        row "tg128 $v round $round" "rc=$? $(bench_row "$OUT/tg-$v-$round.json") ($(el))"
+        env "${e[@]}" timeout 60 "$T" bench -m $F --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max 3 \
+            --replay-acceptance 0.8 -o md > "$OUT/spec-$v-$round.md" 2> "$OUT/spec-$v-$round.err"
+        row "spec k=3 a=0.8 $v round $round" "rc=$? $(grep -ohE '[0-9.]+ t/s vs [0-9.]+ t/s plain greedy in the same windows: [0-9.]+x; per window verify [0-9.]+ s' "$OUT/spec-$v-$round.md") ($(el))"
+    done
+done
+pack
 for v in A C; do
     for n in 512 8192; do
         env $(env_of $v) ncu_prefill $F $n
