@@ -14,6 +14,17 @@ cd "$(dirname "$0")/../.."
 [ -f .carry/new.tar.xz ] && tar xJf .carry/new.tar.xz -C .carry
 . scripts/gpu/env.sh
 gpu_job stop35
+env_of() {
+    case $1 in
+        B) echo TALLY_X32G=on ;;
+        C) echo TALLY_X32G=on TALLY_EXPERT_F16=on ;;
+        D) echo TALLY_PREFETCH_AHEAD=on ;;
+        E) echo TALLY_X32G=on TALLY_EXPERT_F16=on TALLY_PREFETCH_AHEAD=on ;;
+        R) echo TALLY_CAST_REUSE=off ;;
+        F) echo TALLY_PDL=all ;;
+        *) echo TALLY_UNUSED=1 ;;
+    esac
+}
 T=$TALLY_NOPEER
 F=/tmp/q4km.gguf
 [ -f $F ] || "$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1 &
@@ -23,23 +34,20 @@ for n in 64 1000; do
     TALLY_EXPERT_F16=on TALLY_X32G=on TALLY_PREFETCH_AHEAD=on timeout 150 "$T" check --model $MID --backend cuda --tokens $n -n 3 > "$OUT/check-mid-$n.log" 2>&1
     row "check mid $n x32g+expert_f16+prefetch_ahead" "rc=$? $(grep -E 'worst node' "$OUT/check-mid-$n.log" | head -1 | cut -c1-90) ($(el))"
 done
+# The cast reuse (default since this binary) against TALLY_CAST_REUSE=off: the same bits.
+for v in A R; do
+    env $(env_of $v) timeout 60 "$T" run --model $MID --backend cuda --tokens 300 -n 6 -o json \
+        > "$OUT/run-mid300-$v.json" 2> "$OUT/run-mid300-$v.err"
+done
+row "digests mid 300 tokens, cast reuse == off" "$(logits_same "$OUT" mid300 A R) ($(el))"
 wait
 row synth "$(ls -la $F | awk '{print $5}') bytes ($(el))"
 pack
-env_of() {
-    case $1 in
-        B) echo TALLY_X32G=on ;;
-        C) echo TALLY_X32G=on TALLY_EXPERT_F16=on ;;
-        D) echo TALLY_PREFETCH_AHEAD=on ;;
-        E) echo TALLY_X32G=on TALLY_EXPERT_F16=on TALLY_PREFETCH_AHEAD=on ;;
-        *) echo TALLY_UNUSED=1 ;;
-    esac
-}
 # D: TALLY_PREFETCH_AHEAD=on (the prompt's tensor-core tiles prefetch their whole weight slice
 # at the block's start). Prediction (written before): the 512-token expert tiles from ~1 TB/s
 # toward 2 TB/s: pp512 +10-20%, pp8192 +0-5% (its tiles are nearer the MMA bound).
 for round in 1 2; do
-    for v in A B C D E; do
+    for v in A B C D E R F; do
         env $(env_of $v) timeout 90 "$T" bench -m $F --backend cuda -p 512,2048,8192 -n 0 -r 3 -o json \
             > "$OUT/pp-$v-$round.json" 2> "$OUT/pp-$v-$round.err"
         row "pp $v round $round" "rc=$? $(bench_row "$OUT/pp-$v-$round.json") ($(el))"
@@ -62,13 +70,15 @@ for round in 1 2; do
     done
 done
 pack
-for v in A C; do
-    for n in 512 8192; do
-        env $(env_of $v) ncu_prefill $F $n
+for vn in A:512 A:8192 E:512; do
+    v=${vn%:*} n=${vn#*:}
+    (
+        export $(env_of $v)
+        ncu_prefill $F $n
         mv "$OUT/kernels-pp$n.txt" "$OUT/kernels-pp$n-$v.txt"
         mv "$OUT/ncu-pp$n.csv.gz" "$OUT/ncu-pp$n-$v.csv.gz"
         row "ncu pp$n $v" "$(head -1 "$OUT/kernels-pp$n-$v.txt") ($(el))"
-    done
+    )
     pack
 done
 for v in A C; do

@@ -112,6 +112,17 @@ pub struct CudaBackend {
     /// `TALLY_EXPERT_F16`: f16 copies of routed-expert weights (`[E * N, K]`), decoded once
     /// (`ops::matmul::keep_f16`), by the GGUF weight's device buffer.
     f16_experts: HashMap<u64, DevBuf>,
+    /// The cuBLAS path's f16 activations (`ops::matmul::cublas_gemm`), outside the shared
+    /// workspace so that the projections reading one input (qkv, z, beta, alpha; the shared
+    /// expert's gate and up) cast it once: sized by `prepare` for every such projection of the
+    /// plans it prepared.
+    cast_buf: Option<DevBuf>,
+    /// What `cast_buf` holds: the input view it was cast from and the node that cast it; None
+    /// when unknown (a new run, a host write, a growth of the buffer).
+    cast_last: Option<ops::CastKey>,
+    /// The last node index dispatched: a dispatch at or below it starts a new run (or repeats a
+    /// node), which forgets `cast_last`.
+    last_dispatch: usize,
 }
 
 /// The NVRTC architecture the backend compiles for on a device of compute capability `cc`
@@ -203,6 +214,9 @@ impl CudaBackend {
             trace,
             f16_weights: HashMap::new(),
             f16_experts: HashMap::new(),
+            cast_buf: None,
+            cast_last: None,
+            last_dispatch: 0,
         })
     }
 
@@ -259,6 +273,15 @@ impl CudaBackend {
     }
 
     /// A workspace of at least `bytes`.
+    /// Notes the dispatch of nodes `index..index + n`: one at or below the last dispatched starts
+    /// a new run (or repeats a node), and what `cast_buf` holds is no longer known.
+    fn note_dispatch(&mut self, index: usize, n: usize) {
+        if index <= self.last_dispatch {
+            self.cast_last = None;
+        }
+        self.last_dispatch = index + n.max(1) - 1;
+    }
+
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
         // prepare() sizes the workspace for the whole plan; growing it here (standalone timing
         // of another shape) moves it, so a captured graph pointing at it must go.
@@ -346,6 +369,17 @@ impl Backend for CudaBackend {
             work = work.max(ops::work_bytes(self, plan, i)?);
         }
         self.workspace(work.max(256))?;
+        let cast = ops::cast_bytes(self, plan)?;
+        if cast > self.cast_buf.as_ref().map_or(0, |b| b.bytes) {
+            // A graph pointing at the old buffer must go (as for the workspace).
+            self.cast_buf = None;
+            self.cast_buf = Some(DevBuf::alloc(
+                cast,
+                "the f16 activations of cuBLAS projections",
+            )?);
+            self.graphs.by_set.clear();
+        }
+        self.cast_last = None;
         self.sync()
     }
 
@@ -364,6 +398,7 @@ impl Backend for CudaBackend {
 
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         launch::set_plan_pdl(self.options.pdl_for(plan.n_tokens));
+        self.note_dispatch(index, 1);
         let before = launch::counts();
         ops::dispatch(self, plan, index, target).map_err(|e| e.in_node(&plan.nodes[index].name))?;
         if let Some(c) = self.graphs.capturing.as_mut() {
@@ -379,9 +414,18 @@ impl Backend for CudaBackend {
 
     fn dispatch_fused(&mut self, plan: &Plan, index: usize) -> Result<usize, EngineError> {
         launch::set_plan_pdl(self.options.pdl_for(plan.n_tokens));
+        // Noted as a dispatch (a fused launch may cast), undone when nothing was fused (the
+        // executor then dispatches the node itself).
+        let noted = (self.cast_last, self.last_dispatch);
+        self.note_dispatch(index, 1);
         let before = launch::counts();
         let n = ops::fused::dispatch(self, plan, index)
             .map_err(|e| e.in_node(&plan.nodes[index].name))?;
+        if n == 0 {
+            (self.cast_last, self.last_dispatch) = noted;
+        } else {
+            self.last_dispatch = index + n - 1;
+        }
         if let (true, Some(c)) = (n > 0, self.graphs.capturing.as_mut()) {
             let after = launch::counts();
             c.dispatches += n as u64;
@@ -641,6 +685,8 @@ impl CudaBackend {
         view: View,
         data: &[T],
     ) -> Result<(), EngineError> {
+        // The host may be rewriting an input that cast_buf holds a copy of.
+        self.cast_last = None;
         if data.len() != view.elems() {
             return Err(EngineError::Internal(format!(
                 "{} values for a view of {} elements",

@@ -156,6 +156,10 @@ pub struct CudaOptions {
     /// projection's first row tile) prefetch their whole weight slice at the block's start.
     /// Off until timed on the H200.
     pub prefetch_ahead: bool,
+    /// The cuBLAS projections that read one input (qkv, z, beta, alpha; the shared expert's
+    /// gate and up) cast it to f16 once (`ops/matmul.rs` `cast_is_current`; the same f16
+    /// values, so the same outputs bit for bit). On unless `TALLY_CAST_REUSE=off`.
+    pub cast_reuse: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -195,6 +199,7 @@ impl Default for CudaOptions {
             x32g: false,
             gemv_mr: true,
             prefetch_ahead: false,
+            cast_reuse: true,
         }
     }
 }
@@ -312,6 +317,7 @@ impl CudaOptions {
         o.x32g = on_off("TALLY_X32G", o.x32g)?;
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
         o.prefetch_ahead = on_off("TALLY_PREFETCH_AHEAD", o.prefetch_ahead)?;
+        o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -422,6 +428,7 @@ impl CudaOptions {
             format!("x32g={}", on(self.x32g)),
             format!("gemv_mr={}", on(self.gemv_mr)),
             format!("prefetch_ahead={}", on(self.prefetch_ahead)),
+            format!("cast_reuse={}", on(self.cast_reuse)),
         ]
     }
 }
@@ -468,7 +475,8 @@ mod tests {
                 "expert_f16=off",
                 "x32g=off",
                 "gemv_mr=on",
-                "prefetch_ahead=off"
+                "prefetch_ahead=off",
+                "cast_reuse=on"
             ]
         );
     }
@@ -537,6 +545,12 @@ mod tests {
         let pa = opts(&[("TALLY_PREFETCH_AHEAD", "on")]).expect("options");
         assert!(pa.prefetch_ahead && pa.defines() == ["-DTALLY_PREFETCH_AHEAD"]);
         assert!(opts(&[("TALLY_PREFETCH_AHEAD", "2")]).is_err());
+        assert!(
+            !opts(&[("TALLY_CAST_REUSE", "off")])
+                .expect("options")
+                .cast_reuse
+        );
+        assert!(opts(&[("TALLY_CAST_REUSE", "no")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())

@@ -3,7 +3,7 @@
 //! router), and the opt-in cuBLAS path.
 
 use tally_gguf::GgmlType;
-use tally_model::{OutLayout, Plan};
+use tally_model::{OutLayout, Plan, View};
 
 use super::Io;
 use crate::EngineError;
@@ -594,6 +594,42 @@ pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, E
         .map_or(0, |(w, x)| w + x + CUBLAS_WORKSPACE))
 }
 
+/// What [`CudaBackend`]'s `cast_buf` holds: the f16 copy of input view `view`, cast by node
+/// `node` of the run in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CastKey {
+    pub view: View,
+    pub node: usize,
+}
+
+/// Bytes of the backend's `cast_buf` the cuBLAS projections of `plan` need (their largest
+/// activation operand).
+pub(crate) fn cast_bytes(b: &CudaBackend, plan: &Plan) -> Result<usize, EngineError> {
+    let mut most = 0;
+    for (index, node) in plan.nodes.iter().enumerate() {
+        if matches!(node.op, tally_model::Op::MatMul { .. }) {
+            let w = b.weights.of(plan, index, 0)?;
+            if let Some((_, x)) = cublas_operands(b, w, node.inputs[0].rows) {
+                most = most.max(x);
+            }
+        }
+    }
+    Ok(most)
+}
+
+/// Whether `cast_buf` already holds the f16 copy of node `index`'s input: cast by an earlier
+/// node of this run from the same view, which no node from that one to this one writes.
+fn cast_is_current(last: Option<CastKey>, plan: &Plan, index: usize) -> bool {
+    let view = plan.nodes[index].inputs[0];
+    last.is_some_and(|c| {
+        c.view == view
+            && c.node < index
+            && !plan.nodes[c.node..index]
+                .iter()
+                .any(|n| n.outputs.iter().any(|o| o.buf == view.buf))
+    })
+}
+
 /// `Op::MatMul`: node `index` of `plan`.
 pub fn matmul(
     b: &mut CudaBackend,
@@ -616,7 +652,10 @@ pub fn matmul(
     let name = dw.name.clone();
     let layout = layout_code(layout);
     match operands {
-        Some(operands) => cublas_gemm(b, w, m, io.ins[0], io.outs[0], layout, operands),
+        Some(operands) => {
+            let cast = Cast { plan, index };
+            cublas_gemm(b, w, m, io.ins[0], io.outs[0], layout, operands, cast)
+        }
         None => dense_gemm(b, &name, w, m, io.ins[0], io.outs[0], layout),
     }
 }
@@ -754,10 +793,19 @@ fn dequant_f16_into(
     }
 }
 
+/// The node a cuBLAS projection runs for (its input view keys the cast's reuse).
+struct Cast<'p> {
+    plan: &'p Plan,
+    index: usize,
+}
+
 /// A dense projection through cuBLAS: the weight dequantised once to f16 (rows already in
 /// output order for layout 1), the activations rounded to f16, then `cublasGemmEx` with f32
 /// accumulation and output: the precision of the engine's tensor-core kernels, each weight
-/// element decoded once instead of once per M tile.
+/// element decoded once instead of once per M tile. The activations are cast into the backend's
+/// `cast_buf` where it is large enough, and not again by the next projections of the same input
+/// (`cast_is_current`: the same f16 values, so the same outputs bit for bit).
+#[allow(clippy::too_many_arguments)]
 fn cublas_gemm(
     b: &mut CudaBackend,
     w: W,
@@ -766,12 +814,22 @@ fn cublas_gemm(
     y: (u64, i64),
     (layout, head_dim, n_head): (i32, i32, i32),
     (w_bytes, x_bytes): (usize, usize),
+    node: Cast<'_>,
 ) -> Result<(), EngineError> {
     use cudarc::cublas::{result as blas_result, sys as blas};
     let (k, n) = (w.k, w.n);
     let handle = b.blas_handle()?;
     let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
-    let (mut wh, xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
+    let (mut wh, mut xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
+    let mut cast_needed = true;
+    if let Some(buf) = b.cast_buf.as_ref().filter(|buf| buf.bytes >= x_bytes) {
+        xh = buf.ptr;
+        cast_needed = !b.options.cast_reuse || !cast_is_current(b.cast_last, node.plan, node.index);
+        b.cast_last = Some(CastKey {
+            view: node.plan.nodes[node.index].inputs[0],
+            node: node.index,
+        });
+    }
     let s = b.cu_stream();
     let gx = blocks(k as i64, 2048);
     let code = (layout, head_dim, n_head);
@@ -787,19 +845,21 @@ fn cublas_gemm(
         k: k as i32,
         out: xh,
     };
-    // SAFETY: CastF16Args mirrors gemm.cu's struct (layout asserted at kernel build). Grid
-    // (K / 2048, M rows): it reads the node's M x K input view and writes M x K f16 into `xh`,
-    // x_bytes >= 2*M*K of the workspace after `wh`.
-    unsafe {
-        launch(
-            b.kernels.cast_f16_rows,
-            (gx, m as u32, 1),
-            (256, 1, 1),
-            0,
-            s,
-            &cast,
-        )
-    }?;
+    if cast_needed {
+        // SAFETY: CastF16Args mirrors gemm.cu's struct (layout asserted at kernel build). Grid
+        // (K / 2048, M rows): it reads the node's M x K input view and writes M x K f16 into
+        // `xh`: x_bytes >= 2*M*K of the workspace after `wh`, or of cast_buf (checked above).
+        unsafe {
+            launch(
+                b.kernels.cast_f16_rows,
+                (gx, m as u32, 1),
+                (256, 1, 1),
+                0,
+                s,
+                &cast,
+            )
+        }?;
+    }
     let blas_err =
         |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
     // SAFETY: the workspace pointer addresses CUBLAS_WORKSPACE bytes of the backend's workspace,
@@ -988,6 +1048,58 @@ fn dense_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cuBLAS projection reuses the f16 copy of its input only where an earlier projection of
+    /// this run cast the same view and nothing since wrote that buffer: in a prefill the
+    /// projections of one normed input (qkv, z, beta, alpha; the shared expert's gate and up)
+    /// share one cast; the next layer's projections of the same buffer, rewritten by its norm
+    /// in between, do not; nor the node itself again, nor another view.
+    #[test]
+    fn a_cast_is_reused_only_while_its_input_is_unwritten() {
+        use tally_model::synth::Preset;
+        use tally_model::{Op, PlanOptions, build_plan};
+        let cfg = Preset::Mid.config();
+        let plan = build_plan(&cfg, 300, 512, &PlanOptions::default()).expect("plan");
+        let mms: Vec<usize> = (0..plan.nodes.len())
+            .filter(|&i| matches!(plan.nodes[i].op, Op::MatMul { .. }))
+            .collect();
+        let key = |i: usize| {
+            Some(CastKey {
+                view: plan.nodes[i].inputs[0],
+                node: i,
+            })
+        };
+        let (mut shared, mut rewritten) = (0, 0);
+        for (a, &i) in mms.iter().enumerate() {
+            assert!(!cast_is_current(key(i), &plan, i), "a node after itself");
+            assert!(!cast_is_current(None, &plan, i));
+            for &j in &mms[a + 1..] {
+                let same = plan.nodes[j].inputs[0] == plan.nodes[i].inputs[0];
+                let written = plan.nodes[i..j].iter().any(|n| {
+                    n.outputs
+                        .iter()
+                        .any(|o| o.buf == plan.nodes[i].inputs[0].buf)
+                });
+                assert_eq!(cast_is_current(key(i), &plan, j), same && !written);
+                assert!(!cast_is_current(key(j), &plan, i), "a later node's cast");
+                shared += usize::from(same && !written);
+                rewritten += usize::from(same && written);
+            }
+        }
+        // Per linear-attention layer qkv, z, beta and alpha read one norm (6 pairs); per layer
+        // the shared gate and up (1); the same buffers again in later layers, rewritten.
+        let linear = cfg
+            .layers
+            .iter()
+            .filter(|k| matches!(k, tally_model::LayerKind::Linear))
+            .count();
+        assert!(linear > 0 && linear < cfg.n_layers);
+        assert!(shared >= 6 * linear + cfg.n_layers, "{shared} shared casts");
+        assert!(
+            rewritten > 0,
+            "no input was rewritten between its projections"
+        );
+    }
 
     /// The grids the decode GEMVs launched with on the H200 (132 SMs), as ncu recorded them in
     /// docs/results/2026-12-02-h200-decode/ (round5 `after/`, `round6/`): (grid.x, threads).
