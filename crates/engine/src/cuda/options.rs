@@ -148,14 +148,6 @@ pub struct CudaOptions {
     /// +1.9% (1.28x -> 1.30-1.31x plain greedy), k = 1 and plain decoding unchanged
     /// (`docs/results/2026-12-05-h200-gemv-mr/`). On unless `TALLY_GEMV_MR=off`.
     pub gemv_mr: bool,
-    /// `TALLY_PREFETCH_AHEAD=on` (compiled in: `-DTALLY_PREFETCH_AHEAD`), more L2 prefetch
-    /// where a kernel's loads are few rounds in flight: the persistent GEMV (`gemvr_<t>`,
-    /// `gemvr4_<t>`: the output head, a verification's dense projections) prefetches the next
-    /// row group its block will take at the start of each group (the entry's prefetch covers
-    /// only the first); the tensor-core tiles of a prompt (MoE expert tiles, a dense
-    /// projection's first row tile) prefetch their whole weight slice at the block's start.
-    /// Off until timed on the H200.
-    pub prefetch_ahead: bool,
     /// The cuBLAS projections that read one input (qkv, z, beta, alpha; the shared expert's
     /// gate and up) cast it to f16 once (`ops/matmul.rs` `cast_is_current`; the same f16
     /// values, so the same outputs bit for bit). On unless `TALLY_CAST_REUSE=off`.
@@ -198,7 +190,6 @@ impl Default for CudaOptions {
             expert_f16: false,
             x32g: false,
             gemv_mr: true,
-            prefetch_ahead: false,
             cast_reuse: true,
         }
     }
@@ -316,7 +307,6 @@ impl CudaOptions {
         o.expert_f16 = on_off("TALLY_EXPERT_F16", o.expert_f16)?;
         o.x32g = on_off("TALLY_X32G", o.x32g)?;
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
-        o.prefetch_ahead = on_off("TALLY_PREFETCH_AHEAD", o.prefetch_ahead)?;
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
@@ -355,9 +345,6 @@ impl CudaOptions {
         }
         if self.wgx_clear {
             d.push("-DTALLY_WGX_CLEAR".to_string());
-        }
-        if self.prefetch_ahead {
-            d.push("-DTALLY_PREFETCH_AHEAD".to_string());
         }
         for (m, &b) in GEMV_BLOCK_MACROS.iter().zip(&self.gemv_blocks) {
             if b != 2 {
@@ -427,7 +414,6 @@ impl CudaOptions {
             format!("expert_f16={}", on(self.expert_f16)),
             format!("x32g={}", on(self.x32g)),
             format!("gemv_mr={}", on(self.gemv_mr)),
-            format!("prefetch_ahead={}", on(self.prefetch_ahead)),
             format!("cast_reuse={}", on(self.cast_reuse)),
         ]
     }
@@ -475,7 +461,6 @@ mod tests {
                 "expert_f16=off",
                 "x32g=off",
                 "gemv_mr=on",
-                "prefetch_ahead=off",
                 "cast_reuse=on"
             ]
         );
@@ -542,9 +527,6 @@ mod tests {
         let r = opts(&[("TALLY_GEMV_MR", "off")]).expect("options");
         assert!(!r.gemv_mr && r.describe().contains(&"gemv_mr=off".into()));
         assert!(opts(&[("TALLY_GEMV_MR", "4")]).is_err());
-        let pa = opts(&[("TALLY_PREFETCH_AHEAD", "on")]).expect("options");
-        assert!(pa.prefetch_ahead && pa.defines() == ["-DTALLY_PREFETCH_AHEAD"]);
-        assert!(opts(&[("TALLY_PREFETCH_AHEAD", "2")]).is_err());
         assert!(
             !opts(&[("TALLY_CAST_REUSE", "off")])
                 .expect("options")

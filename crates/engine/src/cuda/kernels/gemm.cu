@@ -268,26 +268,6 @@ __device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, in
     __syncthreads();
 }
 
-// TALLY_PREFETCH_AHEAD: L2 prefetch of a tile's weight rows [n0, n0 + bn) of w (and of w2 at
-// the same offset: the gated tiles' up rows), so the whole slice is requested at the block's
-// start instead of a ring's few stages at a time (at 16 rows per expert a 512-token prefill's
-// expert tiles stream ~1 TB/s: bytes in flight, not decoding, looked like the limit:
-// docs/results/2026-12-05-h200-expert-f16/). A hint: no result changes.
-__device__ __forceinline__ void gemm_prefetch_rows(const GemmArgs& a, const u8* w, int n0, int bn) {
-#ifdef TALLY_PREFETCH_AHEAD
-    const int n1 = min(n0 + bn, a.N);
-    if (n0 >= n1) return;
-    const i64 off = static_cast<i64>(n0) * a.w_row_bytes, bytes = static_cast<i64>(n1 - n0) * a.w_row_bytes;
-    l2_prefetch(w + off, bytes);
-    if (a.w2) l2_prefetch(a.w2 + (w - a.w) + off, bytes);
-#else
-    (void)a;
-    (void)w;
-    (void)n0;
-    (void)bn;
-#endif
-}
-
 // The preamble of both tensor-core bodies: the argument checks (K a multiple of the K step and
 // of the block), the block's first column n0, its rows (gemm_block_rows) and the row tables.
 // False: the block writes nothing (block-uniform).
@@ -299,9 +279,6 @@ __device__ __forceinline__ bool gemm_tile_begin(const GemmArgs& a, int bn, int m
     if (n0 >= a.N) return false;
     int start, rows;
     if (!gemm_block_rows(a, max_rows, w, start, rows)) return false;
-    // A MoE tile's weights (its expert's rows, known from here on) or a dense projection's first
-    // row tile: the block's slice into L2 before the row tables' barrier.
-    if (a.tile_expert || blockIdx.y == 0) gemm_prefetch_rows(a, w, n0, bn);
     gemm_row_tables(a, start, rows, max_rows, s_xrow, s_yrow);
     return true;
 }
@@ -959,17 +936,6 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
         __syncthreads();
         while (bx < groups) {  // no barriers from here on
             const int nb = bx * (warps * RW) + warp * RW;
-#ifdef TALLY_PREFETCH_AHEAD
-            // The group after this one into L2 (the entry's pdl_enter_prefetch covered the
-            // first): its rows are contiguous, a block's bulk prefetches keep the DRAM stream
-            // going while this group's pieces are loaded one dependent round at a time.
-            {
-                const int n0 = (bx + static_cast<int>(gridDim.x)) * (warps * RW);
-                if (n0 < a.N)
-                    l2_prefetch(a.w + static_cast<i64>(n0) * a.w_row_bytes,
-                                static_cast<i64>(min(warps * RW, a.N - n0)) * a.w_row_bytes);
-            }
-#endif
             float acc[MR][RW];
 #pragma unroll
             for (int j = 0; j < MR; j++)

@@ -428,8 +428,6 @@ __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     const int NJ = (nblk - bx + gx - 1) / gx;  // >= 1 (gemm_tile_begin: bx < nblk)
     const int SS = NJ * KT;
     auto n0_of = [&](int s) { return (bx + (s / KT) * gx) * BN; };
-    // The block's later column blocks too (gemm_tile_begin prefetched the first).
-    for (int j = 1; j < NJ; j++) gemm_prefetch_rows(a, w, n0_of(j * KT), BN);
 
     auto slot = [&](int s, int j) {
         return Slot{ring + (s % S) * (2 * SW * GEMM_THREADS) + j * (SW * GEMM_THREADS) + 4 * tid, 4 * GEMM_THREADS};
