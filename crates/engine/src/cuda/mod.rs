@@ -272,7 +272,6 @@ impl CudaBackend {
             .unwrap_or(std::ptr::null_mut()))
     }
 
-    /// A workspace of at least `bytes`.
     /// Notes the dispatch of nodes `index..index + n`: one at or below the last dispatched starts
     /// a new run (or repeats a node), and what `cast_buf` holds is no longer known.
     fn note_dispatch(&mut self, index: usize, n: usize) {
@@ -282,6 +281,7 @@ impl CudaBackend {
         self.last_dispatch = index + n.max(1) - 1;
     }
 
+    /// A workspace of at least `bytes`.
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
         // prepare() sizes the workspace for the whole plan; growing it here (standalone timing
         // of another shape) moves it, so a captured graph pointing at it must go.
@@ -325,7 +325,7 @@ impl Backend for CudaBackend {
 
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
-        if self.options.cublas_min_m.is_some() {
+        if self.options.cublas_min_m.is_some() || self.options.f32_cublas {
             self.blas_handle()?;
         }
         let stream = self.cu_stream();

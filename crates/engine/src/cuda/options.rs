@@ -128,6 +128,11 @@ pub struct CudaOptions {
     /// against 0.298 ms at 8,192 rows, 5% slower at 512; the engine +0.3% at pp8192, -0.6% at
     /// pp512, 2026-12-05), so `simt`, FFMA on the CUDA cores, stays the default.
     pub f32_tf32: bool,
+    /// `TALLY_F32_GEMM=cublas`: those products through cuBLAS's f32 GEMM (`cublasGemmEx`, f32
+    /// operands, `CUBLAS_COMPUTE_32F_PEDANTIC`: f32 products and sums, no tf32), the weights and
+    /// activations read in place. Why: the SIMT router GEMM ran at ~30 TFLOP/s (11.4 ms of a
+    /// pp8192 prefill on the H100, 2026-12-05), where cuBLAS's f32 kernels reach ~50.
+    pub f32_cublas: bool,
     /// `TALLY_EXPERT_F16=on`: the routed experts' down projections of a prompt (K <=
     /// `WGX_K_MAX`, enough rows per expert: `moe::expert_f16_wanted`) read an f16 copy of the
     /// expert weights, decoded once when a plan first needs it and kept while the device has
@@ -187,6 +192,7 @@ impl Default for CudaOptions {
             attn_f16: true,
             attn_split: true,
             f32_tf32: false,
+            f32_cublas: false,
             expert_f16: false,
             x32g: false,
             gemv_mr: true,
@@ -303,7 +309,12 @@ impl CudaOptions {
         o.gated = on_off("TALLY_GATED", o.gated)?;
         o.attn_f16 = !either("TALLY_ATTN", "f16", "f32")?;
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
-        o.f32_tf32 = either("TALLY_F32_GEMM", "simt", "tf32")?;
+        match get("TALLY_F32_GEMM").as_deref() {
+            None | Some("") | Some("simt") => {}
+            Some("tf32") => o.f32_tf32 = true,
+            Some("cublas") => o.f32_cublas = true,
+            Some(v) => return Err(bad("TALLY_F32_GEMM", v, "simt, tf32 or cublas")),
+        }
         o.expert_f16 = on_off("TALLY_EXPERT_F16", o.expert_f16)?;
         o.x32g = on_off("TALLY_X32G", o.x32g)?;
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
@@ -410,7 +421,16 @@ impl CudaOptions {
             format!("wgx_clear={}", on(self.wgx_clear)),
             format!("attn={}", if self.attn_f16 { "f16" } else { "f32" }),
             format!("attn_split={}", on(self.attn_split)),
-            format!("f32_gemm={}", if self.f32_tf32 { "tf32" } else { "simt" }),
+            format!(
+                "f32_gemm={}",
+                if self.f32_tf32 {
+                    "tf32"
+                } else if self.f32_cublas {
+                    "cublas"
+                } else {
+                    "simt"
+                }
+            ),
             format!("expert_f16={}", on(self.expert_f16)),
             format!("x32g={}", on(self.x32g)),
             format!("gemv_mr={}", on(self.gemv_mr)),
@@ -515,9 +535,11 @@ mod tests {
             .expect_err("tc")
             .to_string();
         assert!(
-            e.contains("TALLY_F32_GEMM=tc") && e.contains("simt or tf32"),
+            e.contains("TALLY_F32_GEMM=tc") && e.contains("simt, tf32 or cublas"),
             "{e}"
         );
+        let c = opts(&[("TALLY_F32_GEMM", "cublas")]).expect("options");
+        assert!(c.f32_cublas && !c.f32_tf32 && c.describe().contains(&"f32_gemm=cublas".into()));
         let x = opts(&[("TALLY_EXPERT_F16", "on")]).expect("options");
         assert!(x.expert_f16 && x.describe().contains(&"expert_f16=on".into()));
         assert!(opts(&[("TALLY_EXPERT_F16", "f16")]).is_err());

@@ -590,8 +590,27 @@ impl W {
 /// cuBLAS path, nothing on the engine's kernels.
 pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, EngineError> {
     let w = b.weights.of(plan, index, 0)?;
-    Ok(cublas_operands(b, w, plan.nodes[index].inputs[0].rows)
-        .map_or(0, |(w, x)| w + x + CUBLAS_WORKSPACE))
+    let node = &plan.nodes[index];
+    let m = node.inputs[0].rows;
+    if let tally_model::Op::MatMul { layout } = &node.op
+        && f32_on_cublas(b, w, m, layout_code(*layout).0)
+    {
+        return Ok(CUBLAS_WORKSPACE);
+    }
+    Ok(cublas_operands(b, w, m).map_or(0, |(w, x)| w + x + CUBLAS_WORKSPACE))
+}
+
+/// `TALLY_F32_GEMM=cublas`: whether an F32-weight product of M rows (the router of a prompt)
+/// runs through cuBLAS's f32 GEMM (`cublas_f32_gemm`) instead of the engine's SIMT GEMM: more
+/// than 8 rows (fewer stay on `gemv_f32`), at least 64 output columns, plain layout.
+fn f32_on_cublas(b: &CudaBackend, w: &DevWeight, m: usize, layout: i32) -> bool {
+    b.options.f32_cublas
+        && w.ty == GgmlType::F32
+        && m > 8
+        && layout == 0
+        && w.dims.len() == 2
+        && w.dims[1] >= 64
+        && w.row_bytes == 4 * w.dims[0] as usize
 }
 
 /// What [`CudaBackend`]'s `cast_buf` holds: the f16 copy of input view `view`, cast by node
@@ -651,6 +670,9 @@ pub fn matmul(
     let operands = cublas_operands(b, dw, m);
     let name = dw.name.clone();
     let layout = layout_code(layout);
+    if f32_on_cublas(b, dw, m, layout.0) {
+        return cublas_f32_gemm(b, w, m, io.ins[0], io.outs[0]);
+    }
     match operands {
         Some(operands) => {
             let cast = Cast { plan, index };
@@ -899,6 +921,63 @@ fn cublas_gemm(
         )
     }
     .map_err(|e| blas_err("cublasGemmEx", e))
+}
+
+/// `TALLY_F32_GEMM=cublas`: row-major `Y[m][ldy] = X[m][ldx] * W[n][k]^T` of an F32 weight
+/// through `cublasGemmEx` with f32 operands read in place and `CUBLAS_COMPUTE_32F_PEDANTIC`
+/// (f32 products and sums, never tf32): exact to f32 as the SIMT GEMM is (another order of the
+/// sums).
+fn cublas_f32_gemm(
+    b: &mut CudaBackend,
+    w: W,
+    m: usize,
+    x: (u64, i64),
+    y: (u64, i64),
+) -> Result<(), EngineError> {
+    use cudarc::cublas::{result as blas_result, sys as blas};
+    let (k, n) = (w.k, w.n);
+    let handle = b.blas_handle()?;
+    let lib_ws = b.workspace(CUBLAS_WORKSPACE)?;
+    let blas_err =
+        |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
+    // SAFETY: as in cublas_gemm: CUBLAS_WORKSPACE bytes of the backend's workspace (work_bytes
+    // sized it for this node).
+    unsafe {
+        blas::cublasSetWorkspace_v2(handle, lib_ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
+            .result()
+            .map_err(|e| blas_err("cublasSetWorkspace", e))?;
+    }
+    crate::cuda::launch::count_library_call();
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: w.ptr holds n rows of k f32 (row_bytes = 4k, checked by f32_on_cublas; the buffer
+    // size by `matmul`); x.0 m rows of stride ldx >= k f32 and y.0 m rows of stride ldy >= n
+    // f32 (the plan's views); column-major this is Y^T (n x m, ld ldy) = W^T' (op T of the k x n
+    // column-major weight, ld k) * X^T (k x m, ld ldx); alpha and beta are host scalars alive
+    // for the call.
+    unsafe {
+        blas_result::gemm_ex(
+            handle,
+            blas::cublasOperation_t::CUBLAS_OP_T,
+            blas::cublasOperation_t::CUBLAS_OP_N,
+            n as i32,
+            m as i32,
+            k as i32,
+            (&alpha as *const f32).cast(),
+            w.ptr as *const std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            k as i32,
+            x.0 as *const std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            x.1 as i32,
+            (&beta as *const f32).cast(),
+            y.0 as *mut std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            y.1 as i32,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
+            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| blas_err("cublasGemmEx (f32)", e))
 }
 
 /// Whether the dense projection of node `index` (M rows) runs on `gemv_<t>` (what the paired
