@@ -128,10 +128,12 @@ pub struct CudaOptions {
     /// against 0.298 ms at 8,192 rows, 5% slower at 512; the engine +0.3% at pp8192, -0.6% at
     /// pp512, 2026-12-05), so `simt`, FFMA on the CUDA cores, stays the default.
     pub f32_tf32: bool,
-    /// `TALLY_F32_GEMM=cublas`: those products through cuBLAS's f32 GEMM (`cublasGemmEx`, f32
-    /// operands, `CUBLAS_COMPUTE_32F_PEDANTIC`: f32 products and sums, no tf32), the weights and
-    /// activations read in place. Why: the SIMT router GEMM ran at ~30 TFLOP/s (11.4 ms of a
-    /// pp8192 prefill on the H100, 2026-12-05), where cuBLAS's f32 kernels reach ~50.
+    /// Those products (more than 8 rows, at least 64 columns: the routers of prompts) through
+    /// cuBLAS's f32 GEMM (`cublasGemmEx`, f32 operands read in place,
+    /// `CUBLAS_COMPUTE_32F_PEDANTIC`: f32 products and sums, never tf32). The default since
+    /// 2026-12-05 (H100: pp512 +0.7%, pp8192 +1.7%; `tally check` on mid q4_k_m at 1,000 tokens
+    /// passes with it, `docs/results/2026-12-05-h100-stop35/`); `TALLY_F32_GEMM=simt` runs the
+    /// SIMT GEMM (~30 TFLOP/s) again.
     pub f32_cublas: bool,
     /// `TALLY_EXPERT_F16=on`: the routed experts' down projections of a prompt (K <=
     /// `WGX_K_MAX`, enough rows per expert: `moe::expert_f16_wanted`) read an f16 copy of the
@@ -192,7 +194,7 @@ impl Default for CudaOptions {
             attn_f16: true,
             attn_split: true,
             f32_tf32: false,
-            f32_cublas: false,
+            f32_cublas: true,
             expert_f16: false,
             x32g: false,
             gemv_mr: true,
@@ -310,8 +312,9 @@ impl CudaOptions {
         o.attn_f16 = !either("TALLY_ATTN", "f16", "f32")?;
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         match get("TALLY_F32_GEMM").as_deref() {
-            None | Some("") | Some("simt") => {}
-            Some("tf32") => o.f32_tf32 = true,
+            None | Some("") => {}
+            Some("simt") => o.f32_cublas = false,
+            Some("tf32") => (o.f32_tf32, o.f32_cublas) = (true, false),
             Some("cublas") => o.f32_cublas = true,
             Some(v) => return Err(bad("TALLY_F32_GEMM", v, "simt, tf32 or cublas")),
         }
@@ -477,7 +480,7 @@ mod tests {
                 "wgx_clear=off",
                 "attn=f16",
                 "attn_split=on",
-                "f32_gemm=simt",
+                "f32_gemm=cublas",
                 "expert_f16=off",
                 "x32g=off",
                 "gemv_mr=on",
@@ -530,7 +533,7 @@ mod tests {
         );
         assert!(opts(&[("TALLY_ATTN_SPLIT", "yes")]).is_err());
         let t = opts(&[("TALLY_F32_GEMM", "tf32")]).expect("options");
-        assert!(t.f32_tf32 && t.describe().contains(&"f32_gemm=tf32".into()));
+        assert!(t.f32_tf32 && !t.f32_cublas && t.describe().contains(&"f32_gemm=tf32".into()));
         let e = opts(&[("TALLY_F32_GEMM", "tc")])
             .expect_err("tc")
             .to_string();
@@ -538,8 +541,10 @@ mod tests {
             e.contains("TALLY_F32_GEMM=tc") && e.contains("simt, tf32 or cublas"),
             "{e}"
         );
+        let c = opts(&[("TALLY_F32_GEMM", "simt")]).expect("options");
+        assert!(!c.f32_cublas && !c.f32_tf32 && c.describe().contains(&"f32_gemm=simt".into()));
         let c = opts(&[("TALLY_F32_GEMM", "cublas")]).expect("options");
-        assert!(c.f32_cublas && !c.f32_tf32 && c.describe().contains(&"f32_gemm=cublas".into()));
+        assert!(c.f32_cublas && !c.f32_tf32);
         let x = opts(&[("TALLY_EXPERT_F16", "on")]).expect("options");
         assert!(x.expert_f16 && x.describe().contains(&"expert_f16=on".into()));
         assert!(opts(&[("TALLY_EXPERT_F16", "f16")]).is_err());

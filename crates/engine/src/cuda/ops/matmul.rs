@@ -604,13 +604,17 @@ pub fn work_bytes(b: &CudaBackend, plan: &Plan, index: usize) -> Result<usize, E
 /// runs through cuBLAS's f32 GEMM (`cublas_f32_gemm`) instead of the engine's SIMT GEMM: more
 /// than 8 rows (fewer stay on `gemv_f32`), at least 64 output columns, plain layout.
 fn f32_on_cublas(b: &CudaBackend, w: &DevWeight, m: usize, layout: i32) -> bool {
-    b.options.f32_cublas
-        && w.ty == GgmlType::F32
+    b.options.f32_cublas && f32_cublas_shape(w.ty, &w.dims, w.row_bytes, m, layout)
+}
+
+/// The weights and rows `f32_on_cublas` takes (the option aside).
+fn f32_cublas_shape(ty: GgmlType, dims: &[u64], row_bytes: usize, m: usize, layout: i32) -> bool {
+    ty == GgmlType::F32
         && m > 8
         && layout == 0
-        && w.dims.len() == 2
-        && w.dims[1] >= 64
-        && w.row_bytes == 4 * w.dims[0] as usize
+        && dims.len() == 2
+        && dims[1] >= 64
+        && row_bytes == 4 * dims[0] as usize
 }
 
 /// What [`CudaBackend`]'s `cast_buf` holds: the f16 copy of input view `view`, cast by node
@@ -1019,9 +1023,9 @@ fn dense_mmv_grid_x(b: &CudaBackend, ty: GgmlType, n: usize, k: usize) -> u32 {
 }
 
 /// A dense projection on the engine's kernels. F32 weights (the MoE router) with more than 8
-/// rows run on the f32 SIMT GEMM: exact to f32 like the CPU reference, so near-tied experts are
-/// picked the same way (the tensor-core kernels round operands to f16); up to 8 rows,
-/// `gemv_f32` (also f32).
+/// rows that `f32_on_cublas` does not take (`TALLY_F32_GEMM=simt`, other shapes) run on the f32
+/// SIMT GEMM: exact to f32 like the CPU reference, so near-tied experts are picked the same way
+/// (the tensor-core kernels round operands to f16); up to 8 rows, `gemv_f32` (also f32).
 fn dense_gemm(
     b: &CudaBackend,
     name: &str,
@@ -1182,6 +1186,40 @@ mod tests {
 
     /// The grids the decode GEMVs launched with on the H200 (132 SMs), as ncu recorded them in
     /// docs/results/2026-12-02-h200-decode/ (round5 `after/`, `round6/`): (grid.x, threads).
+    /// The cuBLAS f32 GEMM takes the router of a prompt on the 35B shapes and on the mid preset
+    /// (64 experts: what the GPU scripts' `tally check` runs), not a verification's (8 rows and
+    /// fewer stay on gemv_f32), a one-column gate, another layout or a quantised weight.
+    #[test]
+    fn the_f32_cublas_path_takes_the_prompt_routers() {
+        use tally_model::synth::Preset;
+        for (preset, m) in [(Preset::Mid, 1000), (Preset::Mid, 9)] {
+            let cfg = preset.config();
+            let (k, n) = (cfg.hidden as u64, cfg.n_experts as u64);
+            assert!(
+                f32_cublas_shape(GgmlType::F32, &[k, n], 4 * k as usize, m, 0),
+                "{m}"
+            );
+        }
+        assert!(f32_cublas_shape(GgmlType::F32, &[2048, 256], 8192, 8192, 0));
+        assert!(!f32_cublas_shape(GgmlType::F32, &[2048, 256], 8192, 8, 0));
+        assert!(!f32_cublas_shape(GgmlType::F32, &[2048, 1], 8192, 512, 0));
+        assert!(!f32_cublas_shape(GgmlType::F32, &[2048, 256], 8192, 512, 1));
+        assert!(!f32_cublas_shape(
+            GgmlType::Q8_0,
+            &[2048, 256],
+            2176,
+            512,
+            0
+        ));
+        assert!(!f32_cublas_shape(
+            GgmlType::F32,
+            &[2048, 256, 4],
+            8192,
+            512,
+            0
+        ));
+    }
+
     #[test]
     fn gemv_grids_are_the_measured_ones() {
         let sms = 132;
