@@ -552,15 +552,75 @@ pub(crate) struct GemmExDims {
 
 impl GemmExDims {
     fn row_major(m: usize, n: usize, k: usize, ldy: usize) -> GemmExDims {
+        GemmExDims::row_major_ld(m, n, k, k, ldy)
+    }
+    /// The same with X's rows `ldx` elements apart.
+    fn row_major_ld(m: usize, n: usize, k: usize, ldx: usize, ldy: usize) -> GemmExDims {
         GemmExDims {
             m: n as i32,
             n: m as i32,
             k: k as i32,
             lda: k as i32,
-            ldb: k as i32,
+            ldb: ldx as i32,
             ldc: ldy as i32,
         }
     }
+}
+
+/// Points cuBLAS at `lib_ws` (CUBLAS_WORKSPACE bytes: inside a graph capture it may not
+/// allocate), then runs `cublasGemmEx(OP_T, OP_N)` with dims `d`: the weight at `w` and the
+/// activations at `x`, both of type `ty`, into f32 `y`, with compute type `compute`.
+///
+/// # Safety
+/// `lib_ws` must address CUBLAS_WORKSPACE bytes of device memory, and `w`, `x` and `y` the
+/// operands `d` describes (`d.m x d.k` of `ty` at `w` with leading dimension `d.lda`, `d.k x d.n`
+/// at `x` with `d.ldb`, `d.m x d.n` f32 at `y` with `d.ldc`), all live until the call has run on
+/// the handle's stream.
+unsafe fn gemm_ex_t_n_device(
+    handle: cudarc::cublas::sys::cublasHandle_t,
+    lib_ws: u64,
+    d: GemmExDims,
+    (w, x, ty): (u64, u64, cudarc::cublas::sys::cudaDataType),
+    y: u64,
+    compute: cudarc::cublas::sys::cublasComputeType_t,
+) -> Result<(), EngineError> {
+    use cudarc::cublas::{result as blas_result, sys as blas};
+    let blas_err =
+        |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
+    // SAFETY: the caller's contract: lib_ws holds CUBLAS_WORKSPACE bytes.
+    unsafe {
+        blas::cublasSetWorkspace_v2(handle, lib_ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
+            .result()
+            .map_err(|e| blas_err("cublasSetWorkspace", e))?;
+    }
+    crate::cuda::launch::count_library_call();
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: the operands are the caller's (its contract above); alpha and beta are host f32
+    // scalars (the handle's default host pointer mode) alive for the call.
+    unsafe {
+        blas_result::gemm_ex(
+            handle,
+            blas::cublasOperation_t::CUBLAS_OP_T,
+            blas::cublasOperation_t::CUBLAS_OP_N,
+            d.m,
+            d.n,
+            d.k,
+            (&alpha as *const f32).cast(),
+            w as *const std::ffi::c_void,
+            ty,
+            d.lda,
+            x as *const std::ffi::c_void,
+            ty,
+            d.ldb,
+            (&beta as *const f32).cast(),
+            y as *mut std::ffi::c_void,
+            blas::cudaDataType::CUDA_R_32F,
+            d.ldc,
+            compute,
+            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| blas_err("cublasGemmEx", e))
 }
 
 /// The weight facts a projection launch needs, copied out of the backend's weight table (so
@@ -842,7 +902,7 @@ fn cublas_gemm(
     (w_bytes, x_bytes): (usize, usize),
     node: Cast<'_>,
 ) -> Result<(), EngineError> {
-    use cudarc::cublas::{result as blas_result, sys as blas};
+    use cudarc::cublas::sys as blas;
     let (k, n) = (w.k, w.n);
     let handle = b.blas_handle()?;
     let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
@@ -886,51 +946,27 @@ fn cublas_gemm(
             )
         }?;
     }
-    let blas_err =
-        |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
-    // SAFETY: the workspace pointer addresses CUBLAS_WORKSPACE bytes of the backend's workspace,
-    // which lives until the next workspace growth (prepare() sizes it for every node first).
-    unsafe {
-        blas::cublasSetWorkspace_v2(handle, lib_ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
-            .result()
-            .map_err(|e| blas_err("cublasSetWorkspace", e))?;
-    }
-    crate::cuda::launch::count_library_call();
     let d = GemmExDims::row_major(m, n, k, y.1 as usize);
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    // SAFETY: wh holds n*k and xh m*k f16 values written above on the same stream; y.0 holds m
-    // rows of stride ldy >= n f32 values (the plan's output view); alpha and beta are host f32
-    // scalars (the handle's default host pointer mode) alive for the call.
+    // SAFETY: lib_ws is CUBLAS_WORKSPACE bytes of the backend's workspace (sized above and by
+    // prepare() for every node; it lives until the next growth); wh holds n*k and xh m*k f16
+    // values written above on the same stream (or kept: the weight's copy, the cast of this
+    // input); y.0 holds m rows of stride ldy >= n f32 values (the plan's output view).
     unsafe {
-        blas_result::gemm_ex(
+        gemm_ex_t_n_device(
             handle,
-            blas::cublasOperation_t::CUBLAS_OP_T,
-            blas::cublasOperation_t::CUBLAS_OP_N,
-            d.m,
-            d.n,
-            d.k,
-            (&alpha as *const f32).cast(),
-            wh as *const std::ffi::c_void,
-            blas::cudaDataType::CUDA_R_16F,
-            d.lda,
-            xh as *const std::ffi::c_void,
-            blas::cudaDataType::CUDA_R_16F,
-            d.ldb,
-            (&beta as *const f32).cast(),
-            y.0 as *mut std::ffi::c_void,
-            blas::cudaDataType::CUDA_R_32F,
-            d.ldc,
+            lib_ws,
+            d,
+            (wh, xh, blas::cudaDataType::CUDA_R_16F),
+            y.0,
             blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(|e| blas_err("cublasGemmEx", e))
 }
 
-/// `TALLY_F32_GEMM=cublas`: row-major `Y[m][ldy] = X[m][ldx] * W[n][k]^T` of an F32 weight
-/// through `cublasGemmEx` with f32 operands read in place and `CUBLAS_COMPUTE_32F_PEDANTIC`
-/// (f32 products and sums, never tf32): exact to f32 as the SIMT GEMM is (another order of the
-/// sums).
+/// Row-major `Y[m][ldy] = X[m][ldx] * W[n][k]^T` of an F32 weight (`f32_on_cublas`: the default
+/// for the routers of prompts) through `cublasGemmEx` with f32 operands read in place and
+/// `CUBLAS_COMPUTE_32F_PEDANTIC` (f32 products and sums, never tf32): exact to f32 as the SIMT
+/// GEMM is (another order of the sums).
 fn cublas_f32_gemm(
     b: &mut CudaBackend,
     w: W,
@@ -938,50 +974,25 @@ fn cublas_f32_gemm(
     x: (u64, i64),
     y: (u64, i64),
 ) -> Result<(), EngineError> {
-    use cudarc::cublas::{result as blas_result, sys as blas};
-    let (k, n) = (w.k, w.n);
+    use cudarc::cublas::sys as blas;
     let handle = b.blas_handle()?;
     let lib_ws = b.workspace(CUBLAS_WORKSPACE)?;
-    let blas_err =
-        |what: &str, e: blas_result::CublasError| EngineError::Cuda(format!("{what}: {e:?}"));
-    // SAFETY: as in cublas_gemm: CUBLAS_WORKSPACE bytes of the backend's workspace (work_bytes
-    // sized it for this node).
+    let d = GemmExDims::row_major_ld(m, w.n, w.k, x.1 as usize, y.1 as usize);
+    // SAFETY: lib_ws is CUBLAS_WORKSPACE bytes of the backend's workspace (work_bytes sized it
+    // for this node); w.ptr holds n rows of k f32 (row_bytes = 4k, checked by f32_on_cublas;
+    // the buffer's size by `matmul`); x.0 holds m rows of stride ldx >= k f32 and y.0 m rows of
+    // stride ldy >= n f32 (the plan's views): column-major, Y^T (n x m, ld ldy) = op T of the
+    // k x n weight (ld k) times X^T (k x m, ld ldx).
     unsafe {
-        blas::cublasSetWorkspace_v2(handle, lib_ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
-            .result()
-            .map_err(|e| blas_err("cublasSetWorkspace", e))?;
-    }
-    crate::cuda::launch::count_library_call();
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    // SAFETY: w.ptr holds n rows of k f32 (row_bytes = 4k, checked by f32_on_cublas; the buffer
-    // size by `matmul`); x.0 m rows of stride ldx >= k f32 and y.0 m rows of stride ldy >= n
-    // f32 (the plan's views); column-major this is Y^T (n x m, ld ldy) = W^T' (op T of the k x n
-    // column-major weight, ld k) * X^T (k x m, ld ldx); alpha and beta are host scalars alive
-    // for the call.
-    unsafe {
-        blas_result::gemm_ex(
+        gemm_ex_t_n_device(
             handle,
-            blas::cublasOperation_t::CUBLAS_OP_T,
-            blas::cublasOperation_t::CUBLAS_OP_N,
-            n as i32,
-            m as i32,
-            k as i32,
-            (&alpha as *const f32).cast(),
-            w.ptr as *const std::ffi::c_void,
-            blas::cudaDataType::CUDA_R_32F,
-            k as i32,
-            x.0 as *const std::ffi::c_void,
-            blas::cudaDataType::CUDA_R_32F,
-            x.1 as i32,
-            (&beta as *const f32).cast(),
-            y.0 as *mut std::ffi::c_void,
-            blas::cudaDataType::CUDA_R_32F,
-            y.1 as i32,
+            lib_ws,
+            d,
+            (w.ptr, x.0, blas::cudaDataType::CUDA_R_32F),
+            y.0,
             blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
-            blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(|e| blas_err("cublasGemmEx (f32)", e))
 }
 
 /// Whether the dense projection of node `index` (M rows) runs on `gemv_<t>` (what the paired
@@ -1283,24 +1294,33 @@ mod tests {
         }
     }
 
+    /// The cuBLAS arguments give row-major `Y = X W^T`, with X contiguous (the f16 cast) and
+    /// with X's rows further apart than K (the f32 router reads its input view in place).
     #[test]
     fn cublas_arguments_give_the_row_major_projection() {
         let (m, n, k, ldy) = (3usize, 5usize, 4usize, 7usize);
-        let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-        let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.53).cos()).collect();
-        let mut y = vec![f32::NAN; m * ldy];
-        gemm_ex_t_n(GemmExDims::row_major(m, n, k, ldy), &w, &x, &mut y);
-        for r in 0..m {
-            for c in 0..ldy {
-                let got = y[r * ldy + c];
-                if c < n {
-                    let want: f32 = (0..k).map(|l| x[r * k + l] * w[c * k + l]).sum();
-                    assert!(
-                        (got - want).abs() < 1e-6,
-                        "y[{r}][{c}] = {got}, want {want}"
-                    );
-                } else {
-                    assert!(got.is_nan(), "padding y[{r}][{c}] written");
+        for ldx in [k, 6] {
+            let x: Vec<f32> = (0..m * ldx).map(|i| (i as f32 * 0.37).sin()).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.53).cos()).collect();
+            let mut y = vec![f32::NAN; m * ldy];
+            let d = if ldx == k {
+                GemmExDims::row_major(m, n, k, ldy)
+            } else {
+                GemmExDims::row_major_ld(m, n, k, ldx, ldy)
+            };
+            gemm_ex_t_n(d, &w, &x, &mut y);
+            for r in 0..m {
+                for c in 0..ldy {
+                    let got = y[r * ldy + c];
+                    if c < n {
+                        let want: f32 = (0..k).map(|l| x[r * ldx + l] * w[c * k + l]).sum();
+                        assert!(
+                            (got - want).abs() < 1e-6,
+                            "ldx {ldx}: y[{r}][{c}] = {got}, want {want}"
+                        );
+                    } else {
+                        assert!(got.is_nan(), "padding y[{r}][{c}] written");
+                    }
                 }
             }
         }
