@@ -41,6 +41,11 @@ for round in 1 2; do
     done
     pack
 done
+timeout 60 "$T" bench -m $F --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-A.json" 2> "$OUT/tg-A.err"
+row "tg128 A" "rc=$? $(bench_row "$OUT/tg-A.json") ($(el))"
+timeout 60 "$T" bench -m $F --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft-max 3 --replay-acceptance 0.8 -o md \
+    > "$OUT/spec-A.md" 2> "$OUT/spec-A.err"
+row "spec k=3 a=0.8 A" "rc=$? $(grep -ohE '[0-9.]+ t/s vs [0-9.]+ t/s plain greedy in the same windows: [0-9.]+x; per window verify [0-9.]+ s' "$OUT/spec-A.md") ($(el))"
 env $(env_of A) timeout 90 "$T" bench -m $F --backend cuda -p 32768 -n 0 -r 3 -o json \
     > "$OUT/pp32768-A.json" 2> "$OUT/pp32768-A.err"
 row "pp32768 A" "rc=$? $(bench_row "$OUT/pp32768-A.json") $(grep -o '"tally_device_memory_peak_bytes[^,]*' "$OUT/pp32768-A.json" | head -1) ($(el))"
