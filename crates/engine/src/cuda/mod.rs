@@ -284,10 +284,12 @@ impl CudaBackend {
     /// A workspace of at least `bytes`.
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
         // prepare() sizes the workspace for the whole plan; growing it here (standalone timing
-        // of another shape) moves it, so a captured graph pointing at it must go.
-        if self.arena.grow_work(bytes, &mut DevBuf::alloc)? {
+        // of another shape) moves it, so a captured graph pointing at it must go: before the old
+        // buffer is freed, so that a failed allocation leaves none pointing at freed memory.
+        if self.arena.work.as_ref().is_none_or(|w| w.bytes < bytes) {
             self.graphs.by_set.clear();
         }
+        self.arena.grow_work(bytes, &mut DevBuf::alloc)?;
         Ok(self.arena.work.as_ref().map(|w| w.ptr).unwrap_or(0))
     }
 
@@ -325,6 +327,8 @@ impl Backend for CudaBackend {
 
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
+        // Whatever cast_buf holds belongs to the run before.
+        self.cast_last = None;
         if self.options.cublas_min_m.is_some() || self.options.f32_cublas {
             self.blas_handle()?;
         }
@@ -371,19 +375,20 @@ impl Backend for CudaBackend {
         self.workspace(work.max(256))?;
         let cast = ops::cast_bytes(self, plan)?;
         if cast > self.cast_buf.as_ref().map_or(0, |b| b.bytes) {
-            // A graph pointing at the old buffer must go (as for the workspace).
+            // A graph pointing at the old buffer must go (as for the workspace), before the
+            // buffer is freed.
+            self.graphs.by_set.clear();
             self.cast_buf = None;
             self.cast_buf = Some(DevBuf::alloc(
                 cast,
                 "the f16 activations of cuBLAS projections",
             )?);
-            self.graphs.by_set.clear();
         }
-        self.cast_last = None;
         self.sync()
     }
 
     fn reset_state(&mut self) -> Result<(), EngineError> {
+        self.cast_last = None;
         let list: Vec<(u64, usize)> = self
             .arena
             .state
@@ -485,6 +490,8 @@ impl Backend for CudaBackend {
     }
 
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
+        // A replayed graph rewrites cast_buf and the activations behind the host's back.
+        self.cast_last = None;
         let Some(id) = self.prepared_set(plan) else {
             return Ok(false);
         };
@@ -513,6 +520,7 @@ impl Backend for CudaBackend {
             return Ok(false);
         };
         self.graphs.by_set.remove(&id);
+        self.cast_last = None;
         self.graphs.capturing = Some(GraphCount::default());
         self.begin_capture()
     }
@@ -558,6 +566,7 @@ impl Backend for CudaBackend {
     }
 
     fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
+        self.cast_last = None;
         self.snapshot_restore(slot)
     }
 
@@ -574,6 +583,7 @@ impl Backend for CudaBackend {
     }
 
     fn restore_token_states(&mut self, index: usize, batch: usize) -> Result<bool, EngineError> {
+        self.cast_last = None;
         self.token_states_restore(index, batch)
     }
 }
@@ -612,10 +622,11 @@ fn kernel_nodes(g: &CudaGraph) -> Result<u64, EngineError> {
 }
 
 impl CudaBackend {
-    /// Fills the activation buffers (not state, token ids or the position), the workspace and
-    /// the replay scratch with NaN, and waits.
+    /// Fills the activation buffers (not state, token ids or the position), the workspace, the
+    /// cuBLAS path's f16 activations and the replay scratch with NaN, and waits.
     fn poison_all(&mut self) -> Result<(), EngineError> {
         const NAN_BITS: u32 = 0x7fc0_0000;
+        self.cast_last = None;
         let mut spans: Vec<(u64, usize)> = Vec::new();
         for (slot, shape) in self.arena.bufs().iter().zip(self.arena.kinds()) {
             if let (Slot::Own(b), BufKind::Activation | BufKind::Logits) = (slot, shape) {
@@ -623,6 +634,7 @@ impl CudaBackend {
             }
         }
         spans.extend(self.arena.work.iter().map(|w| (w.ptr, w.bytes)));
+        spans.extend(self.cast_buf.iter().map(|w| (w.ptr, w.bytes)));
         spans.extend(
             self.arena
                 .scratch

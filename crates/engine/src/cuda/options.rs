@@ -312,7 +312,8 @@ impl CudaOptions {
         o.attn_f16 = !either("TALLY_ATTN", "f16", "f32")?;
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         match get("TALLY_F32_GEMM").as_deref() {
-            None | Some("") => {}
+            // TALLY_GEMM=kernels: the engine's own kernels, the router's too, unless asked.
+            None | Some("") => o.f32_cublas &= o.cublas_min_m.is_some(),
             Some("simt") => o.f32_cublas = false,
             Some("tf32") => (o.f32_tf32, o.f32_cublas) = (true, false),
             Some("cublas") => o.f32_cublas = true,
@@ -545,6 +546,11 @@ mod tests {
         assert!(!c.f32_cublas && !c.f32_tf32 && c.describe().contains(&"f32_gemm=simt".into()));
         let c = opts(&[("TALLY_F32_GEMM", "cublas")]).expect("options");
         assert!(c.f32_cublas && !c.f32_tf32);
+        // TALLY_GEMM=kernels keeps every product on the engine's kernels unless asked.
+        let k = opts(&[("TALLY_GEMM", "kernels")]).expect("options");
+        assert!(!k.f32_cublas && k.describe().contains(&"f32_gemm=simt".into()));
+        let kc = opts(&[("TALLY_GEMM", "kernels"), ("TALLY_F32_GEMM", "cublas")]).expect("options");
+        assert!(kc.f32_cublas);
         let x = opts(&[("TALLY_EXPERT_F16", "on")]).expect("options");
         assert!(x.expert_f16 && x.describe().contains(&"expert_f16=on".into()));
         assert!(opts(&[("TALLY_EXPERT_F16", "f16")]).is_err());

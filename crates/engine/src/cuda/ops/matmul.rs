@@ -908,13 +908,19 @@ fn cublas_gemm(
     let ws = b.workspace(w_bytes + x_bytes + CUBLAS_WORKSPACE)?;
     let (mut wh, mut xh, lib_ws) = (ws, ws + w_bytes as u64, ws + (w_bytes + x_bytes) as u64);
     let mut cast_needed = true;
+    // What cast_buf will hold once this projection's cast (if any) is on the stream.
+    let mut holds = None;
     if let Some(buf) = b.cast_buf.as_ref().filter(|buf| buf.bytes >= x_bytes) {
         xh = buf.ptr;
         cast_needed = !b.options.cast_reuse || !cast_is_current(b.cast_last, node.plan, node.index);
-        b.cast_last = Some(CastKey {
+        holds = Some(CastKey {
             view: node.plan.nodes[node.index].inputs[0],
             node: node.index,
         });
+    }
+    // Unknown until the cast below is launched (an error on the way leaves it unknown).
+    if holds.is_some() && cast_needed {
+        b.cast_last = None;
     }
     let s = b.cu_stream();
     let gx = blocks(k as i64, 2048);
@@ -945,6 +951,9 @@ fn cublas_gemm(
                 &cast,
             )
         }?;
+    }
+    if holds.is_some() {
+        b.cast_last = holds;
     }
     let d = GemmExDims::row_major(m, n, k, y.1 as usize);
     // SAFETY: lib_ws is CUBLAS_WORKSPACE bytes of the backend's workspace (sized above and by
@@ -1195,8 +1204,6 @@ mod tests {
         );
     }
 
-    /// The grids the decode GEMVs launched with on the H200 (132 SMs), as ncu recorded them in
-    /// docs/results/2026-12-02-h200-decode/ (round5 `after/`, `round6/`): (grid.x, threads).
     /// The cuBLAS f32 GEMM takes the router of a prompt on the 35B shapes and on the mid preset
     /// (64 experts: what the GPU scripts' `tally check` runs), not a verification's (8 rows and
     /// fewer stay on gemv_f32), a one-column gate, another layout or a quantised weight.
@@ -1229,8 +1236,12 @@ mod tests {
             512,
             0
         ));
+        // Rows padded past 4 K bytes.
+        assert!(!f32_cublas_shape(GgmlType::F32, &[2048, 256], 8196, 512, 0));
     }
 
+    /// The grids the decode GEMVs launched with on the H200 (132 SMs), as ncu recorded them in
+    /// docs/results/2026-12-02-h200-decode/ (round5 `after/`, `round6/`): (grid.x, threads).
     #[test]
     fn gemv_grids_are_the_measured_ones() {
         let sms = 132;
