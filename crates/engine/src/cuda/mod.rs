@@ -118,7 +118,8 @@ pub struct CudaBackend {
     /// plans it prepared.
     cast_buf: Option<DevBuf>,
     /// What `cast_buf` holds: the input view it was cast from and the node that cast it; None
-    /// when unknown (a new run, a host write, a growth of the buffer).
+    /// when unknown (a new run or a repeated node, `prepare`, a host write, a graph launch or
+    /// capture, a state restore, poisoning).
     cast_last: Option<ops::CastKey>,
     /// The last node index dispatched: a dispatch at or below it starts a new run (or repeats a
     /// node), which forgets `cast_last`.
