@@ -117,13 +117,9 @@ pub struct CudaBackend {
     /// expert's gate and up) cast it once: sized by `prepare` for every such projection of the
     /// plans it prepared.
     cast_buf: Option<DevBuf>,
-    /// What `cast_buf` holds: the input view it was cast from and the node that cast it; None
-    /// when unknown (a new run or a repeated node, `prepare`, a host write, a graph launch or
-    /// capture, a state restore, poisoning).
-    cast_last: Option<ops::CastKey>,
-    /// The last node index dispatched: a dispatch at or below it starts a new run (or repeats a
-    /// node), which forgets `cast_last`.
-    last_dispatch: usize,
+    /// What `cast_buf` holds (the input view it was cast from and the node that cast it) and
+    /// where the run is (`ops::CastState`).
+    cast: ops::CastState,
 }
 
 /// The NVRTC architecture the backend compiles for on a device of compute capability `cc`
@@ -216,8 +212,7 @@ impl CudaBackend {
             f16_weights: HashMap::new(),
             f16_experts: HashMap::new(),
             cast_buf: None,
-            cast_last: None,
-            last_dispatch: 0,
+            cast: ops::CastState::default(),
         })
     }
 
@@ -273,15 +268,6 @@ impl CudaBackend {
             .unwrap_or(std::ptr::null_mut()))
     }
 
-    /// Notes the dispatch of nodes `index..index + n`: one at or below the last dispatched starts
-    /// a new run (or repeats a node), and what `cast_buf` holds is no longer known.
-    fn note_dispatch(&mut self, index: usize, n: usize) {
-        if index <= self.last_dispatch {
-            self.cast_last = None;
-        }
-        self.last_dispatch = index + n.max(1) - 1;
-    }
-
     /// A workspace of at least `bytes`.
     fn workspace(&mut self, bytes: usize) -> Result<u64, EngineError> {
         // prepare() sizes the workspace for the whole plan; growing it here (standalone timing
@@ -329,7 +315,7 @@ impl Backend for CudaBackend {
     fn prepare(&mut self, plan: &Plan) -> Result<(), EngineError> {
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         // Whatever cast_buf holds belongs to the run before.
-        self.cast_last = None;
+        self.cast.forget();
         if self.options.cublas_min_m.is_some() || self.options.f32_cublas {
             self.blas_handle()?;
         }
@@ -389,7 +375,7 @@ impl Backend for CudaBackend {
     }
 
     fn reset_state(&mut self) -> Result<(), EngineError> {
-        self.cast_last = None;
+        self.cast.forget();
         let list: Vec<(u64, usize)> = self
             .arena
             .state
@@ -404,7 +390,7 @@ impl Backend for CudaBackend {
 
     fn dispatch(&mut self, plan: &Plan, index: usize, target: Target) -> Result<(), EngineError> {
         launch::set_plan_pdl(self.options.pdl_for(plan.n_tokens));
-        self.note_dispatch(index, 1);
+        self.cast.dispatching(index);
         let before = launch::counts();
         ops::dispatch(self, plan, index, target).map_err(|e| e.in_node(&plan.nodes[index].name))?;
         if let Some(c) = self.graphs.capturing.as_mut() {
@@ -422,16 +408,12 @@ impl Backend for CudaBackend {
         launch::set_plan_pdl(self.options.pdl_for(plan.n_tokens));
         // Noted as a dispatch (a fused launch may cast), undone when nothing was fused (the
         // executor then dispatches the node itself).
-        let noted = (self.cast_last, self.last_dispatch);
-        self.note_dispatch(index, 1);
+        let noted = self.cast;
+        self.cast.dispatching(index);
         let before = launch::counts();
         let n = ops::fused::dispatch(self, plan, index)
             .map_err(|e| e.in_node(&plan.nodes[index].name))?;
-        if n == 0 {
-            (self.cast_last, self.last_dispatch) = noted;
-        } else {
-            self.last_dispatch = index + n - 1;
-        }
+        self.cast.fused(noted, index, n);
         if let (true, Some(c)) = (n > 0, self.graphs.capturing.as_mut()) {
             let after = launch::counts();
             c.dispatches += n as u64;
@@ -492,7 +474,7 @@ impl Backend for CudaBackend {
 
     fn graph_launch(&mut self, plan: &Plan) -> Result<bool, EngineError> {
         // A replayed graph rewrites cast_buf and the activations behind the host's back.
-        self.cast_last = None;
+        self.cast.forget();
         let Some(id) = self.prepared_set(plan) else {
             return Ok(false);
         };
@@ -521,7 +503,7 @@ impl Backend for CudaBackend {
             return Ok(false);
         };
         self.graphs.by_set.remove(&id);
-        self.cast_last = None;
+        self.cast.forget();
         self.graphs.capturing = Some(GraphCount::default());
         self.begin_capture()
     }
@@ -567,7 +549,7 @@ impl Backend for CudaBackend {
     }
 
     fn restore_state(&mut self, slot: u64) -> Result<(), EngineError> {
-        self.cast_last = None;
+        self.cast.forget();
         self.snapshot_restore(slot)
     }
 
@@ -584,7 +566,7 @@ impl Backend for CudaBackend {
     }
 
     fn restore_token_states(&mut self, index: usize, batch: usize) -> Result<bool, EngineError> {
-        self.cast_last = None;
+        self.cast.forget();
         self.token_states_restore(index, batch)
     }
 }
@@ -627,7 +609,7 @@ impl CudaBackend {
     /// cuBLAS path's f16 activations and the replay scratch with NaN, and waits.
     fn poison_all(&mut self) -> Result<(), EngineError> {
         const NAN_BITS: u32 = 0x7fc0_0000;
-        self.cast_last = None;
+        self.cast.forget();
         let mut spans: Vec<(u64, usize)> = Vec::new();
         for (slot, shape) in self.arena.bufs().iter().zip(self.arena.kinds()) {
             if let (Slot::Own(b), BufKind::Activation | BufKind::Logits) = (slot, shape) {
@@ -699,7 +681,7 @@ impl CudaBackend {
         data: &[T],
     ) -> Result<(), EngineError> {
         // The host may be rewriting an input that cast_buf holds a copy of.
-        self.cast_last = None;
+        self.cast.forget();
         if data.len() != view.elems() {
             return Err(EngineError::Internal(format!(
                 "{} values for a view of {} elements",

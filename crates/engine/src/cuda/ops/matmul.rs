@@ -700,6 +700,41 @@ pub(crate) fn cast_bytes(b: &CudaBackend, plan: &Plan) -> Result<usize, EngineEr
     Ok(most)
 }
 
+/// The cast reuse's bookkeeping in the backend: what `cast_buf` holds and where the run is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CastState {
+    /// The f16 copy `cast_buf` holds; None when unknown (a new run or a repeated node,
+    /// `prepare`, a host write, a graph launch or capture, a state restore, poisoning).
+    pub last: Option<CastKey>,
+    /// The last node index dispatched.
+    last_dispatch: usize,
+}
+
+impl CastState {
+    /// What `cast_buf` holds is no longer known.
+    pub fn forget(&mut self) {
+        self.last = None;
+    }
+    /// Before node `index` is dispatched: one at or below the last dispatched starts a new run
+    /// (or repeats a node), which forgets what `cast_buf` holds.
+    pub fn dispatching(&mut self, index: usize) {
+        if index <= self.last_dispatch {
+            self.last = None;
+        }
+        self.last_dispatch = index;
+    }
+    /// After a fused dispatch at `index` that covered `n` nodes, `before` the state before its
+    /// `dispatching(index)`: nothing fused undoes that note (the executor then dispatches the
+    /// node itself).
+    pub fn fused(&mut self, before: CastState, index: usize, n: usize) {
+        if n == 0 {
+            *self = before;
+        } else {
+            self.last_dispatch = index + n - 1;
+        }
+    }
+}
+
 /// Whether `cast_buf` already holds the f16 copy of node `index`'s input: cast by an earlier
 /// node of this run from the same view, which no node from that one to this one writes.
 fn cast_is_current(last: Option<CastKey>, plan: &Plan, index: usize) -> bool {
@@ -912,7 +947,7 @@ fn cublas_gemm(
     let mut holds = None;
     if let Some(buf) = b.cast_buf.as_ref().filter(|buf| buf.bytes >= x_bytes) {
         xh = buf.ptr;
-        cast_needed = !b.options.cast_reuse || !cast_is_current(b.cast_last, node.plan, node.index);
+        cast_needed = !b.options.cast_reuse || !cast_is_current(b.cast.last, node.plan, node.index);
         holds = Some(CastKey {
             view: node.plan.nodes[node.index].inputs[0],
             node: node.index,
@@ -920,7 +955,7 @@ fn cublas_gemm(
     }
     // Unknown until the cast below is launched (an error on the way leaves it unknown).
     if holds.is_some() && cast_needed {
-        b.cast_last = None;
+        b.cast.forget();
     }
     let s = b.cu_stream();
     let gx = blocks(k as i64, 2048);
@@ -953,7 +988,7 @@ fn cublas_gemm(
         }?;
     }
     if holds.is_some() {
-        b.cast_last = holds;
+        b.cast.last = holds;
     }
     let d = GemmExDims::row_major(m, n, k, y.1 as usize);
     // SAFETY: lib_ws is CUBLAS_WORKSPACE bytes of the backend's workspace (sized above and by
@@ -1202,6 +1237,74 @@ mod tests {
             rewritten > 0,
             "no input was rewritten between its projections"
         );
+    }
+
+    /// The dispatch bookkeeping: a later node of the same run keeps what cast_buf holds; a new
+    /// run, a repeated node and a node inside a fused dispatch's range forget it; a fused
+    /// dispatch that fused nothing leaves the state as it was.
+    #[test]
+    fn the_cast_state_forgets_at_every_new_run_or_repeat() {
+        use tally_model::synth::Preset;
+        use tally_model::{Op, PlanOptions, build_plan};
+        let plan =
+            build_plan(&Preset::Mid.config(), 300, 512, &PlanOptions::default()).expect("plan");
+        let mms: Vec<usize> = (0..plan.nodes.len())
+            .filter(|&i| matches!(plan.nodes[i].op, Op::MatMul { .. }))
+            .collect();
+        let (i, j) = mms
+            .windows(2)
+            .map(|w| (w[0], w[1]))
+            .find(|&(i, j)| plan.nodes[i].inputs[0] == plan.nodes[j].inputs[0])
+            .expect("two projections of one input");
+        let key = CastKey {
+            view: plan.nodes[i].inputs[0],
+            node: i,
+        };
+        let run_to_i = || {
+            let mut s = CastState::default();
+            for n in 0..=i {
+                s.dispatching(n);
+            }
+            s.last = Some(key);
+            s
+        };
+        // The same run: j reuses i's cast.
+        let mut s = run_to_i();
+        s.dispatching(j);
+        assert!(cast_is_current(s.last, &plan, j));
+        // A new run starts at node 0.
+        let mut s = run_to_i();
+        s.dispatching(0);
+        assert_eq!(s.last, None);
+        // A repeated node (the ledger's replays, standalone timing).
+        let mut s = run_to_i();
+        s.dispatching(i);
+        assert_eq!(s.last, None);
+        // A fused dispatch that fused nothing changes nothing.
+        let mut s = run_to_i();
+        let before = s;
+        s.dispatching(i + 1);
+        s.fused(before, i + 1, 0);
+        assert_eq!(s, before);
+        // One that covered three nodes: a dispatch inside its range is a repeat.
+        let mut s = run_to_i();
+        let before = s;
+        s.dispatching(i + 1);
+        s.fused(before, i + 1, 3);
+        assert_eq!(s.last, Some(key));
+        s.dispatching(i + 2);
+        assert_eq!(s.last, None);
+        let mut s = run_to_i();
+        s.dispatching(i + 1);
+        s.fused(before, i + 1, 3);
+        s.dispatching(i + 4);
+        assert_eq!(
+            s.last,
+            Some(key),
+            "the node after the fused range continues the run"
+        );
+        s.forget();
+        assert_eq!(s.last, None);
     }
 
     /// The cuBLAS f32 GEMM takes the router of a prompt on the 35B shapes and on the mid preset

@@ -21,7 +21,7 @@ pub mod snapshot;
 use cudarc::driver::result;
 use tally_model::{Node, Op, Plan};
 
-pub(crate) use matmul::{CastKey, cast_bytes, keep_f16};
+pub(crate) use matmul::{CastState, cast_bytes, keep_f16};
 
 use super::CudaBackend;
 use super::mem::cuda_err;
