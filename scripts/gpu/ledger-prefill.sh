@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Its ledger commands ran inline in scripts/gpu/stop35b.sh on 2026-12-05; this script itself has not
+# run yet.)
 # Issue 14's ledgers against the floor (every category: ms, floor ms, ratio) at pp512 and
 # pp8192 on the 35B-A3B Q4_K_M synth file, tally's CUDA backend against itself (`--peer self`:
 # the method's null check; the floor columns are tally's own bytes and FLOPs against the
