@@ -456,6 +456,15 @@ static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& r
     const double tu = time_calls(unfused), tg = time_calls(gated);
     std::printf("  time gated %-5s g%-3d T=%-5d unfused (2 x (x_f16_perm + w%d) + SwiGlu) %.4f ms, gated %.4f ms (%.2fx)\n",
                 ref::type_name(type), bt, T, bt, tu, tg, tu / tg);
+    if (bt == 128 && ws_smem(type) <= 232448) {  // the warp-specialised gs128 on the same case
+        auto ws = [&]() {
+            b.launch_xperm(dg.xperm);
+            b.launch_gemm(ws_fn(type), unsigned((c.N + 63) / 64), dg.gy, WS_THREADS, ws_smem(type), a);
+        };
+        const double tw = time_calls(ws);
+        std::printf("  time gated %-5s gs128 T=%-5d gated g128 %.4f ms, warp-specialised gs128 %.4f ms (%.2fx)\n",
+                    ref::type_name(type), T, tg, tw, tg / tw);
+    }
     std::fflush(stdout);
     b.release();
 }
@@ -580,6 +589,9 @@ int main(int argc, char** argv) {
                 CK(cudaFuncSetAttribute(gated_fn(t, variant_bm(v)), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(variant_smem(t, v))));
             }
+        for (int t : ref::ALL_TYPES)
+            if (ws_smem(t) <= 232448)
+                CK(cudaFuncSetAttribute(ws_fn(t), cudaFuncAttributeMaxDynamicSharedMemorySize, int(ws_smem(t))));
         if (do_check) {
             std::printf("== gated gate/up tiles: bit-equal to two unfused launches and the SwiGlu\n");
             for (int t : ref::ALL_TYPES)
@@ -588,6 +600,12 @@ int main(int argc, char** argv) {
             for (int t : {ref::Q4_K, ref::Q5_K, ref::MXFP4, ref::IQ4_XS, ref::Q8_0})
                 for (auto [v, T] : {std::pair{V_W32, 512}, std::pair{V_W128, 8192}})
                     fails += check_gated(b, t, v, T, 512, 2048, true, rng);
+            // The warp-specialised gs128: every type whose stages fit, then the 35B shape.
+            for (int t : ref::ALL_TYPES)
+                if (ws_smem(t) <= 232448)
+                    for (int tokens : {29, 70, 300}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, true);
+            for (int t : {ref::Q4_K, ref::MXFP4, ref::IQ4_XS})
+                for (int T : {512, 8192}) fails += check_gated(b, t, V_W128, T, 512, 2048, true, rng, true);
         }
         if (do_time && fails == 0)
             for (int T : {512, 2048, 8192})

@@ -127,6 +127,31 @@ inline GemmFn gated_fn(int type, int bt) {
     }
 }
 #undef GATED_FN
+// The warp-specialised gated tile gemm_<t>_gs128 (gemm_wg.cuh gemm_ws_body): 512 threads,
+// WS_SMEM_BYTES(t) of dynamic smem (too much for slots over 32 bytes).
+#define WS_FN(name) return gemm_##name##_gs128
+inline GemmFn ws_fn(int type) {
+    switch (type) {
+        case ref::Q4_K: WS_FN(q4_k);
+        case ref::Q5_K: WS_FN(q5_k);
+        case ref::Q6_K: WS_FN(q6_k);
+        case ref::Q8_0: WS_FN(q8_0);
+        case ref::BF16: WS_FN(bf16);
+        case ref::F16: WS_FN(f16);
+        case ref::Q4_0: WS_FN(q4_0);
+        case ref::Q4_1: WS_FN(q4_1);
+        case ref::Q5_0: WS_FN(q5_0);
+        case ref::Q5_1: WS_FN(q5_1);
+        case ref::IQ4_NL: WS_FN(iq4_nl);
+        case ref::IQ4_XS: WS_FN(iq4_xs);
+        case ref::MXFP4: WS_FN(mxfp4);
+        case ref::Q2_K: WS_FN(q2_k);
+        case ref::Q3_K: WS_FN(q3_k);
+        default: WS_FN(f32);
+    }
+}
+#undef WS_FN
+inline size_t ws_smem(int type) { return size_t(WS_SMEM_BYTES(type)); }
 
 struct GemmCase {
     std::string name;
@@ -818,7 +843,8 @@ int run_route_cases(B& b, ref::Rng& rng, bool big) {
 // at every (pair, column), and leave the padding columns poisoned. MoE gate/up shape of T tokens,
 // top 4 of 16 experts (or the 35B shape: 256 experts, top 8, when `big`). Returns 1 on failure.
 template <class B>
-inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng) {
+// ws: the warp-specialised gs128 instead of the gated tile (variant V_W128 only).
+inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng, bool ws = false) {
     GemmCase c;
     c.name = "moe gated gate/up";
     c.type = type;
@@ -847,7 +873,8 @@ inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bo
     a.y3 = y3;
     a.ldy3 = s.ldy;
     const int bt = variant_bm(variant);
-    b.gemm(gated_fn(type, bt), unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
+    if (ws) b.gemm(ws_fn(type), unsigned((c.N + 63) / 64), dg.gy, WS_THREADS, ws_smem(type), a);
+    else b.gemm(gated_fn(type, bt), unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
     const std::vector<float> got = b.download(y3, ny), w = b.download(want, ny);
     long long bad = 0, unwritten = 0;
     for (int r = 0; r < s.M; r++)
@@ -860,8 +887,8 @@ inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bo
             unwritten += std::isnan(got[i]);
             bad += std::memcmp(&got[i], &w[i], 4) != 0;
         }
-    std::printf("  %s gated %-5s g%-3d tokens=%-5d E=%-3d N=%d K=%d: %lld of %lld outputs differ (%lld unwritten)\n",
-                bad ? "FAIL" : "ok  ", ref::type_name(type), bt, tokens, c.E, c.N, c.K, bad, static_cast<long long>(s.M) * c.N,
+    std::printf("  %s gated %-5s %s%-3d tokens=%-5d E=%-3d N=%d K=%d: %lld of %lld outputs differ (%lld unwritten)\n",
+                bad ? "FAIL" : "ok  ", ref::type_name(type), ws ? "gs" : "g", bt, tokens, c.E, c.N, c.K, bad, static_cast<long long>(s.M) * c.N,
                 unwritten);
     b.release();
     return bad ? 1 : 0;

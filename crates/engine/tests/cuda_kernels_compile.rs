@@ -70,6 +70,7 @@ fn every_kernel_source_compiles_for_sm_90a() {
         "flash_attn_h_w4_d256",
         "attn_kv_to_f16",
         "gemm_q4_k_g128",
+        "gemm_q4_k_gs128",
         "argmax_token",
     ] {
         assert!(found.contains(&name), "{name} not resolved");

@@ -85,6 +85,8 @@ struct PendingMma {
     unsigned group;
     int t;  // lane % 4
     bool scale_d = true;  // false: d = A * B (the accumulator's old value ignored)
+    uint64_t adesc = 0;   // nonzero: A from shared memory (rows arow, arow + 8), read when performed
+    int arow = 0;
 };
 void land_mma(const PendingMma& q);
 struct Fiber {
@@ -104,7 +106,7 @@ struct State {
     EmuDim3 grid, block, block_idx;
     int nthreads = 0, cur = -1;
     Fiber fibers[kMaxThreads];
-    Barrier block_bar, warp_bar[kMaxThreads / 32];
+    Barrier block_bar, warp_bar[kMaxThreads / 32], named_bar[16];
     uint64_t slots[kMaxThreads / 32][2][32][12];
     ucontext_t sched;
     std::function<void()> body;
@@ -182,6 +184,7 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                 // Fresh shared memory holds garbage: poison it (f16 NaN pattern, f32 NaN).
                 std::memset(s.dyn_smem, 0xff, sizeof(s.dyn_smem));
                 s.block_bar = Barrier{n, 0, 0};
+                for (Barrier& nb : s.named_bar) nb = Barrier{};
                 for (int w = 0; w < n / 32; w++) s.warp_bar[w] = Barrier{32, 0, 0};
                 std::vector<int> order(n);
                 for (int i = 0; i < n; i++) {
@@ -232,6 +235,15 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                     if (!progress && runnable) continue;
                     if (!progress) {
                         std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u): %d threads wait forever\n", bx, by, bz, live);
+                        for (int i = 0; i < n; i += 32) {
+                            const Fiber& f = s.fibers[i];
+                            if (f.done || !f.waiting) continue;
+                            const Barrier* w = f.waiting;
+                            const char* what = w == &s.block_bar ? "__syncthreads" : "a warp or named barrier";
+                            for (int id = 1; id < 16; id++)
+                                if (w == &s.named_bar[id]) what = id == 1 ? "named barrier 1" : "named barrier 2+";
+                            std::fprintf(stderr, "  warp %d waits at %s (%d of %d arrived)\n", i / 32, what, w->arrived, w->expected);
+                        }
                         std::exit(3);
                     }
                 }
@@ -250,6 +262,21 @@ struct EmuThreadIdx {
 #define gridDim (emu::st().grid)
 
 inline void __syncthreads() { emu::syncthreads(); }
+// Named barriers: n threads (all the block's arrivals and waits of one phase) release a phase.
+inline emu::Barrier& emu_named_bar(int id, int n) {
+    if (id <= 0 || id >= 16 || n <= 0 || n % 32) { std::fprintf(stderr, "emu: bad named barrier %d/%d\n", id, n); std::exit(4); }
+    emu::Barrier& b = emu::st().named_bar[id];
+    if (b.expected != 0 && b.expected != n) { std::fprintf(stderr, "emu: named barrier %d count changed\n", id); std::exit(4); }
+    b.expected = n;
+    return b;
+}
+inline void named_bar_arrive(int id, int n) {
+    emu::Barrier& b = emu_named_bar(id, n);
+    b.arrived++;
+    emu::release_if_full(b);
+    emu::yield_to_scheduler();
+}
+inline void named_bar_sync(int id, int n) { emu::wait(emu_named_bar(id, n)); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 inline float __shfl_xor_sync(unsigned, float v, int m) {
     auto sl = emu::exchange(&v, 4);
@@ -483,11 +510,16 @@ inline double emu_wg_b(uint64_t desc, int k, int col) {
     return ref::hf16_to_f64(h);
 }
 inline void emu::land_mma(const emu::PendingMma& q) {
+    double a[2][16];
+    std::memcpy(a, q.a, sizeof(a));
+    if (q.adesc)  // A from shared memory: element (row, k) addressed as B's (k, col)
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 16; k++) a[h][k] = emu_wg_b(q.adesc, k, q.arow + 8 * h);
     for (int j = 0; j < q.n / 8; j++)
         for (int e = 0; e < 4; e++) {
             const int col = 8 * j + 2 * q.t + (e & 1);
             double acc = q.scale_d ? q.d[4 * j + e] : 0.0;
-            for (int k = 0; k < 16; k++) acc += q.a[e >> 1][k] * emu_wg_b(q.desc, k, col);
+            for (int k = 0; k < 16; k++) acc += a[e >> 1][k] * emu_wg_b(q.desc, k, col);
             q.d[4 * j + e] = float(acc);
         }
 }
@@ -511,6 +543,25 @@ struct Wgmma {
                 q.a[h][k] = emu_h(unsigned(sl[lane][reg]), k % 2);
             }
         emu::syncwarp();
+        emu::Fiber& f = emu::st().fibers[emu::tid()];
+        q.group = f.mma_committed;
+        f.mmas.push_back(q);
+    }
+};
+// Both operands from shared memory: thread (warp w of the warpgroup, lane g, t) owns rows
+// 16 (w % 4) + g and + 8 of the 64, read from the A descriptor when the MMA is performed.
+template <int BT>
+struct WgmmaSS {
+    static void mma(float (&d)[BT / 2], uint64_t adesc, uint64_t bdesc, int scale_d = 1) {
+        const int l = emu::tid() % 32;
+        emu::PendingMma q{};
+        q.d = d;
+        q.n = BT;
+        q.desc = bdesc;
+        q.adesc = adesc;
+        q.arow = 16 * ((emu::tid() / 32) % 4) + l / 4;
+        q.t = l % 4;
+        q.scale_d = scale_d != 0;
         emu::Fiber& f = emu::st().fibers[emu::tid()];
         q.group = f.mma_committed;
         f.mmas.push_back(q);

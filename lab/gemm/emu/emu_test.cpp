@@ -2,7 +2,7 @@
 // quant.cuh, gemm.cu and moe.cu compiled as C++ with emu/cuda_fp16.h standing in for CUDA.
 // Build and run (from the repository root):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired|multirow|gated|swap|wg]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
+//       lab/gemm/emu/emu_test.cpp -o /tmp/gemm_emu && /tmp/gemm_emu [quick|pieces|new|newquick|gemv|paired|multirow|gated|ws|swap|wg]  (paired: also gemv_multi, non-finite x and the routed + shared side-by-side launches)
 #include <cuda_fp16.h>  // the emulator (lab/gemm/emu), first on the include path
 
 #include <memory>
@@ -559,6 +559,16 @@ int main(int argc, char** argv) {
         for (int t : {ref::Q4_K, ref::Q5_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::BF16, ref::Q3_K})
             for (int v : {V_W32, V_W128})
                 for (int tokens : {29, 70}) fails += check_gated(b, t, v, tokens, 200, 512, false, rng);
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
+    // "ws": the warp-specialised gated tile gs128 against two unfused w128 launches, bit for bit,
+    // every type whose stages fit.
+    if (argc > 1 && std::string(argv[1]) == "ws") {
+        for (int t : {ref::Q4_K, ref::IQ4_XS, ref::MXFP4, ref::Q4_0, ref::Q5_K}) {
+            if (ws_smem(t) > 232448) continue;
+            for (int tokens : {29, 70, 300}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, true);
+        }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }

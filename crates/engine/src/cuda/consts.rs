@@ -21,6 +21,13 @@ pub const SWP_BK: i64 = 128;
 pub const SWP_LDS: i64 = 136;
 /// Stages of raw weight bytes per thread in the swapped tile's ring.
 pub const SWP_STAGES: i64 = 3;
+/// The warp-specialised gated wgmma tile (gemm_<t>_gs128, gemm_wg.cuh `gemm_ws_body`): threads
+/// a block (two consumer warpgroups, two decoder warpgroups), x stages (copies run one fewer
+/// steps ahead), A stages, the decoders' weight-ring stages.
+pub const WS_THREADS: u32 = 512;
+pub const WS_XSTAGES: i64 = 4;
+pub const WS_ASTAGES: i64 = 1;
+pub const WS_RSTAGES: i64 = 3;
 /// Output columns per `gemv_<t>` block.
 pub const GEMV_ROWS: i64 = 16;
 /// Threads per `gemv_<t>` block.
@@ -97,6 +104,10 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("SWP_BK", SWP_BK),
     ("SWP_LDS", SWP_LDS),
     ("SWP_STAGES", SWP_STAGES),
+    ("WS_THREADS", WS_THREADS as i64),
+    ("WS_XSTAGES", WS_XSTAGES),
+    ("WS_ASTAGES", WS_ASTAGES),
+    ("WS_RSTAGES", WS_RSTAGES),
     ("GEMV_ROWS", GEMV_ROWS),
     ("GEMV_THREADS", GEMV_THREADS as i64),
     ("MMV_THREADS", MMV_THREADS as i64),

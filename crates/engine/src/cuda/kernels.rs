@@ -57,6 +57,8 @@ pub struct GemmSet {
     /// The gated wgmma tiles (`gemm_<t>_g32`, `_g128`: a MoE gate, up and their SwiGlu in one
     /// launch; the same sums as `_w32` / `_w128`).
     pub wg_gated: [Kernel; 2],
+    /// The warp-specialised gated w128 tile `gemm_<t>_gs128` (gemm_wg.cuh `gemm_ws_body`).
+    pub gs128: Kernel,
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -227,6 +229,7 @@ impl Kernels {
                     k(format!("gemm_{t}_x32g"))?,
                 ],
                 wg_gated: [k(format!("gemm_{t}_g32"))?, k(format!("gemm_{t}_g128"))?],
+                gs128: k(format!("gemm_{t}_gs128"))?,
             });
         }
         let gemm_sets: [GemmSet; 16] = sets

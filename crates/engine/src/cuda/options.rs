@@ -159,6 +159,12 @@ pub struct CudaOptions {
     /// gate and up) cast it to f16 once (`ops/matmul.rs` `cast_is_current`; the same f16
     /// values, so the same outputs bit for bit). On unless `TALLY_CAST_REUSE=off`.
     pub cast_reuse: bool,
+    /// The gated w128 tile of the routed gate/up as its warp-specialised form
+    /// (`gemm_<t>_gs128`: two warpgroups only multiply, two only copy and decode; gemm_wg.cuh
+    /// `gemm_ws_body`; the same outputs bit for bit) for Q4_K and MXFP4 experts, where it was
+    /// measured faster (H100: pp8192 +2.1%, pp32768 +1.2%; docs/results/2026-12-05-h100-stop36).
+    /// On unless `TALLY_WS=off`.
+    pub ws: bool,
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
@@ -199,6 +205,7 @@ impl Default for CudaOptions {
             x32g: false,
             gemv_mr: true,
             cast_reuse: true,
+            ws: true,
         }
     }
 }
@@ -323,6 +330,7 @@ impl CudaOptions {
         o.x32g = on_off("TALLY_X32G", o.x32g)?;
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
+        o.ws = on_off("TALLY_WS", o.ws)?;
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -439,6 +447,7 @@ impl CudaOptions {
             format!("x32g={}", on(self.x32g)),
             format!("gemv_mr={}", on(self.gemv_mr)),
             format!("cast_reuse={}", on(self.cast_reuse)),
+            format!("ws={}", on(self.ws)),
         ]
     }
 }
@@ -485,7 +494,8 @@ mod tests {
                 "expert_f16=off",
                 "x32g=off",
                 "gemv_mr=on",
-                "cast_reuse=on"
+                "cast_reuse=on",
+                "ws=on"
             ]
         );
     }
@@ -566,6 +576,9 @@ mod tests {
                 .cast_reuse
         );
         assert!(opts(&[("TALLY_CAST_REUSE", "no")]).is_err());
+        let w = opts(&[("TALLY_WS", "off")]).expect("options");
+        assert!(!w.ws && w.describe().contains(&"ws=off".into()));
+        assert!(opts(&[("TALLY_WS", "yes")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())

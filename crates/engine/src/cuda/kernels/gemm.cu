@@ -1390,6 +1390,9 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_g128(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 128, true, true>(a);                                                         \
     }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) gemm_##name##_gs128(GemmArgs a) { pdl_enter(); \
+        gemm_ws_body<T>(a);                                                                          \
+    }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x64(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 64>(a);                                                                     \
     }                                                                                                \

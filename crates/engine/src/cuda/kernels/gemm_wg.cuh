@@ -33,6 +33,9 @@
 // (else nothing is written). Precision: as gemm_<t> (f16 operands, f32 accumulation). S =
 // WG_STAGES(t): 4 for weight slots of up to 32 bytes a piece, 3 up to 64, else 2.
 #define WG_BK SWP_BK
+#ifndef TALLY_WG_ABL
+#define TALLY_WG_ABL 0
+#endif
 #define WG_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : GEMM_SLOT_BYTES(t) <= 64 ? 3 : 2)
 // 1024 bytes of alignment slack, S x stages of two 1024-aligned halves, two row tables, the ring.
 #define WG_SMEM_BYTES(t, bt) \
@@ -161,6 +164,28 @@ struct Wgmma<128> {
         "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+    }
+};
+// Named barriers (ids 1..15; 0 is __syncthreads'): bar.arrive counts this warp in without
+// waiting, bar.sync counts it in and waits until n threads (a multiple of 32) have come.
+__device__ __forceinline__ void named_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+
+// d (64 x BT, f32) += a (64 x 16 f16, K-major 128-byte-swizzled shared memory, descriptor) * b
+// (16 x BT, the same, descriptor): both operands from shared memory.
+template <int BT>
+struct WgmmaSS;
+template <>
+struct WgmmaSS<128> {
+    static __device__ __forceinline__ void mma(float (&d)[64], u64 adesc, u64 bdesc, int scale_d = 1) {
+        asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(adesc), "l"(bdesc), "r"(scale_d));
     }
 };
 #endif  // TALLY_EMU
@@ -301,6 +326,21 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 #pragma unroll
         for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
     };
+    // Lab ablations (TALLY_WG_ABL, a bit mask; 0 in every build but lab/gemm's ablation ones):
+    // the pipelined step without its x copies (1), weight copies (2), decode (4), barrier (8) or
+    // MMAs (16). Timing only: the results are wrong. Find where a step's time goes.
+    auto issue_abl = [&](int kt, int slot_of) {
+        if (!(TALLY_WG_ABL & 2)) {
+            Piece<T> pc;
+            pc.issue_async(slot(slot_of, 0), wrow0, 4 * kt + t);
+            pc.issue_async(slot(slot_of, 1), wrow1, 4 * kt + t);
+        }
+        if (!(TALLY_WG_ABL & 1)) {
+            u8* X = Xs + (slot_of % S) * XSTAGE;
+#pragma unroll
+            for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
+        }
+    };
     auto decode_w = [&](int kt, u32 (&h0)[16], u32 (&h1)[16]) {
         swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
     };
@@ -332,16 +372,19 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     // The pipelined step (PIPE): see above. Group accounting: before the wait, steps 0..kt + S - 2
     // are issued (one group each), so at most S - 3 pending means step kt + 1 has landed.
     auto step_p = [&](int kt, const u32 (&c0)[16], const u32 (&c1)[16], u32 (&n0)[16], u32 (&n1)[16]) {
-        wg_fence();
-        mma(kt, c0, c1);
-        wg_commit();
-        issue(min(kt + S - 2, KT - 1), kt + S - 2);
+        if (!(TALLY_WG_ABL & 16)) {
+            wg_fence();
+            mma(kt, c0, c1);
+            wg_commit();
+        }
+        if (TALLY_WG_ABL & 3) issue_abl(min(kt + S - 2, KT - 1), kt + S - 2);
+        else issue(min(kt + S - 2, KT - 1), kt + S - 2);
         cp_async_commit();
         cp_async_wait<(S >= 3 ? S - 3 : 0)>();
         wg_wait<1>();
-        decode_w(min(kt + 1, KT - 1), n0, n1);
+        if (!(TALLY_WG_ABL & 4)) decode_w(min(kt + 1, KT - 1), n0, n1);
         fence_proxy_async();
-        __syncthreads();
+        if (!(TALLY_WG_ABL & 8)) __syncthreads();
     };
 
     constexpr int LEAD = PIPE ? S - 2 : S - 1;  // steps copied before the loop
@@ -370,6 +413,153 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 
     if constexpr (GATED) wg_store_gated<BT>(a, s_yrow, r0, t, acc);
     else wg_store<BT>(a, s_yrow, r0, t, acc);
+}
+
+// gemm_<t>_gs128: the gated wgmma tile of 128 weight rows (64 gate + 64 up) x 128 x rows with
+// its warps specialised. Issue 14: gemm_<t>_g128 ran at ~30% of the tensor pipe on the H100,
+// two warps a scheduler each loading, decoding and multiplying in turn with a block barrier a K
+// step, and taking any one of those parts away (lab ablations, TALLY_WG_ABL) saved only 5-14%
+// (docs/results/2026-12-05-h100-stop36).
+// 512 threads: warps 0-7 (two warpgroups, the consumers) only multiply; warps 8-15 (the
+// decoders) only copy and decode. Decoder warp dw takes what warp dw of gemm_wg_body takes (the
+// same weight rows, pieces, x chunks), but stores its decoded A fragments to the shared A stage
+// (f16, K-major, the 128-byte swizzle of the x stages: rows 16 dw + g and + 8, the pair at k' =
+// 16 kk + 8 e + 2t in chunk 2 (kk & 3) + e of half kk / 4) instead of keeping them in registers;
+// consumer warpgroup c multiplies A rows 64c.. (both operands from shared memory through
+// descriptors) into the accumulators warp c's own warps hold in gemm_wg_body, so the epilogue
+// and every sum are gemm_wg_body's: the same products in the same k16 order, bit for bit
+// (lab/gemm --gated on the H100; the emulator's `ws`).
+// Stages: x WS_XSTAGES (4), A WS_ASTAGES (1), the decoders' private weight ring WS_RSTAGES (3);
+// copies run three steps ahead. Per K step kt, with two named barriers (FULL = 1, EMPTY = 2;
+// 512 threads each: one side arrives, the other waits):
+//   decoder: wait for its copies of step kt; decode into registers; wait EMPTY (kt >= 1: the
+//            consumers are done with step kt - 1, so the A stage and x stage (kt + 3) % 4 are
+//            free); store A(kt); proxy fence; arrive FULL; copy step kt + 3 (x into stage
+//            (kt + 3) % 4; weights into its ring slot of step kt, decoded above).
+//   consumer: wait FULL; 8 wgmma of step kt; commit; wait for them; arrive EMPTY (kt < KT - 1).
+// The decode of step kt + 1 runs beside the MMAs of step kt; the tensor cores idle while the A
+// stores of step kt + 1 land. No barrier's phases overlap: a decoder arrives FULL(kt) only after
+// its wait for EMPTY(kt - 1), which the consumers arrive after passing FULL(kt - 1); they arrive
+// EMPTY(kt) only after FULL(kt), which follows the decoders' wait for EMPTY(kt - 1).
+// Measured against two A stages and two steps of copy lead (x stages 3, ring 2), H100, Q4_K
+// 35B gate/up: 8,192 tokens 1.057 ms against 1.281 (g128 1.240), 2,048 0.471 against 0.534, 512
+// 0.582 against 0.657 (stop36c). Without MMAs (TALLY_WG_ABL=16) it still takes 0.89 ms at 8,192
+// tokens: the decoders' copy-decode-store stream is now the limit.
+// Grid as gemm_<t>_g128, 512 threads, dynamic smem WS_SMEM_BYTES(t) (~210 KB for 32-byte slots:
+// Q4_K, IQ4_XS, MXFP4, the 4-bit legacy types; the larger slots do not fit and keep g128).
+// Preconditions, precision and outputs: gemm_<t>_g128's.
+// (WS_THREADS 512, WS_XSTAGES 4, WS_ASTAGES 1, WS_RSTAGES 3: consts.rs.)
+#define WS_SMEM_BYTES(t)                                                                                 \
+    (1024 + WS_XSTAGES * 2 * 128 * 128 + WS_ASTAGES * 2 * SWP_BN * 128 + 8 * 128 +                       \
+     WS_RSTAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+template <int T>
+__device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
+    constexpr int BT = 128, BN = SWP_BN, BK = WG_BK, SW = Piece<T>::SLOT_WORDS, DT = GEMM_THREADS;
+    constexpr int XS = WS_XSTAGES, RS = WS_RSTAGES, LEAD = XS - 1;  // steps copied ahead
+    constexpr int XC = BT * 16 / DT;
+    constexpr int XSTAGE = 2 * BT * 128, ASTAGE = 2 * BN * 128;
+    constexpr int BAR_FULL = 1, BAR_EMPTY = 2;
+    static_assert(BN == 128 && DT == 256, "eight decoder warps of 16 weight rows, two consumer warpgroups");
+    static_assert(BK == 128, "four pieces per row per step");
+    static_assert(SW * 4 == GEMM_SLOT_BYTES(T), "GEMM_SLOT_BYTES");
+    static_assert(WS_ASTAGES == 1 && RS >= LEAD, "one A stage; a ring slot free when its step is copied");
+
+    TALLY_DYNAMIC_SMEM(smem);
+    u8* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);
+    u8* Xs = base;                                          // [XS][2][BT][128 bytes]
+    u8* As = Xs + XS * XSTAGE;                              // [2][BN][128 bytes]
+    i32* s_xrow = reinterpret_cast<i32*>(As + ASTAGE);      // [BT]
+    i32* s_yrow = s_xrow + BT;                              // [BT]
+    u32* ring = reinterpret_cast<u32*>(s_yrow + BT);        // [RS][2][SW/4][256] x 16 B
+
+    if (blockDim.x != WS_THREADS) return;
+    if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
+    if (a.w2 == nullptr || a.y3 == nullptr || a.layout != 0) return;
+    int n0;
+    const u8* w;
+    if (!gemm_tile_begin<T, BK>(a, BN / 2, BT, n0, w, s_xrow, s_yrow)) return;
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int KT = a.K / BK;
+
+    if (tid >= DT) {  // a decoder
+        const int dtid = tid - DT, dw = dtid >> 5;
+        const u8 *wrow0, *wrow1;
+        gated_rows(a, w, n0, dw, g, wrow0, wrow1);
+        const u16* xsrc[XC];
+        u32 xdst[XC];
+#pragma unroll
+        for (int i = 0; i < XC; i++) wg_x_chunk<BT>(a, s_xrow, dtid, i, xsrc[i], xdst[i]);
+        auto slot = [&](int kt, int j) {
+            return Slot{ring + (kt % RS) * (2 * SW * DT) + j * (SW * DT) + 4 * dtid, 4 * DT};
+        };
+        // Step kt's copies (one cp.async group, empty past the last step). TALLY_WG_ABL (lab
+        // ablations, timing only): 1 no x copies, 2 no weight copies, 4 no decode.
+        auto issue = [&](int kt) {
+            if (kt < KT) {
+                if (!(TALLY_WG_ABL & 2)) {
+                    Piece<T> pc;
+                    pc.issue_async(slot(kt, 0), wrow0, 4 * kt + t);
+                    pc.issue_async(slot(kt, 1), wrow1, 4 * kt + t);
+                }
+                if (!(TALLY_WG_ABL & 1)) {
+                    u8* X = Xs + (kt % XS) * XSTAGE;
+#pragma unroll
+                    for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
+                }
+            }
+            cp_async_commit();
+        };
+        const int R0 = 16 * dw + g, R1 = R0 + 8;
+        auto a_off = [&](int r, int kk, int e) {
+            return (kk >> 2) * (BN * 128) + r * 128 + (((2 * (kk & 3) + e) ^ (r & 7)) << 4) + 4 * t;
+        };
+#pragma unroll
+        for (int i = 0; i < LEAD; i++) issue(i);
+        u32 h0[16], h1[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) h0[j] = h1[j] = 0;
+        for (int kt = 0; kt < KT; kt++) {
+            cp_async_wait<LEAD - 1>();  // step kt's group (the later ones may still be in flight)
+            if (!(TALLY_WG_ABL & 4)) swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
+            if (kt >= 1) named_bar_sync(BAR_EMPTY, WS_THREADS);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                *reinterpret_cast<u32*>(As + a_off(R0, kk, 0)) = h0[2 * kk];
+                *reinterpret_cast<u32*>(As + a_off(R0, kk, 1)) = h0[2 * kk + 1];
+                *reinterpret_cast<u32*>(As + a_off(R1, kk, 0)) = h1[2 * kk];
+                *reinterpret_cast<u32*>(As + a_off(R1, kk, 1)) = h1[2 * kk + 1];
+            }
+            fence_proxy_async();  // the A stores and this thread's landed x copies, to the tensor cores
+            named_bar_arrive(BAR_FULL, WS_THREADS);
+            issue(kt + LEAD);
+        }
+        cp_async_wait<0>();
+        return;
+    }
+
+    // A consumer: warp `warp` of warpgroup wgi, the accumulators of gemm_wg_body's warp `warp`.
+    const int warp = tid >> 5, wgi = warp >> 2;
+    const u8 *wrow0, *wrow1;
+    const int r0 = gated_rows(a, w, n0, warp, g, wrow0, wrow1);
+    float acc[BT / 2];
+#pragma unroll
+    for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+    const u32 aa = smem_u32(As) + wgi * 64 * 128;
+    for (int kt = 0; kt < KT; kt++) {
+        named_bar_sync(BAR_FULL, WS_THREADS);
+        const u32 xa = smem_u32(Xs + (kt % XS) * XSTAGE);
+        if (!(TALLY_WG_ABL & 16)) {  // lab ablation 16: no MMAs
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                WgmmaSS<BT>::mma(acc, wg_desc(aa + (kk >> 2) * (BN * 128) + 32 * (kk & 3)),
+                                 wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)));
+            wg_commit();
+        }
+        wg_wait<0>();  // step kt's MMAs done: the A stage and x stage kt % 4 are free
+        if (kt + 1 < KT) named_bar_arrive(BAR_EMPTY, WS_THREADS);
+    }
+    wg_store_gated<BT>(a, s_yrow, r0, t, acc);
 }
 
 // gemm_<t>_x<BT>: the wgmma tile for short K (K <= WGX_K_MAX: the MoE down projection, K = 512

@@ -11,6 +11,10 @@
 #define SWP_BK 128
 #define SWP_LDS 136
 #define SWP_STAGES 3
+#define WS_THREADS 512
+#define WS_XSTAGES 4
+#define WS_ASTAGES 1
+#define WS_RSTAGES 3
 #define GEMV_ROWS 16
 #define GEMV_THREADS 256
 #define MMV_THREADS 256

@@ -548,7 +548,8 @@ fn expert_pairs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
 }
 
 /// The routed experts' gate, up and SwiGlu at `index` of a prompt (tiles of more than one row)
-/// as one gated wgmma launch, `gemm_<t>_g32` or `_g128` (gemm_wg.cuh): the routing tables and
+/// as one gated wgmma launch, `gemm_<t>_g32` or `_g128` (gemm_wg.cuh; `_g128`'s
+/// warp-specialised form `_gs128` for Q4_K and MXFP4 unless `TALLY_WS=off`): the routing tables and
 /// the x conversion made once instead of once per projection, each block taking 64 columns of
 /// both weights against its x rows and writing silu(gate) * up only: no gate and up outputs
 /// (checked: no later node reads them), no binary map. Where the unfused launches would run
@@ -598,14 +599,34 @@ fn expert_gated(
     {
         return Ok(false);
     }
-    let kernel = {
-        let set = b.kernels.gemm_set(wg.ty).ok_or_else(|| {
-            EngineError::Unsupported(format!("no GEMM for {} expert weights", wg.ty.name()))
-        })?;
-        set.wg_gated[usize::from(tile == WgTile::W128)]
-    };
-    let Some(smem) = wg_tile_smem_if_fits(wg.ty, tile) else {
-        return Ok(false);
+    let set = b.kernels.gemm_set(wg.ty).ok_or_else(|| {
+        EngineError::Unsupported(format!("no GEMM for {} expert weights", wg.ty.name()))
+    })?;
+    // The warp-specialised form of the w128 tile (unless TALLY_WS=off) for the types it was
+    // measured faster on: the same outputs bit for bit (lab/gemm `--gated`, the emulator's
+    // `ws`). H100, 35B gate/up at 8,192 tokens (docs/results/2026-12-05-h100-stop36): Q4_K
+    // 1.046 ms against 1.228 for g128, MXFP4 1.103 against 1.194; IQ4_XS 1.195 against 1.167
+    // (stays on g128); the other types' stages do not fit or were not measured.
+    let ws = (tile == WgTile::W128
+        && b.options.ws
+        && matches!(
+            wg.ty,
+            tally_gguf::GgmlType::Q4_K | tally_gguf::GgmlType::MXFP4
+        ))
+    .then(|| super::matmul::ws_smem_if_fits(wg.ty))
+    .flatten();
+    let (kernel, threads, smem) = match ws {
+        Some(bytes) => (set.gs128, crate::cuda::consts::WS_THREADS, bytes),
+        None => {
+            let Some(smem) = wg_tile_smem_if_fits(wg.ty, tile) else {
+                return Ok(false);
+            };
+            (
+                set.wg_gated[usize::from(tile == WgTile::W128)],
+                GEMM_THREADS,
+                smem,
+            )
+        }
     };
     let up = wu.buf.ptr;
     let (y3, ldy3) = io(b, plan, act, Target::Real)?.outs[0];
@@ -635,9 +656,11 @@ fn expert_gated(
     // in the workspace at xh, launched above) with w2 the up weight (same type, dims and row
     // bytes, its E x N rows present: checked above; the same expert stride) and y3 the SwiGlu
     // node's T*k x N output view; y null (the gated body never writes it). grid.x covers the N
-    // columns at GATED_COLS a block, grid.y the tables' max_tiles; 256 threads; the dynamic
-    // shared memory of the unfused tile of that height, which `configure` raised the limit to.
-    unsafe { launch(kernel, grid, (GEMM_THREADS, 1, 1), smem, b.cu_stream(), &a) }?;
+    // columns at GATED_COLS a block, grid.y the tables' max_tiles; 256 threads (512 for the
+    // warp-specialised gs128, whose body returns at any other count); the dynamic shared memory
+    // of the unfused tile of that height or gs128's WS_SMEM_BYTES, which `configure` raised the
+    // limits to.
+    unsafe { launch(kernel, grid, (threads, 1, 1), smem, b.cu_stream(), &a) }?;
     Ok(true)
 }
 

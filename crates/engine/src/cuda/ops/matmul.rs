@@ -379,6 +379,20 @@ impl WgTile {
     ];
 }
 
+/// Dynamic shared memory of the warp-specialised tile (`WS_SMEM_BYTES(t)` in gemm_wg.cuh),
+/// if it fits a block: 1024 bytes of alignment slack, WS_XSTAGES x stages and WS_ASTAGES A
+/// stages of 128 rows of 128 halves, two row tables, WS_RSTAGES ring stages of two weight
+/// pieces per decoder thread.
+pub(crate) fn ws_smem_if_fits(ty: GgmlType) -> Option<u32> {
+    use crate::cuda::consts::{WS_ASTAGES, WS_RSTAGES, WS_XSTAGES};
+    let b = 1024
+        + WS_XSTAGES * 2 * 128 * 128
+        + WS_ASTAGES * 2 * SWP_BN * 128
+        + 8 * 128
+        + WS_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty);
+    (b <= SMEM_OPT_IN_MAX as i64).then_some(b as u32)
+}
+
 /// The dynamic shared memory of tile `t` for `ty`, if it fits a block.
 pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
     let b = t.smem_bytes(ty);
@@ -1186,6 +1200,26 @@ fn dense_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The warp-specialised tile's shared memory, by hand from gemm_wg.cuh's layout: 1024
+    /// bytes of slack, four x stages and one A stage of 2 x 128 rows x 128 bytes, the row
+    /// tables, three ring stages of 256 decoder threads x two 32-byte slots (Q4_K): 215,040
+    /// bytes; the 48-byte slots (Q5_K, Q8_0) would need 239,616, over sm_90's 232,448.
+    #[test]
+    fn the_warp_specialised_tile_fits_only_the_small_slots() {
+        let q4k = 1024 + 4 * 32_768 + 32_768 + 1024 + 3 * 256 * 2 * 32;
+        assert_eq!(ws_smem_if_fits(GgmlType::Q4_K), Some(q4k));
+        assert_eq!(ws_smem_if_fits(GgmlType::IQ4_XS), Some(q4k));
+        assert_eq!(ws_smem_if_fits(GgmlType::MXFP4), Some(q4k));
+        for ty in [
+            GgmlType::Q5_K,
+            GgmlType::Q8_0,
+            GgmlType::Q6_K,
+            GgmlType::F16,
+        ] {
+            assert_eq!(ws_smem_if_fits(ty), None, "{ty:?}");
+        }
+    }
 
     /// A cuBLAS projection reuses the f16 copy of its input only where an earlier projection of
     /// this run cast the same view and nothing since wrote that buffer: in a prefill the

@@ -225,6 +225,9 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
                 max_dynamic_smem(f, bytes)?;
             }
         }
+        if let Some(bytes) = matmul::ws_smem_if_fits(*ty) {
+            max_dynamic_smem(set.gs128, bytes)?;
+        }
         // The gated tiles take their unfused tile's shared memory.
         for (&f, t) in set
             .wg_gated
