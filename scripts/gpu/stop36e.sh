@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN 2026-12-05 twice (results: docs/results/2026-12-05-h100-stop36/call5, call6; both on an H100).
 # 2026-12-05, stop 36, call 5 (asked for an H200; the four calls before ran on an H100): the
 # defaults of this commit (cast reuse, the f32 router on cuBLAS, the warp-specialised gated tile)
 # on the 35B-A3B Q4_K_M synth file, tally alone (no llama.cpp build: it costs half a call):

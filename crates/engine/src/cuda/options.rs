@@ -162,8 +162,9 @@ pub struct CudaOptions {
     /// The gated w128 tile of the routed gate/up as its warp-specialised form
     /// (`gemm_<t>_gs128`: two warpgroups only multiply, two only copy and decode; gemm_wg.cuh
     /// `gemm_ws_body`; the same outputs bit for bit) for Q4_K and MXFP4 experts, where it was
-    /// measured faster (H100: pp8192 +2.1%, pp32768 +1.2%; docs/results/2026-12-05-h100-stop36).
-    /// On unless `TALLY_WS=off`.
+    /// measured faster, and with it the Q4_K gate/up on the w128 tables from 51 rows per expert
+    /// instead of 101 (`wg_tile`). H100: pp2048 +1.6%, pp8192 +2.1%, pp32768 +1.2%
+    /// (docs/results/2026-12-05-h100-stop36). On unless `TALLY_WS=off`.
     pub ws: bool,
 }
 

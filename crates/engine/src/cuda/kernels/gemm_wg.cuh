@@ -33,6 +33,10 @@
 // (else nothing is written). Precision: as gemm_<t> (f16 operands, f32 accumulation). S =
 // WG_STAGES(t): 4 for weight slots of up to 32 bytes a piece, 3 up to 64, else 2.
 #define WG_BK SWP_BK
+// Lab timing ablations of gemm_ws_body's K loop (a bit mask, 0 but in lab builds with
+// -DTALLY_WG_ABL=N: 1 no x copies, 2 no weight copies, 4 no decode, 16 no MMAs; the results are
+// wrong by design). Call 1 of docs/results/2026-12-05-h100-stop36 ran the same on gemm_wg_body
+// (hooks since removed: that tree has them).
 #ifndef TALLY_WG_ABL
 #define TALLY_WG_ABL 0
 #endif
@@ -326,21 +330,6 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 #pragma unroll
         for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
     };
-    // Lab ablations (TALLY_WG_ABL, a bit mask; 0 in every build but lab/gemm's ablation ones):
-    // the pipelined step without its x copies (1), weight copies (2), decode (4), barrier (8) or
-    // MMAs (16). Timing only: the results are wrong. Find where a step's time goes.
-    auto issue_abl = [&](int kt, int slot_of) {
-        if (!(TALLY_WG_ABL & 2)) {
-            Piece<T> pc;
-            pc.issue_async(slot(slot_of, 0), wrow0, 4 * kt + t);
-            pc.issue_async(slot(slot_of, 1), wrow1, 4 * kt + t);
-        }
-        if (!(TALLY_WG_ABL & 1)) {
-            u8* X = Xs + (slot_of % S) * XSTAGE;
-#pragma unroll
-            for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
-        }
-    };
     auto decode_w = [&](int kt, u32 (&h0)[16], u32 (&h1)[16]) {
         swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
     };
@@ -372,19 +361,16 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     // The pipelined step (PIPE): see above. Group accounting: before the wait, steps 0..kt + S - 2
     // are issued (one group each), so at most S - 3 pending means step kt + 1 has landed.
     auto step_p = [&](int kt, const u32 (&c0)[16], const u32 (&c1)[16], u32 (&n0)[16], u32 (&n1)[16]) {
-        if (!(TALLY_WG_ABL & 16)) {
-            wg_fence();
-            mma(kt, c0, c1);
-            wg_commit();
-        }
-        if (TALLY_WG_ABL & 3) issue_abl(min(kt + S - 2, KT - 1), kt + S - 2);
-        else issue(min(kt + S - 2, KT - 1), kt + S - 2);
+        wg_fence();
+        mma(kt, c0, c1);
+        wg_commit();
+        issue(min(kt + S - 2, KT - 1), kt + S - 2);
         cp_async_commit();
         cp_async_wait<(S >= 3 ? S - 3 : 0)>();
         wg_wait<1>();
-        if (!(TALLY_WG_ABL & 4)) decode_w(min(kt + 1, KT - 1), n0, n1);
+        decode_w(min(kt + 1, KT - 1), n0, n1);
         fence_proxy_async();
-        if (!(TALLY_WG_ABL & 8)) __syncthreads();
+        __syncthreads();
     };
 
     constexpr int LEAD = PIPE ? S - 2 : S - 1;  // steps copied before the loop

@@ -298,6 +298,9 @@ pub(crate) struct MoeTiles {
     pub wgx: bool,
     /// `CudaOptions::x32g`: the Q4_K down of short prompts on x32g (with `wgx`).
     pub x32g: bool,
+    /// `CudaOptions::ws` with `CudaOptions::gated`: the Q4_K gate/up leaves w32 for w128 (whose
+    /// gated launch is the warp-specialised gs128) above 50 rows per expert instead of 100.
+    pub ws_gated: bool,
 }
 
 impl MoeTiles {
@@ -305,17 +308,20 @@ impl MoeTiles {
     pub(crate) const DEFAULT: MoeTiles = MoeTiles {
         wgx: true,
         x32g: false,
+        ws_gated: true,
     };
     /// `TALLY_WGX=off`'s tiles.
     #[cfg(test)]
     pub(crate) const NO_WGX: MoeTiles = MoeTiles {
         wgx: false,
         x32g: false,
+        ws_gated: true,
     };
     pub(crate) fn of(o: &crate::cuda::CudaOptions) -> MoeTiles {
         MoeTiles {
             wgx: o.wgx,
             x32g: o.x32g,
+            ws_gated: o.ws && o.gated,
         }
     }
 }
@@ -407,7 +413,11 @@ pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
 ///   tokens: Q4_K 0.147 ms against 0.168 for the swapped s32, Q5_K 0.176 against 0.202, MXFP4
 ///   0.146 against 0.173; IQ4_XS and Q8_0 stay on s32) and up to 100 for Q4_K (2,048 tokens:
 ///   0.317 against 0.369 for m64 and 0.334 for w128); w128 above 100 (8,192 tokens: Q4_K
-///   0.647 against 1.06 for m64 and 1.01 for w32);
+///   0.647 against 1.06 for m64 and 1.01 for w32). With the warp-specialised gated tile
+///   (`tiles.ws_gated`) the Q4_K gate/up leaves w32 above 50 rows per expert: its gated
+///   launch gs128 costs about the same for any tile fill up to 128 rows while g32's grows with
+///   the rows (H100, 35B gate/up: 2,048 tokens, 64 rows per expert, gs128 0.474 ms against
+///   0.583 for g32; 512 tokens, 16 rows, 0.58 against 0.283; docs/results/2026-12-05-h100-stop36);
 /// - the down projections (K <= WGX_K_MAX): Q4_K on x96 from 33 to 100 rows per expert (2,048
 ///   tokens: 0.306 against 0.431 for m64) and x128 above (8,192 tokens: 0.90 against 1.28 for
 ///   m64; x96 the same); at 512 tokens m32 stays (0.202; x64 0.260). Q6_K on x64 up to 32 rows
@@ -434,12 +444,15 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Opt
     let fits = |t: WgTile| wg_tile_smem_if_fits(ty, t).is_some();
     if k > WGX_K_MAX {
         let w32_rows = match ty {
+            GgmlType::Q4_K if tiles.ws_gated => 50.0,
             GgmlType::Q4_K => 100.0,
             GgmlType::Q5_K | GgmlType::MXFP4 => 40.0,
             _ => 0.0,
         };
         return if mean <= w32_rows && fits(WgTile::W32) {
             Some(WgTile::W32)
+        } else if tiles.ws_gated && ty == GgmlType::Q4_K && mean > 50.0 {
+            Some(WgTile::W128)
         } else {
             w128
         };

@@ -618,10 +618,19 @@ mod tests {
         assert!(g4s.wg == Some(WgTile::W32) && g4s.bm == 32 && g4s.addresses(base)[7] != 0);
         let gis = MoeTables::new(4096, 256, 2048, GgmlType::IQ4_XS, 512, MoeTiles::DEFAULT);
         assert!(gis.wg.is_none() && gis.bm == 32);
-        // 2,048 tokens (64 rows per expert): the Q4_K gate/up still on w32, its down on x96;
-        // the Q5_K gate/up on the 64-row tiles.
+        // 2,048 tokens (64 rows per expert): the Q4_K gate/up on w128 (its gated launch the
+        // warp-specialised gs128), on w32 without it (TALLY_WS=off or TALLY_GATED=off); its
+        // down on x96; the Q5_K gate/up on the 64-row tiles. 400 tokens (50 rows): still w32.
         let g4m = MoeTables::new(16384, 256, 2048, GgmlType::Q4_K, 2048, MoeTiles::DEFAULT);
-        assert!(g4m.wg == Some(WgTile::W32) && g4m.bm == 32);
+        assert!(g4m.wg == Some(WgTile::W128) && g4m.bm == 128);
+        let no_ws = MoeTiles {
+            ws_gated: false,
+            ..MoeTiles::DEFAULT
+        };
+        let g4w = MoeTables::new(16384, 256, 2048, GgmlType::Q4_K, 2048, no_ws);
+        assert!(g4w.wg == Some(WgTile::W32) && g4w.bm == 32);
+        let g4b = MoeTables::new(3200, 256, 2048, GgmlType::Q4_K, 400, MoeTiles::DEFAULT);
+        assert!(g4b.wg == Some(WgTile::W32));
         let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, MoeTiles::DEFAULT);
         assert!(d4m.wg == Some(WgTile::X96) && d4m.bm == 96);
         let g5m = MoeTables::new(16384, 256, 2048, GgmlType::Q5_K, 2048, MoeTiles::DEFAULT);
@@ -660,6 +669,7 @@ mod tests {
         let x32g = MoeTiles {
             wgx: true,
             x32g: true,
+            ws_gated: true,
         };
         let d4x = MoeTables::new(4096, 256, 512, GgmlType::Q4_K, 4096, x32g);
         assert!(d4x.wg == Some(WgTile::X32G) && d4x.bm == 32);
