@@ -449,12 +449,13 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Opt
             GgmlType::Q5_K | GgmlType::MXFP4 => 40.0,
             _ => 0.0,
         };
+        // With the warp-specialised gated tile, Q4_K leaves w32 for w128 at its lower bound.
+        let ws_w128 = (tiles.ws_gated && ty == GgmlType::Q4_K && k >= 1024 && mean > w32_rows)
+            .then_some(WgTile::W128);
         return if mean <= w32_rows && fits(WgTile::W32) {
             Some(WgTile::W32)
-        } else if tiles.ws_gated && ty == GgmlType::Q4_K && mean > 50.0 {
-            Some(WgTile::W128)
         } else {
-            w128
+            ws_w128.or(w128)
         };
     }
     match ty {
