@@ -5,7 +5,8 @@
 // Build (from the repository root):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I crates/engine/src/cuda/kernels \
 //        lab/delta/bench.cu -o /tmp/delta_bench && /tmp/delta_bench
-// Options: --quick (skip T=8192 timing), --no-time. Exit code 1 if any check failed.
+// Options: --quick (skip T=8192 timing), --no-time, --profile T (one chunked prep + scan at T
+// tokens and nothing else, for a profiler). Exit code 1 if any check failed.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -211,7 +212,7 @@ struct DeltaDev {
 
 static DeltaArgs delta_args(const DeltaInputs& in, const DeltaDev& d, int R) {
     const DeltaShape s = in.s;
-    DeltaArgs a;
+    DeltaArgs a{};  // zero: no decode prologue, no per-token snapshots
     a.q = d.qkv + (size_t)(in.T - R) * in.ldqkv;  // rows of the last R tokens
     a.ldq = in.ldqkv;
     a.k = d.qkv + s.Hk * s.dk;
@@ -740,9 +741,11 @@ static void gates_tests_and_timing(bool timing) {
 
 int main(int argc, char** argv) {
     bool quick = false, timing = true;
+    int profile_t = 0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--no-time")) timing = false;
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_t = atoi(argv[++i]);
     }
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
@@ -771,6 +774,14 @@ int main(int argc, char** argv) {
     }
     printf("  delta workspace at T=8192 (Hk=16 Hv=32 dk=dv=128): %.1f MB\n", delta_work_floats(8192, 16, 32, 128, 128) * 4 / 1e6);
 
+    if (profile_t > 0) {
+        const DeltaShape s = {16, 32, 128, 128};
+        const DeltaInputs in = make_delta_inputs(profile_t, s, -2, 1000 + profile_t);
+        DeltaDev d = upload(in);
+        launch_chunked(delta_args(in, d, profile_t), true);
+        d.free_all();
+        return 0;
+    }
     delta_tests();
     conv_tests_and_timing(timing);
     gates_tests_and_timing(timing);

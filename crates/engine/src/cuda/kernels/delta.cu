@@ -94,25 +94,33 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
         Bs[tid] = bv;
     }
     // 2. k, q -> hi, lo f16 tiles (the hi halves also go to the workspace, from the owner block).
+    //    Every load of the tile is issued before the first store: a store to global memory may
+    //    alias the inputs as far as the compiler knows, so a load-split-store loop would wait out
+    //    one load latency per element (measured: the prep was latency-bound on these loads).
     {
         const bool vk = delta_aligned16(a.k, a.ldk), vq = delta_aligned16(a.q, a.ldq);
-        constexpr int PER_ROW = DK / 4;
-        for (int e = tid; e < 64 * PER_ROW; e += 256) {
-            const int r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
+        constexpr int PER_ROW = DK / 4, NE = 64 * PER_ROW / 256;
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 xk[NE], xq[NE];
+#pragma unroll
+        for (int i = 0; i < NE; ++i) {
+            const int e = tid + 256 * i, r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
             const int t = t0 + r;
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t < T) x = delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk);
+            xk[i] = t < T ? delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk) : zero;
+            xq[i] = has_out && t < T && t >= q0 ? delta_ld4(a.q, a.ldq, t - q0, kh * DK + c4, vq) : zero;
+        }
+#pragma unroll
+        for (int i = 0; i < NE; ++i) {
+            const int e = tid + 256 * i, r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
             uint2 hv, lv;
-            delta_split(x.x, x.y, 1.0f, &hv.x, &lv.x);
-            delta_split(x.z, x.w, 1.0f, &hv.y, &lv.y);
+            delta_split(xk[i].x, xk[i].y, 1.0f, &hv.x, &lv.x);
+            delta_split(xk[i].z, xk[i].w, 1.0f, &hv.y, &lv.y);
             *reinterpret_cast<uint2*>(Kh + r * LDK + c4) = hv;
             *reinterpret_cast<uint2*>(Kl + r * LDK + c4) = lv;
             if (owner) *reinterpret_cast<uint2*>(wk.kh + ck * 64 * DK + r * DK + c4) = hv;
             if (has_out) {
-                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (t < T && t >= q0) y = delta_ld4(a.q, a.ldq, t - q0, kh * DK + c4, vq);
-                delta_split(y.x, y.y, 1.0f, &hv.x, &lv.x);
-                delta_split(y.z, y.w, 1.0f, &hv.y, &lv.y);
+                delta_split(xq[i].x, xq[i].y, 1.0f, &hv.x, &lv.x);
+                delta_split(xq[i].z, xq[i].w, 1.0f, &hv.y, &lv.y);
                 *reinterpret_cast<uint2*>(Qh + r * LDK + c4) = hv;
                 *reinterpret_cast<uint2*>(Ql + r * LDK + c4) = lv;
                 if (owner) *reinterpret_cast<uint2*>(wk.qh + ck * 64 * DK + r * DK + c4) = hv;
@@ -206,25 +214,40 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
             Tm[(16 * b + r) * DELTA_LDT + 16 * b + cc] = __float2half_rn(x[r]);
         }
     } else {
+        // k (again, from L2) and v: all loads issued first, as in step 2; v is read once.
         const int bt = tid - 64;  // 0 .. 191
         const bool vk = delta_aligned16(a.k, a.ldk), vv = delta_aligned16(a.v, a.ldv);
-        constexpr int PER_ROW = DK / 4;
-        for (int e = bt; e < 64 * PER_ROW; e += 192) {
-            const int r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
-            const int t = t0 + r;
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t < T) x = delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk);
-            const float s = Bs[r] * expf(Gs[r]);
-            *reinterpret_cast<uint2*>(Bk + r * LDK + c4) =
-                make_uint2(delta_h2(x.x * s, x.y * s), delta_h2(x.z * s, x.w * s));
-        }
+        constexpr int PER_ROW = DK / 4, NK = (64 * PER_ROW + 191) / 192, NV = (64 * DELTA_DV_MAX / 4 + 191) / 192;
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
         const int vrow = dv / 4;
-        float m = 0.0f;
-        for (int e = bt; e < 64 * vrow; e += 192) {
-            const int r = e / vrow, c4 = (e % vrow) * 4;
+        float4 xk[NK], xv[NV];
+#pragma unroll
+        for (int i = 0; i < NK; ++i) {
+            const int e = bt + 192 * i, r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
             const int t = t0 + r;
-            if (t < T) {
-                const float4 x = delta_ld4(a.v, a.ldv, t, h * dv + c4, vv);
+            xk[i] = e < 64 * PER_ROW && t < T ? delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk) : zero;
+        }
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const int e = bt + 192 * i, r = e / vrow, c4 = (e % vrow) * 4;
+            const int t = t0 + r;
+            xv[i] = e < 64 * vrow && t < T ? delta_ld4(a.v, a.ldv, t, h * dv + c4, vv) : zero;
+        }
+#pragma unroll
+        for (int i = 0; i < NK; ++i) {
+            const int e = bt + 192 * i, r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
+            if (e < 64 * PER_ROW) {
+                const float s = Bs[r] * expf(Gs[r]);
+                *reinterpret_cast<uint2*>(Bk + r * LDK + c4) =
+                    make_uint2(delta_h2(xk[i].x * s, xk[i].y * s), delta_h2(xk[i].z * s, xk[i].w * s));
+            }
+        }
+        float m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const int e = bt + 192 * i, r = e / vrow;
+            if (e < 64 * vrow && t0 + r < T) {
+                const float4 x = xv[i];
                 const float b = Bs[r];
                 m = fmaxf(m, fmaxf(fmaxf(fabsf(x.x * b), fabsf(x.y * b)), fmaxf(fabsf(x.z * b), fabsf(x.w * b))));
             }
@@ -236,17 +259,18 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
         float inv;
         const float sc = delta_scale(m, &inv);
         if (bt == 0) red[8] = inv;
-        for (int e = bt; e < 64 * vrow; e += 192) {
-            const int r = e / vrow, c4 = (e % vrow) * 4;
-            const int t = t0 + r;
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t < T) x = delta_ld4(a.v, a.ldv, t, h * dv + c4, vv);
-            const float b = Bs[r];
-            u32 h0, l0, h1, l1;
-            delta_split(x.x * b, x.y * b, sc, &h0, &l0);
-            delta_split(x.z * b, x.w * b, sc, &h1, &l1);
-            *reinterpret_cast<uint2*>(Vh + r * LDV + c4) = make_uint2(h0, h1);
-            *reinterpret_cast<uint2*>(Vl + r * LDV + c4) = make_uint2(l0, l1);
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const int e = bt + 192 * i, r = e / vrow, c4 = (e % vrow) * 4;
+            if (e < 64 * vrow) {
+                const float4 x = xv[i];
+                const float b = Bs[r];
+                u32 h0, l0, h1, l1;
+                delta_split(x.x * b, x.y * b, sc, &h0, &l0);
+                delta_split(x.z * b, x.w * b, sc, &h1, &l1);
+                *reinterpret_cast<uint2*>(Vh + r * LDV + c4) = make_uint2(h0, h1);
+                *reinterpret_cast<uint2*>(Vl + r * LDV + c4) = make_uint2(l0, l1);
+            }
         }
     }
     __syncthreads();
