@@ -19,6 +19,11 @@ cargo clippy --workspace --all-targets --features tally/llama -- -D warnings
 # one-hour campaign's result is in docs/results/fuzz-model-file.md).
 scripts/fuzz.sh 60
 cargo test --workspace --features tally/llama
+# The chunked delta rule's CUDA kernels (prep on mma.sync, scan on wgmma) on the CPU emulator of
+# lab/gemm/emu, against a float64 reference (lab/delta/emu_test.cpp; a few seconds).
+c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+    lab/delta/emu_test.cpp -o target/delta_emu
+target/delta_emu
 # The server's load tests (N concurrent streams for T seconds): what they measured.
 for f in target/serve-e2e/*.json; do
     if [ -f "$f" ]; then echo "serve load test ($f): $(tr -d '\n ' < "$f")"; fi

@@ -325,12 +325,12 @@ static void diagnose_prep(const DeltaInputs& in, int R, const DeltaDev& d) {
                 for (int x = 0; x < dk; ++x) {
                     double w = 0;
                     for (int j = 0; j <= i; ++j) w += Tm[i * 64 + j] * bd[j] * exp(Gd[j]) * K[j * dk + x];
-                    acc(0, __half2float(W[ch * 64 * dk + i * dk + x]), w);
+                    acc(0, __half2float(W[ch * 64 * dk + delta_img_h(i, x)]), w);
                 }
                 for (int x = 0; x < dv; ++x) {
                     double u = 0;
                     for (int j = 0; j <= i; ++j) u += Tm[i * 64 + j] * bd[j] * V[j * dv + x];
-                    acc(1, U[ch * 64 * dv + i * dv + x], u);
+                    acc(1, U[ch * 64 * dv + delta_img_u(i, x)], u);
                 }
                 if (has_out)
                     for (int j = 0; j < 64; ++j) {
@@ -339,15 +339,15 @@ static void diagnose_prep(const DeltaInputs& in, int R, const DeltaDev& d) {
                             for (int x = 0; x < dk; ++x) p += Q[i * dk + x] * K[j * dk + x];
                             p *= exp(Gd[i] - Gd[j]);
                         }
-                        acc(2, (double)__half2float(P[ch * 8192 + i * 64 + j]) + __half2float(P[ch * 8192 + 4096 + i * 64 + j]), p);
+                        acc(2, (double)__half2float(P[ch * 8192 + delta_img_h(i, j)]) + __half2float(P[ch * 8192 + 4096 + delta_img_h(i, j)]), p);
                     }
             }
             if (h < s.Hk) {
                 const size_t ck = (size_t)c * s.Hk + kh;
                 for (int i = 0; i < 64; ++i)
                     for (int x = 0; x < dk; ++x) {
-                        acc(4, __half2float(KH[ck * 64 * dk + i * dk + x]), K[i * dk + x]);
-                        if (has_out) acc(5, __half2float(QH[ck * 64 * dk + i * dk + x]), Q[i * dk + x]);
+                        acc(4, __half2float(KH[ck * 64 * dk + delta_img_h(x, i)]), K[i * dk + x]);  // K^T [dk][64]
+                        if (has_out) acc(5, __half2float(QH[ck * 64 * dk + delta_img_h(i, x)]), Q[i * dk + x]);
                     }
             }
         }

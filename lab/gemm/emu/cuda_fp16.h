@@ -46,6 +46,13 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct EmuDim3 { unsigned x = 1, y = 1, z = 1; };
+// f16 storage types and the conversions the delta rule kernels use (round to nearest even).
+struct __half { unsigned short x; };
+struct __half2 { unsigned short x, y; };
+inline __half __float2half_rn(float f) { return {ref::hf32_to_f16(f)}; }
+inline float __half2float(__half h) { return ref::hf16_to_f32(h.x); }
+inline __half2 __floats2half2_rn(float lo, float hi) { return {ref::hf32_to_f16(lo), ref::hf32_to_f16(hi)}; }
+inline float2 __half22float2(__half2 h) { return {ref::hf16_to_f32(h.x), ref::hf16_to_f32(h.y)}; }
 
 using std::max;
 using std::min;
@@ -107,6 +114,19 @@ struct State {
     int nthreads = 0, cur = -1;
     Fiber fibers[kMaxThreads];
     Barrier block_bar, warp_bar[kMaxThreads / 32], named_bar[16];
+    // mbarriers by shared-window address, with the bulk copies not yet landed.
+    struct BulkCopy {
+        unsigned dst;
+        const void* src;
+        unsigned bytes;
+    };
+    struct Mbar {
+        int expected = 0, arrived = 0;
+        unsigned phase = 0;
+        long long tx = 0;
+        std::vector<BulkCopy> copies;
+    };
+    std::vector<std::pair<unsigned, Mbar>> mbars;
     uint64_t slots[kMaxThreads / 32][2][32][12];
     ucontext_t sched;
     std::function<void()> body;
@@ -185,6 +205,7 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                 std::memset(s.dyn_smem, 0xff, sizeof(s.dyn_smem));
                 s.block_bar = Barrier{n, 0, 0};
                 for (Barrier& nb : s.named_bar) nb = Barrier{};
+                s.mbars.clear();
                 for (int w = 0; w < n / 32; w++) s.warp_bar[w] = Barrier{32, 0, 0};
                 std::vector<int> order(n);
                 for (int i = 0; i < n; i++) {
@@ -301,6 +322,14 @@ inline int __shfl_up_sync(unsigned, int v, int d) {
     emu::syncwarp();
     return r;
 }
+inline float __shfl_up_sync(unsigned, float v, int d) {
+    auto sl = emu::exchange(&v, 4);
+    const int l = emu::tid() % 32;
+    float r = v;
+    if (l >= d) std::memcpy(&r, sl[l - d], 4);
+    emu::syncwarp();
+    return r;
+}
 inline unsigned __match_any_sync(unsigned, int key) {
     auto sl = emu::exchange(&key, 4);
     unsigned m = 0;
@@ -322,6 +351,7 @@ inline float __fmul_rn(float a, float b) { return ref::mul(a, b); }
 inline float __fsub_rn(float a, float b) { return ref::sub(a, b); }
 inline float __fadd_rn(float a, float b) { return ref::add(a, b); }
 inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const uint64_t v = (uint64_t(y) << 32) | x;
     unsigned r = 0;
@@ -403,6 +433,35 @@ inline void ldsm_x4(const unsigned short* p, unsigned r[4]) {
     for (int i = 0; i < 4; i++) {
         const unsigned short* row = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + l / 4][0]));
         r[i] = row[2 * (l % 4)] | (unsigned(row[2 * (l % 4) + 1]) << 16);
+    }
+    emu::syncwarp();
+}
+// ldmatrix .x4 .trans: each 8x8 matrix transposed on the way: lane l receives in register i the
+// halves at rows 2(l%4) and 2(l%4)+1, column l/4, of matrix i.
+inline void ldsm_x4_t(const unsigned short* p, unsigned r[4]) {
+    if (reinterpret_cast<uintptr_t>(p) & 15) { std::fprintf(stderr, "emu: ldmatrix row not 16-byte aligned\n"); std::exit(4); }
+    const uint64_t addr = reinterpret_cast<uintptr_t>(p);
+    auto sl = emu::exchange(&addr, 8);
+    const int l = emu::tid() % 32;
+    for (int i = 0; i < 4; i++) {
+        const unsigned short* r0 = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + 2 * (l % 4)][0]));
+        const unsigned short* r1 = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + 2 * (l % 4) + 1][0]));
+        r[i] = r0[l / 4] | (unsigned(r1[l / 4]) << 16);
+    }
+    emu::syncwarp();
+}
+// stmatrix .x4 .trans: matrix i is held as ldmatrix's fragments (lane l: row l/4, halves 2(l%4),
+// 2(l%4)+1, in register i); lane 8i + j gives the address where column j of matrix i goes, as
+// 8 contiguous halves (its rows 0..7).
+inline void stsm_x4_t(unsigned short* p, const unsigned r[4]) {
+    if (reinterpret_cast<uintptr_t>(p) & 15) { std::fprintf(stderr, "emu: stmatrix row not 16-byte aligned\n"); std::exit(4); }
+    uint64_t mine[5] = {reinterpret_cast<uintptr_t>(p), r[0], r[1], r[2], r[3]};
+    auto sl = emu::exchange(mine, sizeof(mine));
+    const int l = emu::tid() % 32, i = l / 8, j = l % 8;
+    unsigned short* dst = reinterpret_cast<unsigned short*>(uintptr_t(sl[l][0]));
+    for (int row = 0; row < 8; row++) {
+        const unsigned w = unsigned(sl[4 * row + j / 2][1 + i]);
+        dst[row] = (unsigned short)(w >> (16 * (j % 2)));
     }
     emu::syncwarp();
 }
@@ -523,6 +582,57 @@ inline void emu::land_mma(const emu::PendingMma& q) {
             q.d[4 * j + e] = float(acc);
         }
 }
+// mbarriers and bulk copies (wgmma.cuh). A copy lands at issue or when its barrier's phase
+// completes (at random: as early or as late as the hardware may), and the phase completes once
+// its one arrival came and a thread waits on it; the bytes landed must equal the bytes expected.
+inline emu::State::Mbar& emu_mbar(unsigned addr) {
+    for (auto& m : emu::st().mbars)
+        if (m.first == addr) return m.second;
+    std::fprintf(stderr, "emu: mbarrier at %u used before init\n", addr);
+    std::exit(4);
+}
+inline void mbar_init(unsigned addr, unsigned count) {
+    if (addr % 8) { std::fprintf(stderr, "emu: misaligned mbarrier\n"); std::exit(4); }
+    for (auto& m : emu::st().mbars)
+        if (m.first == addr) { m.second = emu::State::Mbar{}; m.second.expected = int(count); return; }
+    emu::st().mbars.push_back({addr, emu::State::Mbar{}});
+    emu::st().mbars.back().second.expected = int(count);
+}
+inline void mbar_init_fence() {}
+inline void emu_bulk_land(const emu::State::BulkCopy& c) { std::memcpy(emu::st().dyn_smem + c.dst, c.src, c.bytes); }
+inline void mbar_expect_tx(unsigned addr, unsigned bytes) {
+    emu::State::Mbar& m = emu_mbar(addr);
+    m.tx += bytes;
+    m.arrived++;
+}
+inline void bulk_g2s(unsigned dst, const void* src, unsigned bytes, unsigned addr) {
+    if ((dst % 16) || (reinterpret_cast<uintptr_t>(src) % 16) || (bytes % 16) || dst + bytes > emu::kDynSmemBytes) {
+        std::fprintf(stderr, "emu: bad bulk copy (dst %u, %u bytes)\n", dst, bytes);
+        std::exit(4);
+    }
+    emu::State::Mbar& m = emu_mbar(addr);
+    const emu::State::BulkCopy c{dst, src, bytes};
+    m.tx -= bytes;
+    if (emu::st().order_rng() & 1) emu_bulk_land(c);
+    else m.copies.push_back(c);
+}
+// try_wait.parity p succeeds once the phase of parity p has completed, i.e. while the phase in
+// progress (the count of completed ones) has the other parity.
+inline void mbar_wait(unsigned addr, unsigned parity) {
+    for (;;) {
+        emu::State::Mbar& m = emu_mbar(addr);
+        if (m.arrived >= m.expected) {
+            if (m.tx != 0) { std::fprintf(stderr, "emu: mbarrier phase with %lld bytes expected but not copied\n", m.tx); std::exit(4); }
+            for (const auto& c : m.copies) emu_bulk_land(c);
+            m.copies.clear();
+            m.arrived = 0;
+            m.phase++;
+        }
+        if ((m.phase & 1u) != (parity & 1u)) return;
+        emu::yield_to_scheduler();
+    }
+}
+
 template <int BT>
 struct Wgmma {
     // A fragment as mma.m16n8k16's (rows 16w.. of the 64 from warp w): the warp's lanes exchange

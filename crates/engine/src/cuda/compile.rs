@@ -22,6 +22,7 @@ const HEADERS: &[(&str, &str)] = &[
     ("quant_small.cuh", include_str!("kernels/quant_small.cuh")),
     ("quant_load.cuh", include_str!("kernels/quant_load.cuh")),
     ("delta_common.cuh", include_str!("kernels/delta_common.cuh")),
+    ("wgmma.cuh", include_str!("kernels/wgmma.cuh")),
     ("gemm_wg.cuh", include_str!("kernels/gemm_wg.cuh")),
     (
         "gemm_operands.cuh",

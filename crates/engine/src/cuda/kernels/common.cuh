@@ -19,6 +19,11 @@ typedef int i32;
 typedef long long i64;
 typedef unsigned long long u64;
 
+// Dynamic shared memory of a kernel (the CPU emulator in lab/gemm/emu defines its own).
+#ifndef TALLY_EMU
+#define TALLY_DYNAMIC_SMEM(name) extern __shared__ __align__(16) u8 name[]
+#endif
+
 #define TALLY_WARP 32
 // +infinity without math headers (NVRTC provides no INFINITY macro by default).
 #define TALLY_INF __int_as_float(0x7f800000)

@@ -8,16 +8,19 @@
 //         Fully parallel over (chunk, value head). Per chunk: G = cumsum(g); the strictly lower
 //         A_ij = beta_i (k_i.k_j) exp(G_i-G_j); T = (I+A)^-1 (blocked forward substitution, f32);
 //         W = T (beta exp(G) K), U = T (beta V), P_ij = (q_i.k_j) exp(G_i-G_j) (j <= i), written to
-//         the workspace (W, k, q as f16; P as hi + lo f16; U, G as f32).
+//         the workspace (W, q as f16, k as f16 transposed; P as hi + lo f16; U, G as f32), each
+//         as the image of the scan's shared-memory tile (delta_common.cuh).
+//         Every tile's global loads are issued before any of them is used (so many in flight).
 //      2. delta_rule_chunk_scan  grid (Hv, dv/32), 256 threads, delta_scan_smem_bytes(dk) dynamic smem.
 //         Sequential over chunks; a block owns (value head, 32 columns of S), S stays in registers
 //         (f32). Per chunk: vnew = U - W S;  o = exp(G) (Q S) + P vnew;
-//         S = exp(G_last) S + K^T (exp(G_last - G) vnew).
+//         S = exp(G_last) S + K^T (exp(G_last - G) vnew). Its products on wgmma, its operands
+//         moved by bulk copies (cp.async.bulk + mbarrier; sm_90a).
 //    Both launches on one stream, prep first. nc = ceil(T/64). T = 0: launch neither.
 //  * token by token (decode, small T): delta_rule_step  grid (Hv, dv/32), 128 threads, no dynamic smem.
 //
-// Tensor cores: mma.sync m16n8k16 f16 x f16 -> f32. The operands that carry the recurrence (S, vnew)
-// and beta*V are split into hi + lo f16 halves after a power-of-two rescale of the block's values
+// Tensor cores: mma.sync m16n8k16 (prep) and wgmma m64n32k16 (scan), f16 x f16 -> f32. The
+// operands that carry the recurrence (S, vnew) and beta*V are split into hi + lo f16 halves after a power-of-two rescale of the block's values
 // (so they never overflow f16, and hi + lo keeps ~21 bits). The Gram products q.k and k.k use hi + lo
 // halves of q and k (3 MMAs: hi*hi + hi*lo + lo*hi), because near-orthogonal unit vectors lose
 // their relative precision in one f16 rounding (single-row errors up to 6e-2 in simulation), and
@@ -28,11 +31,12 @@
 //
 // Host contract:
 //   * dynamic smem: delta_prep_smem_bytes(dk) (107,136 B at dk 128; 2 blocks/SM) and
-//     delta_scan_smem_bytes(dk) (132,416 B at dk 128); both need cudaFuncAttributeMax-
+//     delta_scan_smem_bytes(dk) (107,856 B at dk 128); both need cudaFuncAttributeMax-
 //     DynamicSharedMemorySize raised (once per kernel, to the dk = 128 value covers both).
 //   * workspace: delta_work_floats(T, Hk, Hv, dk, dv) =
 //       ceil(T/64) * (Hv*(32*dk + 4096 + 64*dv + 64) + Hk*64*dk) floats, 16-byte aligned
-//     (337 MB at T = 8192, 21 MB at T = 512 with the real heads); only the chunked path uses it;
+//     (337 MB at T = 8192, 21 MB at T = 512 with the real heads), 16-byte aligned (the bulk
+//     copies need it); only the chunked path uses it;
 //     no zeroing needed.
 //   * shapes (checked again on the device: unsupported ones write nothing): dk in {64, 128};
 //     dv % 32 == 0 and 32 <= dv <= 128; Hv % Hk == 0; 0 <= R <= T.
@@ -117,13 +121,12 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
             delta_split(xk[i].z, xk[i].w, 1.0f, &hv.y, &lv.y);
             *reinterpret_cast<uint2*>(Kh + r * LDK + c4) = hv;
             *reinterpret_cast<uint2*>(Kl + r * LDK + c4) = lv;
-            if (owner) *reinterpret_cast<uint2*>(wk.kh + ck * 64 * DK + r * DK + c4) = hv;
             if (has_out) {
                 delta_split(xq[i].x, xq[i].y, 1.0f, &hv.x, &lv.x);
                 delta_split(xq[i].z, xq[i].w, 1.0f, &hv.y, &lv.y);
                 *reinterpret_cast<uint2*>(Qh + r * LDK + c4) = hv;
                 *reinterpret_cast<uint2*>(Ql + r * LDK + c4) = lv;
-                if (owner) *reinterpret_cast<uint2*>(wk.qh + ck * 64 * DK + r * DK + c4) = hv;
+                if (owner) *reinterpret_cast<uint2*>(wk.qh + ck * 64 * DK + delta_img_h(r, c4)) = hv;
             }
         }
     }
@@ -183,8 +186,8 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
                         x1 = j + 1 <= i ? x1 * expf(gi - Gs[j + 1]) : 0.0f;
                         u32 ph, pl;
                         delta_split(x0, x1, 1.0f, &ph, &pl);
-                        *reinterpret_cast<u32*>(wk.p + ch * 8192 + i * 64 + j) = ph;
-                        *reinterpret_cast<u32*>(wk.p + ch * 8192 + 4096 + i * 64 + j) = pl;
+                        *reinterpret_cast<u32*>(wk.p + ch * 8192 + delta_img_h(i, j)) = ph;
+                        *reinterpret_cast<u32*>(wk.p + ch * 8192 + 4096 + delta_img_h(i, j)) = pl;
                     }
                 }
             }
@@ -233,6 +236,21 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
             const int t = t0 + r;
             xv[i] = e < 64 * vrow && t < T ? delta_ld4(a.v, a.ldv, t, h * dv + c4, vv) : zero;
         }
+        // While those loads are in flight: the f16 k tile (still intact in region X) transposed
+        // to the workspace, K^T [dk][64] (the scan's A operand of the state update), 8 tokens of
+        // one key dimension a 16-byte store, from the owner block.
+        if (owner) {
+            const unsigned short* kb = reinterpret_cast<const unsigned short*>(Kh);
+            __half* kt = wk.kh + ck * 64 * DK;
+            for (int e = bt; e < DK * 8; e += 192) {
+                const int d = e % DK, r0 = (e / DK) * 8;
+                u32 w[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    w[j] = (u32)kb[(r0 + 2 * j) * LDK + d] | ((u32)kb[(r0 + 2 * j + 1) * LDK + d] << 16);
+                *reinterpret_cast<uint4*>(kt + delta_img_h(d, r0)) = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
 #pragma unroll
         for (int i = 0; i < NK; ++i) {
             const int e = bt + 192 * i, r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
@@ -254,7 +272,7 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
         }
         m = warp_max(m);
         if (lane == 0) red[warp] = m;
-        asm volatile("bar.sync 1, 192;" ::: "memory");
+        named_bar_sync(1, 192);
         m = fmaxf(fmaxf(fmaxf(red[2], red[3]), fmaxf(red[4], red[5])), fmaxf(red[6], red[7]));
         float inv;
         const float sc = delta_scale(m, &inv);
@@ -338,7 +356,7 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
                     const int i = 16 * mt + gq + 8 * hr, j = n0 + 8 * nt + 2 * tq;
-                    *reinterpret_cast<u32*>(wout + i * DK + j) = delta_h2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
+                    *reinterpret_cast<u32*>(wout + delta_img_h(i, j)) = delta_h2(acc[nt][2 * hr], acc[nt][2 * hr + 1]);
                 }
         }
         // U: dv/2 columns per warp.
@@ -360,7 +378,7 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
                     const int i = 16 * mt + gq + 8 * hr, j = n0 + 8 * nt + 2 * tq;
-                    *reinterpret_cast<float2*>(uout + i * dv + j) =
+                    *reinterpret_cast<float2*>(uout + delta_img_u(i, j)) =
                         make_float2(acc[nt][2 * hr] * inv, acc[nt][2 * hr + 1] * inv);
                 }
         }
@@ -375,48 +393,44 @@ __device__ __forceinline__ bool delta_shape_ok(const DeltaArgs& a) {
 
 extern "C" __global__ void __launch_bounds__(256, 2) delta_rule_chunk_prep(DeltaArgs a) {
     pdl_enter();
-    extern __shared__ __align__(16) unsigned char delta_sm[];
+    TALLY_DYNAMIC_SMEM(delta_sm);
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_prep_body<128>(a, delta_sm);
     else if (a.dk == 64) delta_prep_body<64>(a, delta_sm);
 }
 
 // ---------------------------------------------------------------------------------------------
-// delta_rule_chunk_scan: one block per (value head, 32 columns of S), 256 threads, chunks in order.
-//
-// Per chunk c (barriers #0..#3):
-//   #0  group A(c) = {W, Q, U, G} landed; S hi/lo in smem (scaled by 2^sS)
-//   P1a warps 0-3: X = W S (rows 16w) -> vnew = U - X (registers), max|vnew|
-//       warps 4-7: Y = Q S (rows 16(w-4)) -> Ob = exp(G) Y     (only if the chunk has outputs)
-//   #1  then issue A(c+1); all: scale 2^sv; warps 0-3 store vnew, exp(G_last-G) vnew as hi/lo f16
-//   #2  group B(c) = {K, P hi, P lo} landed
-//   P2  every warp: its 16 rows x (DK/4... ) tile of S: S = exp(G_last) S + K^T vs;  max|S|
-//       (outputs) warp w: o rows 16(w>>1), columns 16(w&1)..+15: o = Ob + P vnew -> global
-//   #3  all: scale 2^sS; S tile -> hi/lo f16 smem (skipped after the last chunk)
+// delta_rule_chunk_scan: one block per (value head, 32 columns of S), 256 threads = two warpgroups,
+// chunks in order, every product on wgmma (wgmma.cuh; both operands from shared memory).
+// Warpgroup 0 holds this block's S (dk x 32, f32) in registers (thread: rows 64m + 16w + g (+8),
+// m < dk/64, columns 8n + 2t (+1): the m64n32 accumulator layout) and does the recurrence;
+// warpgroup 1 does the outputs. Per chunk c (barriers #0..#2 of the whole block):
+//   #0  A(c) = {W, Q, U, G} landed; S hi/lo (B operand: S^T, scaled by 2^sS) stored by WG0
+//       then copies of B(c) = {K^T, P hi, P lo} go out
+//   WG0: X = W S (hi + lo) -> vnew = U - X 2^-sS (registers), max|vnew|
+//   WG1: Y = Q S (hi + lo), kept as exp(G) Y 2^-sS                   (only if the chunk has outputs)
+//   #1  then copies of A(c+1); scale 2^sv from max|vnew|; WG0 stores vnew and exp(G_last - G) vnew
+//       as hi/lo B operands; WG1 rescales Y by 2^sv
+//   #2  B(c) landed
+//   WG0: S = exp(G_last) S + K^T (exp(G_last - G) vnew) 2^-sv;  max|S| (named barrier 1, WG0);
+//        S hi/lo -> shared memory (skipped after the last chunk)
+//   WG1: o = (Y + P vnew) 2^-sv -> global
+// The same operands and hi/lo splits as the products had on mma.sync, so the same precision.
 
 template <int DK>
-__device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned char* sm) {
-    constexpr int LDK = DK + 8;
-    constexpr int NTS = DK / 32;   // n8 tiles of S per warp (4 or 2)
-    constexpr int WPM = 128 / DK;  // warps per 16-row block of S (1 or 2)
+__device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned char* sm_raw) {
+    constexpr int MS = DK / 64;  // m64 blocks of S's rows
     const DeltaScanSmem L = delta_scan_layout(DK);
+    const u32 raw = delta_smem_addr(sm_raw);
+    const u32 sbase = (raw + 1023u) & ~1023u;  // the swizzle needs 1024-byte aligned blocks
+    unsigned char* sm = sm_raw + (sbase - raw);
     float* Ub = (float*)(sm + L.ub);
-    float* Ob = (float*)(sm + L.ob);
     float* Gb = (float*)(sm + L.gb);
     float* red = (float*)(sm + L.red);
-    const u32 sbase = delta_smem_addr(sm);
-    const u32 wb = sbase + L.wb, qb = sbase + L.qb, kb = sbase + L.kb, pb = sbase + L.pb, plb = sbase + L.pl;
-    const u32 shb = sbase + L.sh, slb = sbase + L.sl;
-    const u32 vhb = sbase + L.vh, vlb = sbase + L.vl, xhb = sbase + L.xh, xlb = sbase + L.xl;
-    u32* Sh = (u32*)(sm + L.sh);
-    u32* Sl = (u32*)(sm + L.sl);
-    u32* Vh = (u32*)(sm + L.vh);
-    u32* Vl = (u32*)(sm + L.vl);
-    u32* Xh = (u32*)(sm + L.xh);
-    u32* Xl = (u32*)(sm + L.xl);
 
     const int h = blockIdx.x, n0 = blockIdx.y * DELTA_NS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, w4 = warp & 3;
     const int gq = lane >> 2, tq = lane & 3;
     const int T = a.T, dv = a.dv;
     const int kh = h % a.Hk;
@@ -425,266 +439,228 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
     const DeltaWork wk = delta_work_split(a);
     float* st = a.state + (i64)h * DK * dv + n0;
 
-    // S tile of this warp: rows 16*smt + gq (+8), columns 8*(snt0+nt) + 2*tq (+1).
-    const int smt = warp / WPM, snt0 = (warp % WPM) * NTS;
-    float S[NTS][4];
+    float S[MS][16];  // warpgroup 0 only
 
+    // Thread 0: the bulk copies of chunk cc's {W, Q, U slice, G} (mbarrier A) and {K^T, P hi + lo}
+    // (mbarrier B); the workspace holds them as the images of these shared-memory tiles.
+    const u32 mb_a = sbase + L.mb, mb_b = mb_a + 8;
     auto issue_a = [&](int cc) {
         const i64 ch = (i64)cc * a.Hv + h, ck = (i64)cc * a.Hk + kh;
         const bool out = a.R > 0 && cc * DELTA_C + DELTA_C > q0;
-        const __half* w = wk.w + ch * 64 * DK;
-        const __half* q = wk.qh + ck * 64 * DK;
-        for (int e = tid; e < 64 * DK / 8; e += 256) {
-            const int r = e / (DK / 8), c8 = (e % (DK / 8)) * 8;
-            delta_cp16(wb + (u32)((r * LDK + c8) * 2), w + r * DK + c8);
-            if (out) delta_cp16(qb + (u32)((r * LDK + c8) * 2), q + r * DK + c8);
-        }
-        const float* u = wk.u + ch * 64 * dv + n0;
-        for (int e = tid; e < 64 * 8; e += 256) {
-            const int r = e >> 3, c4 = (e & 7) * 4;
-            delta_cp16(sbase + L.ub + (u32)((r * DELTA_LDU + c4) * 4), u + (i64)r * dv + c4);
-        }
-        if (tid < 16) delta_cp16(sbase + L.gb + tid * 16, wk.g + ch * 64 + tid * 4);
+        mbar_expect_tx(mb_a, (u32)(64 * DK * 2 * (out ? 2 : 1) + 64 * 32 * 4 + 64 * 4));
+        bulk_g2s(sbase + L.wt, wk.w + ch * 64 * DK, 64 * DK * 2, mb_a);
+        if (out) bulk_g2s(sbase + L.qt, wk.qh + ck * 64 * DK, 64 * DK * 2, mb_a);
+        bulk_g2s(sbase + L.ub, wk.u + ch * 64 * dv + (n0 / 32) * 2048, 64 * 32 * 4, mb_a);
+        bulk_g2s(sbase + L.gb, wk.g + ch * 64, 64 * 4, mb_a);
     };
     auto issue_b = [&](int cc) {
         const i64 ch = (i64)cc * a.Hv + h, ck = (i64)cc * a.Hk + kh;
         const bool out = a.R > 0 && cc * DELTA_C + DELTA_C > q0;
-        const __half* k = wk.kh + ck * 64 * DK;
-        for (int e = tid; e < 64 * DK / 8; e += 256) {
-            const int r = e / (DK / 8), c8 = (e % (DK / 8)) * 8;
-            delta_cp16(kb + (u32)((r * LDK + c8) * 2), k + r * DK + c8);
-        }
-        if (out) {
-            const __half* p = wk.p + ch * 8192;
-            for (int e = tid; e < 2 * 64 * 8; e += 256) {
-                const int part = e >> 9, r = (e >> 3) & 63, c8 = (e & 7) * 8;
-                delta_cp16((part ? plb : pb) + (u32)((r * DELTA_LDT + c8) * 2), p + part * 4096 + r * 64 + c8);
-            }
-        }
+        mbar_expect_tx(mb_b, (u32)(DK * 64 * 2 + (out ? 2 * 64 * 64 * 2 : 0)));
+        bulk_g2s(sbase + L.kt, wk.kh + ck * 64 * DK, DK * 64 * 2, mb_b);
+        if (out) bulk_g2s(sbase + L.ph, wk.p + ch * 8192, 2 * 64 * 64 * 2, mb_b);
     };
-    // Block max of |S| -> scale; S -> hi/lo smem. Caller provides the barrier after.
-    auto store_s = [&](float m_all) {
-        float inv;
-        const float sc = delta_scale(m_all, &inv);
-        if (tid == 0) red[12] = inv;  // read after the next barrier
-#pragma unroll
-        for (int nt = 0; nt < NTS; ++nt)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const int i = 16 * smt + gq + 8 * hr, j = 8 * (snt0 + nt) + 2 * tq;
-                u32 hi, lo;
-                delta_split(S[nt][2 * hr], S[nt][2 * hr + 1], sc, &hi, &lo);
-                Sh[(i * DELTA_LDN + j) >> 1] = hi;
-                Sl[(i * DELTA_LDN + j) >> 1] = lo;
-            }
+    // Warpgroup 0's max of m (named barrier 1: warpgroup 1 does not take part), through red[slot..+3].
+    auto wg0_max = [&](float m, int slot) {
+        m = warp_max(m);
+        if (lane == 0) red[slot + w4] = m;
+        named_bar_sync(1, 128);
+        return fmaxf(fmaxf(red[slot], red[slot + 1]), fmaxf(red[slot + 2], red[slot + 3]));
     };
     auto local_max_s = [&]() {
         float m = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < NTS; ++nt)
+        for (int mb = 0; mb < MS; ++mb)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) m = fmaxf(m, fabsf(S[nt][e]));
-        return warp_max(m);
+            for (int e = 0; e < 16; ++e) m = fmaxf(m, fabsf(S[mb][e]));
+        return m;
+    };
+    // Warpgroup 0: S scaled by 2^sS as hi + lo f16, stored transposed (S^T: rows n, K = dk) as the
+    // B operand of the next chunk's products (stmatrix .trans: the accumulator layout's 8 x 8
+    // blocks, each row n of a block 8 consecutive k, one 16-byte chunk; lane l addresses row l % 8
+    // of block l / 8 = nt); 2^-sS to red[12] (read after the next #0).
+    auto store_s = [&](float m_all) {
+        float inv;
+        const float sc = delta_scale(m_all, &inv);
+        if (tid == 0) red[12] = inv;
+#pragma unroll
+        for (int mb = 0; mb < MS; ++mb)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                u32 hi[4], lo[4];
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+                    delta_split(S[mb][4 * nt + 2 * hr], S[mb][4 * nt + 2 * hr + 1], sc, &hi[nt], &lo[nt]);
+                const u32 o = delta_kmaj(32, lane, 64 * mb + 16 * w4 + 8 * hr);
+                delta_stsm_x4_t(sbase + L.sh + o, hi);
+                delta_stsm_x4_t(sbase + L.sl + o, lo);
+            }
     };
 
-    if (nc > 0) issue_a(0);
-    delta_cp_commit();
+    if (tid == 0) {
+        mbar_init(mb_a, 1);
+        mbar_init(mb_b, 1);
+        mbar_init_fence();
+        if (nc > 0) issue_a(0);
+    }
 
     // Initial state (read once; this block alone writes these columns at the end).
+    if (wg == 0) {
 #pragma unroll
-    for (int nt = 0; nt < NTS; ++nt)
+        for (int mb = 0; mb < MS; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = 16 * smt + gq + 8 * (e >> 1), j = 8 * (snt0 + nt) + 2 * tq + (e & 1);
-            S[nt][e] = st[(i64)i * dv + j];
-        }
-    {
-        const float m = local_max_s();
-        if (lane == 0) red[4 + warp] = m;
-        __syncthreads();
-        float mm = red[4];
-#pragma unroll
-        for (int w = 1; w < 8; ++w) mm = fmaxf(mm, red[4 + w]);
-        store_s(mm);
+            for (int e = 0; e < 16; ++e) {
+                const int i = 64 * mb + 16 * w4 + gq + 8 * ((e >> 1) & 1), j = 8 * (e >> 2) + 2 * tq + (e & 1);
+                S[mb][e] = st[(i64)i * dv + j];
+            }
+        store_s(wg0_max(local_max_s(), 4));
     }
+    __syncthreads();  // the mbarriers initialised before anyone waits on them
 
     for (int c = 0; c < nc; ++c) {
         const bool out = a.R > 0 && c * DELTA_C + DELTA_C > q0;
-        issue_b(c);
-        delta_cp_commit();
-        delta_cp_wait1();  // A(c) landed (this thread's copies)
-        __syncthreads();   // #0
+        mbar_wait(mb_a, c & 1);           // A(c) landed
+        if (wg == 0) fence_proxy_async();  // this thread's S stores, seen by the tensor cores
+        __syncthreads();         // #0 (at c = 0 also: the mbarriers initialised)
+        if (tid == 0) {
+            fence_proxy_async();  // the last chunk's generic reads, before the copies overwrite
+            issue_b(c);
+        }
 
         const float invS = red[12];
         const float gl = Gb[63];
         const float egl = expf(gl);
-        float vn[4][4];  // vnew (warps 0-3)
-        float el[2];     // exp(G_last - G_i) for rows gq, gq + 8 (warps 0-3)
+        float acc[16];
+        float vn[4][4];  // vnew (warpgroup 0)
+        float el[2];     // exp(G_last - G_i) for rows g, g + 8 (warpgroup 0); exp(G_i) 2^-sS (1)
         float mv = 0.0f;
-        if (warp < 4 || out) {
-            const u32 ab = warp < 4 ? wb : qb;
-            const int m0 = 16 * (warp & 3);
-            float acc[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+        if (wg == 0 || out) {
+            const u32 ab = sbase + (wg == 0 ? L.wt : L.qt);
+            wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DK / 16; ++kk) {
-                u32 af[4];
-                delta_ldsm_x4(af, ab + delta_off_rm(lane, m0, 16 * kk, LDK));
-#pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                    u32 bh[4], bl[4];
-                    delta_ldsm_x4_t(bh, shb + delta_off_rm(lane, 16 * kk, 16 * p, DELTA_LDN));
-                    delta_ldsm_x4_t(bl, slb + delta_off_rm(lane, 16 * kk, 16 * p, DELTA_LDN));
-                    delta_mma(acc[2 * p], af, bh[0], bh[1]);
-                    delta_mma(acc[2 * p], af, bl[0], bl[1]);
-                    delta_mma(acc[2 * p + 1], af, bh[2], bh[3]);
-                    delta_mma(acc[2 * p + 1], af, bl[2], bl[3]);
-                }
+                const u64 ad = wg_desc(ab + (kk >> 2) * (64 * 128) + 32 * (kk & 3));
+                const u32 bo = (kk >> 2) * (32 * 128) + 32 * (kk & 3);
+                WgmmaSS<32>::mma(acc, ad, wg_desc(sbase + L.sh + bo), kk == 0 ? 0 : 1);
+                WgmmaSS<32>::mma(acc, ad, wg_desc(sbase + L.sl + bo));
             }
-            if (warp < 4) {
+            wg_commit();
+            wg_wait<0>();
+            if (wg == 0) {
 #pragma unroll
-                for (int hr = 0; hr < 2; ++hr) el[hr] = expf(gl - Gb[m0 + gq + 8 * hr]);
+                for (int hr = 0; hr < 2; ++hr) el[hr] = expf(gl - Gb[16 * w4 + gq + 8 * hr]);
 #pragma unroll
                 for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
                     for (int hr = 0; hr < 2; ++hr) {
-                        const int i = m0 + gq + 8 * hr, j = 8 * nt + 2 * tq;
-                        const float2 u = *reinterpret_cast<const float2*>(Ub + i * DELTA_LDU + j);
-                        vn[nt][2 * hr] = u.x - acc[nt][2 * hr] * invS;
-                        vn[nt][2 * hr + 1] = u.y - acc[nt][2 * hr + 1] * invS;
+                        const int i = 16 * w4 + gq + 8 * hr, j = 8 * nt + 2 * tq;
+                        const float2 u = *reinterpret_cast<const float2*>(Ub + delta_img_u(i, j));
+                        vn[nt][2 * hr] = u.x - acc[4 * nt + 2 * hr] * invS;
+                        vn[nt][2 * hr + 1] = u.y - acc[4 * nt + 2 * hr + 1] * invS;
                         mv = fmaxf(mv, fmaxf(fabsf(vn[nt][2 * hr]), fabsf(vn[nt][2 * hr + 1])));
                     }
             } else {
 #pragma unroll
-                for (int hr = 0; hr < 2; ++hr) {
-                    const int i = m0 + gq + 8 * hr;
-                    const float eg = expf(Gb[i]) * invS;
-#pragma unroll
-                    for (int nt = 0; nt < 4; ++nt) {
-                        const int j = 8 * nt + 2 * tq;
-                        *reinterpret_cast<float2*>(Ob + i * DELTA_LDU + j) =
-                            make_float2(acc[nt][2 * hr] * eg, acc[nt][2 * hr + 1] * eg);
-                    }
-                }
+                for (int hr = 0; hr < 2; ++hr) el[hr] = expf(Gb[16 * w4 + gq + 8 * hr]) * invS;
             }
         }
         mv = warp_max(mv);
-        if (warp < 4 && lane == 0) red[warp] = mv;
+        if (wg == 0 && lane == 0) red[w4] = mv;
         __syncthreads();  // #1: W, Q, U, G, S hi/lo consumed; red[0..3] ready
 
-        if (c + 1 < nc) issue_a(c + 1);
-        delta_cp_commit();
+        if (tid == 0 && c + 1 < nc) {
+            fence_proxy_async();
+            issue_a(c + 1);
+        }
 
         float invv;
         const float scv = delta_scale(fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])), &invv);
-        if (warp < 4) {
+        if (wg == 0) {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                u32 vh[4], vl[4], xh[4], xl[4];
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) {
+                    delta_split(vn[nt][2 * hr], vn[nt][2 * hr + 1], scv, &vh[nt], &vl[nt]);
+                    delta_split(vn[nt][2 * hr] * el[hr], vn[nt][2 * hr + 1] * el[hr], scv, &xh[nt], &xl[nt]);
+                }
+                const u32 o = delta_kmaj(32, lane, 16 * w4 + 8 * hr);
+                delta_stsm_x4_t(sbase + L.vh + o, vh);
+                delta_stsm_x4_t(sbase + L.vl + o, vl);
+                delta_stsm_x4_t(sbase + L.xh + o, xh);
+                delta_stsm_x4_t(sbase + L.xl + o, xl);
+            }
+        } else if (out) {
+            // exp(G_i) 2^-sS Y, in units of 2^-sv (a power of two: exact): o = (this + P vnew') 2^-sv.
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-                for (int hr = 0; hr < 2; ++hr) {
-                    const int i = 16 * warp + gq + 8 * hr, j = 8 * nt + 2 * tq;
-                    const int o2 = (i * DELTA_LDN + j) >> 1;
-                    u32 hi, lo;
-                    delta_split(vn[nt][2 * hr], vn[nt][2 * hr + 1], scv, &hi, &lo);
-                    Vh[o2] = hi;
-                    Vl[o2] = lo;
-                    delta_split(vn[nt][2 * hr] * el[hr], vn[nt][2 * hr + 1] * el[hr], scv, &hi, &lo);
-                    Xh[o2] = hi;
-                    Xl[o2] = lo;
-                }
+                for (int e = 0; e < 4; ++e) acc[4 * nt + e] = acc[4 * nt + e] * el[e >> 1] * scv;
         }
-        delta_cp_wait1();  // B(c) landed
-        __syncthreads();   // #2
+        mbar_wait(mb_b, c & 1);           // B(c) landed
+        if (wg == 0) fence_proxy_async();  // the vnew / X stores
+        __syncthreads();         // #2
 
-        // P2: state tile.
-        {
-            float acc[NTS][4];
+        if (wg == 0) {
+            float acc2[MS][16];
+            wg_fence();
 #pragma unroll
-            for (int i = 0; i < NTS; ++i)
+            for (int mb = 0; mb < MS; ++mb)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+                for (int kk = 0; kk < 4; ++kk) {
+                    const u64 ad = wg_desc(sbase + L.kt + mb * (64 * 128) + 32 * kk);
+                    WgmmaSS<32>::mma(acc2[mb], ad, wg_desc(sbase + L.xh + 32 * kk), kk == 0 ? 0 : 1);
+                    WgmmaSS<32>::mma(acc2[mb], ad, wg_desc(sbase + L.xl + 32 * kk));
+                }
+            wg_commit();
+            wg_wait<0>();
+#pragma unroll
+            for (int mb = 0; mb < MS; ++mb)
+#pragma unroll
+                for (int e = 0; e < 16; ++e) S[mb][e] = fmaf(egl, S[mb][e], acc2[mb][e] * invv);
+            if (c + 1 < nc) store_s(wg0_max(local_max_s(), 4));
+        } else if (out) {
+            wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
-                u32 af[4];
-                delta_ldsm_x4_t(af, kb + delta_off_tr(lane, 16 * kk, 16 * smt, LDK));
-#pragma unroll
-                for (int p = 0; p < NTS / 2; ++p) {
-                    u32 bh[4], bl[4];
-                    const int nn = 8 * snt0 + 16 * p;
-                    delta_ldsm_x4_t(bh, xhb + delta_off_rm(lane, 16 * kk, nn, DELTA_LDN));
-                    delta_ldsm_x4_t(bl, xlb + delta_off_rm(lane, 16 * kk, nn, DELTA_LDN));
-                    delta_mma(acc[2 * p], af, bh[0], bh[1]);
-                    delta_mma(acc[2 * p], af, bl[0], bl[1]);
-                    delta_mma(acc[2 * p + 1], af, bh[2], bh[3]);
-                    delta_mma(acc[2 * p + 1], af, bl[2], bl[3]);
-                }
+                const u64 ph = wg_desc(sbase + L.ph + 32 * kk), pl = wg_desc(sbase + L.pl + 32 * kk);
+                const u64 vh = wg_desc(sbase + L.vh + 32 * kk), vl = wg_desc(sbase + L.vl + 32 * kk);
+                WgmmaSS<32>::mma(acc, ph, vh);
+                WgmmaSS<32>::mma(acc, ph, vl);
+                WgmmaSS<32>::mma(acc, pl, vh);
             }
-#pragma unroll
-            for (int nt = 0; nt < NTS; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) S[nt][e] = fmaf(egl, S[nt][e], acc[nt][e] * invv);
-        }
-        // P2: outputs.
-        if (out) {
-            const int mt = warp >> 1, np = warp & 1;
-            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            for (int kk = 0; kk <= mt; ++kk) {
-                u32 ah[4], al[4], bh[4], bl[4];
-                delta_ldsm_x4(ah, pb + delta_off_rm(lane, 16 * mt, 16 * kk, DELTA_LDT));
-                delta_ldsm_x4(al, plb + delta_off_rm(lane, 16 * mt, 16 * kk, DELTA_LDT));
-                delta_ldsm_x4_t(bh, vhb + delta_off_rm(lane, 16 * kk, 16 * np, DELTA_LDN));
-                delta_ldsm_x4_t(bl, vlb + delta_off_rm(lane, 16 * kk, 16 * np, DELTA_LDN));
-                delta_mma(acc[0], ah, bh[0], bh[1]);
-                delta_mma(acc[0], ah, bl[0], bl[1]);
-                delta_mma(acc[0], al, bh[0], bh[1]);
-                delta_mma(acc[1], ah, bh[2], bh[3]);
-                delta_mma(acc[1], ah, bl[2], bl[3]);
-                delta_mma(acc[1], al, bh[2], bh[3]);
-            }
+            wg_commit();
+            wg_wait<0>();
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-                const int i = 16 * mt + gq + 8 * hr;
+                const int i = 16 * w4 + gq + 8 * hr;
                 const int t = c * DELTA_C + i;
                 if (t < T && t >= q0) {
                     float* orow = a.o + (i64)(t - q0) * a.ldo + (i64)h * dv + n0;
 #pragma unroll
-                    for (int nt = 0; nt < 2; ++nt) {
-                        const int j = 16 * np + 8 * nt + 2 * tq;
-                        const float2 ob = *reinterpret_cast<const float2*>(Ob + i * DELTA_LDU + j);
-                        orow[j] = fmaf(acc[nt][2 * hr], invv, ob.x);
-                        orow[j + 1] = fmaf(acc[nt][2 * hr + 1], invv, ob.y);
+                    for (int nt = 0; nt < 4; ++nt) {
+                        const int j = 8 * nt + 2 * tq;
+                        orow[j] = acc[4 * nt + 2 * hr] * invv;
+                        orow[j + 1] = acc[4 * nt + 2 * hr + 1] * invv;
                     }
                 }
             }
         }
-        if (c + 1 < nc) {
-            const float m = local_max_s();
-            if (lane == 0) red[4 + warp] = m;
-            __syncthreads();  // #3: all P2 reads of Vh.., Xh.., Ob, K, P done; red[4..11] ready
-            float mm = red[4];
-#pragma unroll
-            for (int w = 1; w < 8; ++w) mm = fmaxf(mm, red[4 + w]);
-            store_s(mm);
-        }
     }
-    delta_cp_wait1();
-    asm volatile("cp.async.wait_all;" ::: "memory");
-
+    if (wg == 0) {
 #pragma unroll
-    for (int nt = 0; nt < NTS; ++nt)
+        for (int mb = 0; mb < MS; ++mb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = 16 * smt + gq + 8 * (e >> 1), j = 8 * (snt0 + nt) + 2 * tq + (e & 1);
-            st[(i64)i * dv + j] = S[nt][e];
-        }
+            for (int e = 0; e < 16; ++e) {
+                const int i = 64 * mb + 16 * w4 + gq + 8 * ((e >> 1) & 1), j = 8 * (e >> 2) + 2 * tq + (e & 1);
+                st[(i64)i * dv + j] = S[mb][e];
+            }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) delta_rule_chunk_scan(DeltaArgs a) {
     pdl_enter();
-    extern __shared__ __align__(16) unsigned char delta_sm[];
+    TALLY_DYNAMIC_SMEM(delta_sm);
     if (!delta_shape_ok(a)) return;
     if (a.dk == 128) delta_scan_body<128>(a, delta_sm);
     else if (a.dk == 64) delta_scan_body<64>(a, delta_sm);

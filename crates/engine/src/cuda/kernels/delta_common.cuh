@@ -2,6 +2,7 @@
 // shared-memory layouts of the chunked prep and scan, and the mma / ldmatrix / cp.async helpers.
 #pragma once
 #include "common.cuh"
+#include "wgmma.cuh"
 
 struct DeltaArgs {
     const float* q; i64 ldq;     // [R, Hk*dk]: queries of the last R tokens
@@ -36,7 +37,10 @@ struct DeltaArgs {
 
 // ---------------------------------------------------------------------------------------------
 // Workspace: per chunk c and value head h: W [64][dk] f16, P [2][64][64] f16 (hi, lo), U [64][dv] f32,
-// G [64] f32; per chunk c and key head: K [64][dk] f16, Q [64][dk] f16. Rows past T are zero.
+// G [64] f32; per chunk c and key head: K^T [dk][64] f16 (the scan's wgmma A operand of the state
+// update), Q [64][dk] f16. Rows (tokens) past T are zero. Each is stored as the image of the scan's
+// shared-memory operand (delta_img_h: wgmma.cuh's swizzled K-major blocks; U per 32-column slice
+// with its 16-byte chunks swizzled, delta_img_u), so the scan moves them with bulk copies.
 // Sizes in floats (every part a multiple of 16 bytes):
 
 __host__ __device__ constexpr i64 delta_chunks(i64 T) { return (T + DELTA_C - 1) / DELTA_C; }
@@ -46,13 +50,24 @@ __host__ __device__ constexpr i64 delta_work_floats(i64 T, i64 Hk, i64 Hv, i64 d
 }
 
 struct DeltaWork {
-    __half* w;   // [nc][Hv][64][dk]
-    __half* p;   // [nc][Hv][2][64][64]: hi, lo
-    float* u;    // [nc][Hv][64][dv]
+    __half* w;   // [nc][Hv][64][dk] (as delta_img_h)
+    __half* p;   // [nc][Hv][2][64][64]: hi, lo (as delta_img_h)
+    float* u;    // [nc][Hv][64][dv] (as delta_img_u)
     float* g;    // [nc][Hv][64]
-    __half* kh;  // [nc][Hk][64][dk]
-    __half* qh;  // [nc][Hk][64][dk]
+    __half* kh;  // [nc][Hk][dk][64]: K transposed (as delta_img_h)
+    __half* qh;  // [nc][Hk][64][dk] (as delta_img_h)
 };
+
+// Element (r, k) of an f16 operand image: [k / 64][64 rows][64], 16-byte chunk (k % 64) / 8 of row r
+// at chunk ((k % 64) / 8) ^ (r & 7) (wgmma.cuh's layout; K^T, dk rows, has k < 64: one block).
+__host__ __device__ __forceinline__ int delta_img_h(int r, int k) {
+    return ((k >> 6) << 12) + (r << 6) + ((((k & 63) >> 3) ^ (r & 7)) << 3) + (k & 7);
+}
+// Element (i, j) of U's image: [j / 32][64][32] f32 (one 8 KB slice per scan block), 16-byte chunk
+// (j % 32) / 4 of row i at chunk ((j % 32) / 4) ^ (i & 7) (the scan's reads are then conflict free).
+__host__ __device__ __forceinline__ int delta_img_u(int i, int j) {
+    return ((j >> 5) << 11) + (i << 5) + ((((j & 31) >> 2) ^ (i & 7)) << 2) + (j & 3);
+}
 
 __device__ inline DeltaWork delta_work_split(const DeltaArgs& a) {
     const i64 nc = delta_chunks(a.T);
@@ -73,8 +88,6 @@ __device__ inline DeltaWork delta_work_split(const DeltaArgs& a) {
 
 #define DELTA_LDT 72   // f16 stride of 64-wide tiles (T, P)
 #define DELTA_LDA 72   // f32 stride of A / T in the prep
-#define DELTA_LDN 40   // f16 stride of 32-wide tiles (S, vnew)
-#define DELTA_LDU 40   // f32 stride of 32-wide f32 tiles (U, partial o)
 
 // Region X holds K hi, K lo, Q hi, Q lo during the Gram products, then (reused) beta*V hi, lo,
 // beta*exp(G)*K, T (f16) and the off-diagonal scratch.
@@ -105,38 +118,66 @@ __host__ __device__ constexpr DeltaPrepSmem delta_prep_layout(int dk) {
 
 __host__ __device__ constexpr int delta_prep_smem_bytes(int dk) { return delta_prep_layout(dk).total; }
 
+// The scan's operands of the tensor cores (wgmma.cuh's K-major swizzled blocks, each 1024-byte
+// aligned): W, Q [64][dk] (A), K^T [dk][64] (A), P hi, lo [64][64] (A), S hi, lo [32][dk] (B: S^T),
+// vnew hi, lo and its decayed copy X hi, lo [32][64] (B); then U (this block's 32-column slice,
+// f32, as delta_img_u), G, the reduction slots and two mbarriers (the bulk copies of chunk c's
+// {W, Q, U, G} and {K^T, P}). Offsets from a 1024-aligned base: the kernel rounds its dynamic
+// buffer up, so the size has 1024 bytes of slack.
 struct DeltaScanSmem {
-    int wb, qb, kb, pb, pl, ub, ob, gb, sh, sl, vh, vl, xh, xl, red, total;
+    int wt, qt, kt, ph, pl, sh, sl, vh, vl, xh, xl, ub, gb, red, mb, total;
 };
 
 __host__ __device__ constexpr DeltaScanSmem delta_scan_layout(int dk) {
     DeltaScanSmem s{};
-    const int ldk = dk + 8;
     int o = 0;
-    s.wb = o; o += 64 * ldk * 2;
-    s.qb = o; o += 64 * ldk * 2;
-    s.kb = o; o += 64 * ldk * 2;
-    s.pb = o; o += 64 * DELTA_LDT * 2;
-    s.pl = o; o += 64 * DELTA_LDT * 2;
-    s.ub = o; o += 64 * DELTA_LDU * 4;
-    s.ob = o; o += 64 * DELTA_LDU * 4;
+    s.wt = o; o += 64 * dk * 2;
+    s.qt = o; o += 64 * dk * 2;
+    s.kt = o; o += dk * 64 * 2;
+    s.ph = o; o += 64 * 64 * 2;
+    s.pl = o; o += 64 * 64 * 2;
+    s.sh = o; o += 32 * dk * 2;
+    s.sl = o; o += 32 * dk * 2;
+    s.vh = o; o += 32 * 64 * 2;
+    s.vl = o; o += 32 * 64 * 2;
+    s.xh = o; o += 32 * 64 * 2;
+    s.xl = o; o += 32 * 64 * 2;
+    s.ub = o; o += 64 * 32 * 4;
     s.gb = o; o += 64 * 4;
-    s.sh = o; o += dk * DELTA_LDN * 2;
-    s.sl = o; o += dk * DELTA_LDN * 2;
-    s.vh = o; o += 64 * DELTA_LDN * 2;
-    s.vl = o; o += 64 * DELTA_LDN * 2;
-    s.xh = o; o += 64 * DELTA_LDN * 2;
-    s.xl = o; o += 64 * DELTA_LDN * 2;
     s.red = o; o += 16 * 4;
-    s.total = o;
+    s.mb = o; o += 2 * 8;
+    s.total = o + 1024;
     return s;
 }
 
 __host__ __device__ constexpr int delta_scan_smem_bytes(int dk) { return delta_scan_layout(dk).total; }
 
 // ---------------------------------------------------------------------------------------------
-// PTX helpers.
+// Offsets in wgmma.cuh's swizzled K-major blocks: 16-byte chunk c (of the 8 in a 128-byte row) of
+// row r; element (r, k) of an operand of `rows` rows (K = 64 per block, blocks one after another).
+__device__ __forceinline__ u32 delta_swz(int r, int c) { return (u32)(r * 128 + ((c ^ (r & 7)) << 4)); }
+__device__ __forceinline__ u32 delta_kmaj(int rows, int r, int k) {
+    return (u32)((k >> 6) * rows * 128) + delta_swz(r, (k & 63) >> 3) + (u32)((k & 7) * 2);
+}
 
+// PTX helpers (the CPU emulator in lab/gemm/emu supplies the primitives under them).
+#ifdef TALLY_EMU
+__device__ __forceinline__ u32 delta_smem_addr(const void* p) { return smem_u32(p); }
+__device__ __forceinline__ void delta_ldsm_x4(u32* r, u32 addr) {
+    ldsm_x4(reinterpret_cast<const unsigned short*>(emu::st().dyn_smem + addr), r);
+}
+__device__ __forceinline__ void delta_ldsm_x4_t(u32* r, u32 addr) {
+    ldsm_x4_t(reinterpret_cast<const unsigned short*>(emu::st().dyn_smem + addr), r);
+}
+__device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1) { mma_16816(d, a, b0, b1); }
+__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) { cp_async16(emu::st().dyn_smem + dst, src); }
+__device__ __forceinline__ void delta_cp_commit() { cp_async_commit(); }
+__device__ __forceinline__ void delta_cp_wait1() { cp_async_wait<1>(); }
+__device__ __forceinline__ void delta_cp_wait0() { cp_async_wait<0>(); }
+__device__ __forceinline__ void delta_stsm_x4_t(u32 addr, const u32* r) {
+    stsm_x4_t(reinterpret_cast<unsigned short*>(emu::st().dyn_smem + addr), r);
+}
+#else
 __device__ __forceinline__ u32 delta_smem_addr(const void* p) {
     u32 a;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
@@ -168,6 +209,22 @@ __device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void delta_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void delta_cp_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void delta_cp_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// Four 8 x 8 f16 blocks in the mma accumulator layout (register i of lane l: block i's row l / 4,
+// columns 2 (l % 4), +1), each stored transposed: lane 8i + j gives the address of the block's
+// column j, which receives its 8 rows as 16 contiguous bytes.
+__device__ __forceinline__ void delta_stsm_x4_t(u32 addr, const u32* r) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+#endif
+
 // ldmatrix lane addresses (l = lane). For a 16x16 tile at (r0, c0) of a row-major f16 array:
 //  * A operand, row-major storage [m][k]:              row r0 + (l & 15), col c0 + (l >> 4) * 8
 //  * B operand (two n8 tiles), storage [k][n], .trans:  same formula (rows k, cols n);
@@ -182,12 +239,6 @@ __device__ __forceinline__ u32 delta_off_rm(int l, int r0, int c0, int ld) {
 __device__ __forceinline__ u32 delta_off_tr(int l, int r0, int c0, int ld) {
     return (u32)(((r0 + (l & 7) + ((l >> 4) & 1) * 8) * ld + c0 + ((l >> 3) & 1) * 8) * 2);
 }
-
-__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void delta_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void delta_cp_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 __device__ __forceinline__ u32 delta_h2(float lo_col, float hi_col) {
     __half2 h = __floats2half2_rn(lo_col, hi_col);

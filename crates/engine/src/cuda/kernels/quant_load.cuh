@@ -7,9 +7,6 @@
 // ---------------------------------------------------------------------------------------------
 // Hardware primitives (replaced by the CPU emulator).
 #ifndef TALLY_EMU
-// Dynamic shared memory of a kernel.
-#define TALLY_DYNAMIC_SMEM(name) extern __shared__ __align__(16) u8 name[]
-
 __device__ __forceinline__ u32 ldg_u8(const u8* p) { return __ldg(p); }
 __device__ __forceinline__ u32 ldg_u16(const u8* p) {
     return __ldg(reinterpret_cast<const unsigned short*>(p));

@@ -63,16 +63,21 @@ pub fn prep_smem_bytes(dk: i64) -> u32 {
     o as u32
 }
 
-/// Dynamic shared memory of `delta_rule_chunk_scan` (`delta_scan_smem_bytes` in delta.cu).
+/// Dynamic shared memory of `delta_rule_chunk_scan` (`delta_scan_smem_bytes` in delta.cu): the
+/// wgmma operand blocks W, Q [64][dk], K^T [dk][64], P hi + lo [64][64], S^T hi + lo [32][dk],
+/// vnew and its decayed copy hi + lo [32][64] (f16), U (this block's f32 64 x 32 slice), G, 16
+/// reduction slots, two mbarriers, and 1024 bytes of slack for the blocks' alignment.
 pub fn scan_smem_bytes(dk: i64) -> u32 {
-    let ldk = dk + 8;
-    let o = 3 * 64 * ldk * 2 // wb, qb, kb
-        + 2 * 64 * 72 * 2 // pb, pl
-        + 2 * 64 * 40 * 4 // ub, ob
+    let o = 2 * 64 * dk * 2 // wt, qt
+        + dk * 64 * 2 // kt
+        + 2 * 64 * 64 * 2 // ph, pl
+        + 2 * 32 * dk * 2 // sh, sl
+        + 4 * 32 * 64 * 2 // vh, vl, xh, xl
+        + 64 * 32 * 4 // ub
         + 64 * 4 // gb
-        + 2 * dk * 40 * 2 // sh, sl
-        + 4 * 64 * 40 * 2 // vh, vl, xh, xl
-        + 16 * 4; // red
+        + 16 * 4 // red
+        + 2 * 8 // two mbarriers
+        + 1024;
     o as u32
 }
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# RAN 2026-12-05 (results: docs/results/2026-12-05-h100-stop37/call4).
+# 2026-12-05, stop 37, call 4: the wgmma scan of call 3 (correct, but scan 0.488 -> 0.456 ms and
+# prep 0.450 -> 0.530 at T = 8,192: engine -1%). Call 3's ncu: a third of the scan's samples sit
+# in issuing its per-thread 16-byte cp.async (address math for ~4,600 copies a chunk), and the
+# prep pays for the K^T stores between two barriers. Now the prep writes every workspace tile as
+# the image of the scan's shared-memory tile (swizzled), so thread 0 moves each with one bulk
+# copy (cp.async.bulk, counted by two mbarriers); the K^T stores moved to the prep's step 4,
+# under the latency of that step's loads. The CPU emulator (now with mbarriers and bulk copies,
+# each landing at issue or at the phase's completion at random) passes, and fails 4 more
+# mutants (no wait for B(c), wrong U slice, wrong expected bytes, no barrier after the init).
+# (1) lab/delta: df08482 and this. (2) ncu of the scan and the prep at T = 8,192. (3) engine as
+# call 3: check mid 1000; digests new twice; pp512/2048/8192 base (df08482) / new x2.
+# Prediction (written before): lab scan at T=8192 0.456 -> ~0.33 ms; prep 0.530 -> ~0.46;
+# engine pp8192 +2% over df08482, pp512 +1%.
+# HERE first: as stop37c.sh.
+set -u
+cd "$(dirname "$0")/../.."
+[ -f .carry/new.tar.xz ] && tar xJf .carry/new.tar.xz -C .carry
+. scripts/gpu/env.sh
+gpu_job stop37d
+B=$TALLY_NOPEER
+N=$PWD/.carry/bin/tally-new
+F=/tmp/q4km.gguf
+[ -f $F ] || "$N" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1 &
+for v in old new; do
+    timeout 150 .carry/lab/delta_$v > "$OUT/lab-delta-$v.txt" 2>&1
+    row "lab delta $v" "rc=$? $(grep -E 'SUMMARY' "$OUT/lab-delta-$v.txt") ($(el))"
+    grep -E "^  chunked T=" "$OUT/lab-delta-$v.txt" | awk -v v=$v '{print v, $2, "total", $3, "prep", $4, "scan", $5}' >> "$OUT/lab-times.txt"
+done
+grep -E "FAIL|FATAL" "$OUT/lab-delta-new.txt" | head -5 > "$OUT/lab-fails.txt"
+pack
+command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
+for k in scan prep; do
+    timeout 120 ncu --clock-control none -k regex:delta_rule_chunk_$k --launch-count 1 --set full \
+        --import-source no -o "$OUT/ncu-$k" .carry/lab/delta_new --profile 8192 > "$OUT/ncu-$k.log" 2>&1
+    ncu -i "$OUT/ncu-$k.ncu-rep" --page details > "$OUT/ncu-$k-details.txt" 2>&1
+    ncu -i "$OUT/ncu-$k.ncu-rep" --page source --print-source sass --csv 2>/dev/null | gzip > "$OUT/ncu-$k-sass.csv.gz"
+    rm -f "$OUT/ncu-$k.ncu-rep"
+    row "ncu $k new 8192" "$(grep -E ' Duration' "$OUT/ncu-$k-details.txt" | head -1 | tr -s ' ') ($(el))"
+done
+pack
+MID=/tmp/mid-q4_k_m.gguf
+"$N" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
+timeout 90 "$N" check --model $MID --backend cuda --tokens 1000 -n 2 > "$OUT/check-mid-1000.log" 2>&1
+row "check mid 1000 (new)" "rc=$? $(grep -A2 'worst node' "$OUT/check-mid-1000.log" | tail -1 | tr -s ' ' | cut -c1-100) ($(el))"
+for v in B N N2; do
+    bin=$N; [ $v = B ] && bin=$B
+    timeout 60 "$bin" run --model $MID --backend cuda --tokens 1000 -n 6 -o json > "$OUT/run-mid1000-$v.json" 2> "$OUT/run-mid1000-$v.err"
+done
+row "digests mid 1000 new == new" "$(logits_same "$OUT" mid1000 N N2) ($(el))"
+row "digests mid 1000 base == new" "$(logits_same "$OUT" mid1000 B N) ($(el))"
+pack
+wait
+row synth "$(ls -la $F | awk '{print $5}') bytes ($(el))"
+for round in 1 2; do
+    for v in B N; do
+        bin=$B; [ $v = N ] && bin=$N
+        timeout 120 "$bin" bench -m $F --backend cuda -p 512,2048,8192 -n 0 -r 3 -o json > "$OUT/pp-$v-$round.json" 2> "$OUT/pp-$v-$round.err"
+        row "pp $v round $round" "rc=$? $(bench_row "$OUT/pp-$v-$round.json") ($(el))"
+    done
+    pack
+done
+cat "$OUT/lab-times.txt" "$OUT/lab-fails.txt"
+printf '%s\n' "${summary[@]}"
