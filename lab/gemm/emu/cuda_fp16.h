@@ -314,18 +314,13 @@ inline int __shfl_xor_sync(unsigned, int v, int m) {
     return r;
 }
 inline int __float2int_rn(float x) { return int(std::nearbyint(x)); }
-inline int __shfl_up_sync(unsigned, int v, int d) {
+// int and float (4-byte values).
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, int d) {
+    static_assert(sizeof(T) == 4, "4-byte shuffles only");
     auto sl = emu::exchange(&v, 4);
     const int l = emu::tid() % 32;
-    int r = v;
-    if (l >= d) std::memcpy(&r, sl[l - d], 4);
-    emu::syncwarp();
-    return r;
-}
-inline float __shfl_up_sync(unsigned, float v, int d) {
-    auto sl = emu::exchange(&v, 4);
-    const int l = emu::tid() % 32;
-    float r = v;
+    T r = v;
     if (l >= d) std::memcpy(&r, sl[l - d], 4);
     emu::syncwarp();
     return r;
