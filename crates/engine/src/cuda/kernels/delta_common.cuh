@@ -1,5 +1,5 @@
 // The delta rule kernels' shared parts (delta.cu): the argument struct, the work split, the
-// shared-memory layouts of the chunked prep and scan, and the mma / ldmatrix / cp.async helpers.
+// shared-memory layouts of the chunked prep and scan, and the mma / ldmatrix / stmatrix helpers.
 #pragma once
 #include "common.cuh"
 #include "wgmma.cuh"
@@ -170,10 +170,6 @@ __device__ __forceinline__ void delta_ldsm_x4_t(u32* r, u32 addr) {
     ldsm_x4_t(reinterpret_cast<const unsigned short*>(emu::st().dyn_smem + addr), r);
 }
 __device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1) { mma_16816(d, a, b0, b1); }
-__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) { cp_async16(emu::st().dyn_smem + dst, src); }
-__device__ __forceinline__ void delta_cp_commit() { cp_async_commit(); }
-__device__ __forceinline__ void delta_cp_wait1() { cp_async_wait<1>(); }
-__device__ __forceinline__ void delta_cp_wait0() { cp_async_wait<0>(); }
 __device__ __forceinline__ void delta_stsm_x4_t(u32 addr, const u32* r) {
     stsm_x4_t(reinterpret_cast<unsigned short*>(emu::st().dyn_smem + addr), r);
 }
@@ -209,12 +205,6 @@ __device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void delta_cp16(u32 dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void delta_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void delta_cp_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-__device__ __forceinline__ void delta_cp_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 // Four 8 x 8 f16 blocks in the mma accumulator layout (register i of lane l: block i's row l / 4,
 // columns 2 (l % 4), +1), each stored transposed: lane 8i + j gives the address of the block's
 // column j, which receives its 8 rows as 16 contiguous bytes.
