@@ -4,7 +4,7 @@
 // emulated with the hardware's fragment layouts, barriers released in a random order. Checked as
 // lab/delta/bench.cu checks the GPU: o and the final state against a sequential float64
 // reference, bound 1e-3 (norm-wise relative error); NaN-poisoned outputs.
-// Build and run (from the repository root; ~1 min):
+// Build and run (from the repository root; ~10 s):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/delta/emu_test.cpp -o /tmp/delta_emu && /tmp/delta_emu
 // Exit code 1 if a check fails (3: the emulator found a deadlock; 4: a bad primitive use).
@@ -34,18 +34,6 @@ struct Bufs {
     }
 };
 
-struct Rng {
-    uint64_t s;
-    double uni() {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        return double(s >> 11) * (1.0 / 9007199254740992.0);
-    }
-    double normal() {
-        const double u = std::max(uni(), 1e-300), v = uni();
-        return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
-    }
-};
-
 double rel(const std::vector<double>& got, const std::vector<double>& want, long long* nonfinite) {
     double num = 0, den = 0;
     *nonfinite = 0;
@@ -61,7 +49,7 @@ double rel(const std::vector<double>& got, const std::vector<double>& want, long
 }
 
 int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
-    Rng r{seed};
+    ref::Rng r(seed);
     const int ld = 2 * s.Hk * s.dk + s.Hv * s.dv;
     std::vector<float> qkv(size_t(T) * ld), g(size_t(T) * s.Hv), beta(size_t(T) * s.Hv), s0(size_t(s.Hv) * s.dk * s.dv);
     for (auto& x : qkv) x = float(r.normal());
@@ -74,8 +62,8 @@ int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
                 const double sc = (part == 0 ? 1.0 / std::sqrt(double(s.dk)) : 1.0) / std::sqrt(n);
                 for (int i = 0; i < s.dk; i++) x[i] = float(x[i] * sc);
             }
-    for (auto& x : g) x = float(gmin * r.uni());
-    for (auto& x : beta) x = float(0.02 + 0.96 * r.uni());
+    for (auto& x : g) x = float(gmin * r.uniform());
+    for (auto& x : beta) x = float(0.02 + 0.96 * r.uniform());
     for (auto& x : s0) x = float(0.5 * r.normal());
 
     // Sequential float64 reference.

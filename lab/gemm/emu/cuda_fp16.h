@@ -420,28 +420,20 @@ inline void cp_async_wait() {
     f.pending.swap(keep);
 }
 
-inline void ldsm_x4(const unsigned short* p, unsigned r[4]) {
+// ldmatrix .x4 (trans: .x4.trans, each 8x8 matrix transposed on the way). Plain: lane l receives in
+// register i the halves at row l/4, columns 2(l%4) and 2(l%4)+1, of matrix i; transposed: the halves
+// at rows 2(l%4) and 2(l%4)+1, column l/4.
+inline void ldsm_x4(const unsigned short* p, unsigned r[4], bool trans = false) {
     if (reinterpret_cast<uintptr_t>(p) & 15) { std::fprintf(stderr, "emu: ldmatrix row not 16-byte aligned\n"); std::exit(4); }
     const uint64_t addr = reinterpret_cast<uintptr_t>(p);
     auto sl = emu::exchange(&addr, 8);
     const int l = emu::tid() % 32;
+    auto at = [&](int i, int row, int col) {
+        return unsigned(reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + row][0]))[col]);
+    };
     for (int i = 0; i < 4; i++) {
-        const unsigned short* row = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + l / 4][0]));
-        r[i] = row[2 * (l % 4)] | (unsigned(row[2 * (l % 4) + 1]) << 16);
-    }
-    emu::syncwarp();
-}
-// ldmatrix .x4 .trans: each 8x8 matrix transposed on the way: lane l receives in register i the
-// halves at rows 2(l%4) and 2(l%4)+1, column l/4, of matrix i.
-inline void ldsm_x4_t(const unsigned short* p, unsigned r[4]) {
-    if (reinterpret_cast<uintptr_t>(p) & 15) { std::fprintf(stderr, "emu: ldmatrix row not 16-byte aligned\n"); std::exit(4); }
-    const uint64_t addr = reinterpret_cast<uintptr_t>(p);
-    auto sl = emu::exchange(&addr, 8);
-    const int l = emu::tid() % 32;
-    for (int i = 0; i < 4; i++) {
-        const unsigned short* r0 = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + 2 * (l % 4)][0]));
-        const unsigned short* r1 = reinterpret_cast<const unsigned short*>(uintptr_t(sl[8 * i + 2 * (l % 4) + 1][0]));
-        r[i] = r0[l / 4] | (unsigned(r1[l / 4]) << 16);
+        r[i] = trans ? at(i, 2 * (l % 4), l / 4) | (at(i, 2 * (l % 4) + 1, l / 4) << 16)
+                     : at(i, l / 4, 2 * (l % 4)) | (at(i, l / 4, 2 * (l % 4) + 1) << 16);
     }
     emu::syncwarp();
 }

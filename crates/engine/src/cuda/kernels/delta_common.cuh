@@ -167,7 +167,7 @@ __device__ __forceinline__ void delta_ldsm_x4(u32* r, u32 addr) {
     ldsm_x4(reinterpret_cast<const unsigned short*>(emu::st().dyn_smem + addr), r);
 }
 __device__ __forceinline__ void delta_ldsm_x4_t(u32* r, u32 addr) {
-    ldsm_x4_t(reinterpret_cast<const unsigned short*>(emu::st().dyn_smem + addr), r);
+    ldsm_x4(reinterpret_cast<const unsigned short*>(emu::st().dyn_smem + addr), r, true);
 }
 __device__ __forceinline__ void delta_mma(float* d, const u32* a, u32 b0, u32 b1) { mma_16816(d, a, b0, b1); }
 __device__ __forceinline__ void delta_stsm_x4_t(u32 addr, const u32* r) {
