@@ -68,6 +68,9 @@ __host__ __device__ __forceinline__ int delta_img_h(int r, int k) {
 __host__ __device__ __forceinline__ int delta_img_u(int i, int j) {
     return ((j >> 5) << 11) + (i << 5) + ((((j & 31) >> 2) ^ (i & 7)) << 2) + (j & 3);
 }
+// The scan's tiles (S^T, vnew and X as [32][...], U's slice above, the m64n32 products) are laid
+// out for blocks of 32 value columns, the grid's column split.
+static_assert(DELTA_NS == 32, "delta_img_u and the scan's smem layout assume 32 columns a block");
 
 __device__ inline DeltaWork delta_work_split(const DeltaArgs& a) {
     const i64 nc = delta_chunks(a.T);
