@@ -20,7 +20,7 @@ use crate::rng::Rng;
 mod mix;
 mod tokenizer;
 
-pub use mix::QuantMix;
+pub use mix::{QuantMix, RecipeFacts};
 
 /// Named model shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +287,7 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
     let mut fallbacks = Vec::new();
     let d = cfg.hidden as f32;
     let resid = 1.0 / (2.0 * cfg.n_layers as f32).sqrt();
+    let facts = mix::RecipeFacts::of(cfg);
     for (name, dims) in synth_shapes(cfg) {
         let short = name
             .rsplit_once(".weight")
@@ -316,7 +317,7 @@ fn tensor_plans(cfg: &Config, mix: QuantMix) -> (Vec<TensorPlan>, Vec<String>) {
         let ty = if !mix::is_quantised(&name, &dims) {
             GgmlType::F32
         } else {
-            let want = mix::wanted_type(mix, &name, &dims, cfg.n_layers);
+            let want = mix::wanted_type(mix, &name, &dims, facts);
             let got = mix::fit_type(want, dims[0]);
             if got != want {
                 fallbacks.push(format!(

@@ -44,7 +44,7 @@ pub(crate) fn log_tail() -> String {
         .unwrap_or_default()
 }
 
-fn clear_log_tail() {
+pub(crate) fn clear_log_tail() {
     if let Ok(mut t) = LOG_TAIL.lock() {
         t.clear();
     }

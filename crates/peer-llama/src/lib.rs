@@ -9,6 +9,8 @@
 //! - in-graph replay into scratch on a second backend instance ([`replay`]);
 //! - standalone op timing on one-op ggml graphs ([`opbench`]);
 //! - its tokenizer alone, on vocab-only files, as the oracle for tally's ([`vocab`]).
+//! - its quantiser and dequantisers, as the oracle for tally's reading of quantised files
+//!   ([`quantize_file`], [`dequantize`]).
 //!
 //! docs/peer-llama.md explains what each of these sees and does not see.
 
@@ -20,6 +22,7 @@ mod ggml;
 pub mod mtp;
 pub mod opbench;
 mod probe;
+mod quant;
 pub mod replay;
 pub mod timing;
 pub mod vocab;
@@ -34,6 +37,7 @@ use tally_ledger::subject::{
 };
 
 pub use config::ModelConfig;
+pub use quant::{dequantize, quantize_file};
 pub use replay::ReplayStats;
 pub use timing::BenchResult;
 pub use vocab::LlamaVocab;

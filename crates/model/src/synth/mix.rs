@@ -1,9 +1,13 @@
 //! Quantisation mixes: which ggml type each tensor gets, following llama.cpp's recipe per file
 //! type (`src/llama-quant.cpp`: `tensor_allows_quantization`, `tensor_get_category`,
-//! `llama_tensor_get_type_impl`, `tensor_type_fallback`) for this architecture.
+//! `llama_tensor_get_type_impl`, `tensor_type_fallback`) for this architecture. Checked against
+//! llama.cpp's own quantiser (`llama_model_quantize`) on converter-made and synth files, every
+//! mix, every tensor: crates/peer-llama/tests/quantize.rs.
 //!
-//! Facts of this architecture the recipe depends on: n_gqa = n_head / n_head_kv >= 4 for every
-//! preset (8 for the real model), n_expert != 8, not Falcon, not a 70B, an untied output head.
+//! What the recipe reads from the model ([`RecipeFacts`]): n_layer (llama.cpp counts MTP blocks
+//! in it), n_gqa = n_head / n_head_kv (8 for the real model), and whether there are exactly 8
+//! experts (256 for the real model; the tiny preset has 8). Not Falcon, not a 70B, an untied
+//! output head: facts of this architecture.
 //! Rules implemented, per category (layer i of n; `more_bits(i, n)` is llama.cpp's
 //! `use_more_bits`: i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2):
 //! - not quantised (F32): vectors, `ffn_gate_inp` (routers), `ssm_conv1d`; and the mix's
@@ -12,23 +16,25 @@
 //! - mxfp4_moe: every 3-D expert tensor MXFP4, every other matrix (token_embd included) Q8_0.
 //! - `token_embd`: the mix's default type.
 //! - attn_v-like (`attn_qkv` on linear layers, `attn_v` on full ones; llama.cpp counts both
-//!   with one counter, which is the layer index here since every layer has exactly one):
-//!   q2_k Q4_K; q3_k_m Q5_K for counter < 2, else Q4_K; iq4_nl/iq4_xs Q5_K (n_gqa >= 4);
-//!   q4_k_m/q5_k_m Q6_K where more_bits.
+//!   with one counter, which is the layer index here since every block has exactly one, the
+//!   MTP blocks included): Q8_0 with 8 experts; else q2_k Q4_K (Q3_K below n_gqa 4); q3_k_m
+//!   Q5_K for counter < 2, else Q4_K; iq4_nl/iq4_xs Q5_K (n_gqa >= 4); q4_k_m/q5_k_m Q6_K
+//!   where more_bits.
+//! - `attn_k`: Q8_0 with 8 experts.
 //! - ffn_down (`ffn_down_exps`, `ffn_down_shexp`; layer from the name): q2_k Q3_K; q3_k_m Q5_K
 //!   for i < n/16, else Q4_K; q4_k_m/q5_k_m Q6_K where more_bits; iq4_nl/iq4_xs Q5_K for i < n/8.
-//! - `attn_output`: q2_k Q3_K; q3_k_m Q4_K.
-//! - everything else (attn_q, attn_k, attn_gate, ssm_alpha/beta/out, ffn gate/up, shared
-//!   expert gate/up): the default type.
+//! - `attn_output`: with 8 experts, Q5_K for q2_k, q3_k_m, iq4_nl, q4_k_m and iq4_xs; else
+//!   q2_k Q3_K, q3_k_m Q4_K.
+//! - everything else (attn_q, attn_gate, ssm_alpha/beta/out, ffn gate/up, shared expert
+//!   gate/up, the MTP block's eh_proj): the default type.
 //! - a row length that is not a whole number of blocks falls back as llama.cpp does
 //!   (IQ4_XS -> IQ4_NL, Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and to
 //!   F16 if even that does not fit (llama.cpp's choice; F32 here for rows that are not even
 //!   whole f16s is impossible, so F16 it is).
 //!
 //! Simplified: llama.cpp's imatrix-dependent rules are taken in their no-imatrix form (q4_0
-//! keeps Q4_0 on the first ffn_down layers; iq4_* take the Q5_K ffn_down bump), user overrides
-//! (`--tensor-type`, `--output-tensor-type`, `--pure`) do not exist, and MTP layers (which
-//! llama.cpp counts in n_layer for ffn_down) are not part of synth files.
+//! keeps Q4_0 on the first ffn_down layers; iq4_* take the Q5_K ffn_down bump), and user
+//! overrides (`--tensor-type`, `--output-tensor-type`, `--pure`) do not exist.
 
 use tally_gguf::GgmlType;
 
@@ -100,6 +106,41 @@ impl QuantMix {
     pub fn default_type(self) -> GgmlType {
         self.row().3
     }
+
+    /// The type this mix gives tensor `name` of ggml shape `dims` in a model with `facts`: F32
+    /// for what llama.cpp leaves unquantised (from an F32 source), otherwise the recipe's type
+    /// after the block-size fallback. What `llama-quantize` writes without an importance matrix
+    /// (checked against llama.cpp's own quantiser in crates/peer-llama/tests/quantize.rs), and
+    /// what `tally synth` writes.
+    pub fn tensor_type(self, name: &str, dims: &[u64], facts: RecipeFacts) -> GgmlType {
+        if !is_quantised(name, dims) {
+            return GgmlType::F32;
+        }
+        fit_type(wanted_type(self, name, dims, facts), dims[0])
+    }
+}
+
+/// What llama.cpp's recipe reads from the model besides a tensor's name and shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecipeFacts {
+    /// llama.cpp's `n_layer`: every block, MTP blocks included (its ffn_down rules divide by it,
+    /// and its attn_v-like counter runs over one such tensor a block).
+    pub n_layers: usize,
+    /// `n_head / n_head_kv` (llama.cpp's `n_gqa()`; 0 without key/value heads).
+    pub n_gqa: usize,
+    /// Routed experts (`expert_count`): llama.cpp has rules for exactly 8.
+    pub n_expert: usize,
+}
+
+impl RecipeFacts {
+    /// The facts of a model configuration.
+    pub fn of(cfg: &crate::Config) -> RecipeFacts {
+        RecipeFacts {
+            n_layers: cfg.block_count(),
+            n_gqa: cfg.n_head.checked_div(cfg.n_head_kv).unwrap_or(0),
+            n_expert: cfg.n_experts,
+        }
+    }
 }
 
 /// llama.cpp's `tensor_get_category`, for this architecture's names.
@@ -109,6 +150,8 @@ enum Category {
     TokenEmbd,
     /// `attn_qkv` and `attn_v` (llama.cpp's `category_is_attn_v`).
     AttnV,
+    /// `attn_k` (full-attention layers).
+    AttnK,
     AttnOutput,
     FfnDown,
     Other,
@@ -121,6 +164,8 @@ fn category(name: &str) -> Category {
         Category::TokenEmbd
     } else if name.contains("attn_qkv.weight") || name.contains("attn_v.weight") {
         Category::AttnV
+    } else if name.contains("attn_k.weight") {
+        Category::AttnK
     } else if name.contains("attn_output.weight") {
         Category::AttnOutput
     } else if name.contains("ffn_up") || name.contains("ffn_gate") {
@@ -148,7 +193,7 @@ pub(crate) fn is_quantised(name: &str, dims: &[u64]) -> bool {
 }
 
 /// The type the mix wants for a quantised tensor, before the block-size fallback.
-pub(crate) fn wanted_type(mix: QuantMix, name: &str, dims: &[u64], n_layers: usize) -> GgmlType {
+pub(crate) fn wanted_type(mix: QuantMix, name: &str, dims: &[u64], facts: RecipeFacts) -> GgmlType {
     use GgmlType as T;
     use QuantMix as M;
     let cat = category(name);
@@ -176,16 +221,20 @@ pub(crate) fn wanted_type(mix: QuantMix, name: &str, dims: &[u64], n_layers: usi
             T::Q8_0
         };
     }
-    let (i, n) = (layer.unwrap_or(0), n_layers);
+    let (i, n) = (layer.unwrap_or(0), facts.n_layers);
+    let (gqa4, moe8) = (facts.n_gqa >= 4, facts.n_expert == 8);
     match cat {
+        Category::AttnV if moe8 => T::Q8_0,
         Category::AttnV => match mix {
-            M::Q2K => T::Q4_K,
+            M::Q2K if gqa4 => T::Q4_K,
+            M::Q2K => T::Q3_K,
             M::Q3KM if i < 2 => T::Q5_K,
             M::Q3KM => T::Q4_K,
-            M::IQ4NL | M::IQ4XS => T::Q5_K,
+            M::IQ4NL | M::IQ4XS if gqa4 => T::Q5_K,
             M::Q4KM | M::Q5KM if more_bits(i, n) => T::Q6_K,
             _ => dflt,
         },
+        Category::AttnK if moe8 => T::Q8_0,
         Category::FfnDown => match mix {
             M::Q2K => T::Q3_K,
             M::Q3KM if i < n / 16 => T::Q5_K,
@@ -194,12 +243,16 @@ pub(crate) fn wanted_type(mix: QuantMix, name: &str, dims: &[u64], n_layers: usi
             M::IQ4NL | M::IQ4XS if i < n / 8 => T::Q5_K,
             _ => dflt,
         },
+        Category::AttnOutput if moe8 => match mix {
+            M::Q2K | M::Q3KM | M::IQ4NL | M::Q4KM | M::IQ4XS => T::Q5_K,
+            _ => dflt,
+        },
         Category::AttnOutput => match mix {
             M::Q2K => T::Q3_K,
             M::Q3KM => T::Q4_K,
             _ => dflt,
         },
-        Category::TokenEmbd | Category::Other | Category::Output => dflt,
+        Category::AttnK | Category::TokenEmbd | Category::Other | Category::Output => dflt,
     }
 }
 
