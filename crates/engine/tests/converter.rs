@@ -315,3 +315,36 @@ fn a_broken_mtp_tensor_in_a_converter_file_is_named() {
         "{e}"
     );
 }
+
+/// conv-a-mtp-q8_0 cut into three parts by llama.cpp's gguf-py writer (split/, made by
+/// tools/convert/split_fixture.py), opened from its first part: the same logits as the whole
+/// file, bit for bit, over the prompt and a few greedy steps, and the MTP block kept.
+#[test]
+fn a_split_converter_file_runs_as_the_whole_file() {
+    let r = Reference::open("conv-a-mtp");
+    let whole = Arc::new(Model::open(&fixture("conv-a-mtp-q8_0.gguf")).expect("open whole"));
+    let split = Arc::new(
+        Model::open(&fixture("split/conv-a-mtp-q8_0-00001-of-00003.gguf")).expect("open split"),
+    );
+    assert_eq!(split.file.part_paths().len(), 3);
+    assert_eq!(split.config.n_mtp_layers, 1);
+    let prompt = r.ids("prompt_ids");
+    let (mut a, mut b) = (
+        session(&whole, prompt.len() + 5),
+        session(&split, prompt.len() + 5),
+    );
+    let (mut la, mut lb) = (
+        a.prefill(&prompt).expect("prefill"),
+        b.prefill(&prompt).expect("prefill"),
+    );
+    for step in 0..4 {
+        assert!(all_finite(&la));
+        assert!(
+            la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "step {step}: the split file's logits differ from the whole file's"
+        );
+        let id = argmax(&la);
+        la = a.decode(id).expect("decode");
+        lb = b.decode(id).expect("decode");
+    }
+}

@@ -55,6 +55,11 @@ pub enum GgufError {
         msg: String,
     },
 
+    /// A split model's parts do not fit together (a part missing, misnamed or out of order, a
+    /// later part opened instead of the first, tensor counts that disagree).
+    #[error("{path}: split model: {msg}")]
+    Split { path: PathBuf, msg: String },
+
     /// A tensor's description is inconsistent (shape, type, offset, overlap, name).
     #[error("{path}: tensor '{name}': {msg}")]
     Tensor {

@@ -99,7 +99,9 @@ impl std::ops::Deref for Bytes {
     }
 }
 
-/// An open, validated GGUF file.
+/// An open, validated GGUF file: one file, or every part of a split model (llama.cpp's
+/// `gguf-split` and gguf-py's writer: `PREFIX-00001-of-0000N.gguf`, `split.count` = N, the
+/// metadata in the first part, the tensors spread over all of them), opened from the first part.
 pub struct GgufFile {
     path: PathBuf,
     bytes: Bytes,
@@ -110,7 +112,24 @@ pub struct GgufFile {
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Parts 2..N of a split model, in order (empty for a single file).
+    parts: Vec<Part>,
+    /// For each tensor (as indexed in `tensors`), the part holding its data: 0 is the first
+    /// part (`bytes`), p > 0 is `parts[p - 1]`.
+    tensor_part: Vec<usize>,
 }
+
+/// A later part of a split model: its map and the start of its data section.
+struct Part {
+    path: PathBuf,
+    bytes: Bytes,
+    data_start: u64,
+}
+
+/// The split keys (gguf-py's `Keys.Split`, llama.cpp's `LLM_KV_SPLIT_*`).
+const SPLIT_NO: &str = "split.no";
+const SPLIT_COUNT: &str = "split.count";
+const SPLIT_TENSORS: &str = "split.tensors.count";
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,6 +139,7 @@ impl std::fmt::Debug for GgufFile {
             .field("file_bytes", &self.file_bytes())
             .field("n_metadata", &self.metadata.len())
             .field("n_tensors", &self.tensors.len())
+            .field("n_parts", &(1 + self.parts.len()))
             .finish()
     }
 }
@@ -141,8 +161,14 @@ fn describe(kind: std::fs::FileType) -> &'static str {
 }
 
 impl GgufFile {
-    /// Maps and validates a GGUF (v2 or v3, little-endian) file.
+    /// Maps and validates a GGUF (v2 or v3, little-endian) file. For the first part of a split
+    /// model it opens and validates every part (named as llama.cpp names them, next to the first)
+    /// and joins their tensors; any other part is refused with the first part's name.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
+        Self::open_one(path)?.join_parts()
+    }
+
+    fn open_one(path: &Path) -> Result<GgufFile, GgufError> {
         let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
@@ -172,9 +198,16 @@ impl GgufFile {
     }
 
     /// Validates a GGUF image held in memory (tests, small synthetic models). `name` is used in
-    /// error messages in place of a path.
+    /// error messages in place of a path. A part of a split model is refused (its other parts
+    /// are files).
     pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<GgufFile, GgufError> {
-        Self::parse(PathBuf::from(name), Bytes::Owned(bytes))
+        let g = Self::parse(PathBuf::from(name), Bytes::Owned(bytes))?;
+        match g.split_count()? {
+            Some(n) if n > 1 => Err(g.split_err(format!(
+                "part of a model split into {n} files; open its first part from disk"
+            ))),
+            _ => Ok(g),
+        }
     }
 
     fn parse(path: PathBuf, bytes: Bytes) -> Result<GgufFile, GgufError> {
@@ -187,9 +220,130 @@ impl GgufFile {
             data_start: h.data_start,
             metadata: h.metadata,
             meta_index: h.meta_index,
+            tensor_part: vec![0; h.tensors.len()],
             tensors: h.tensors,
             tensor_index: h.tensor_index,
+            parts: Vec::new(),
         })
+    }
+
+    fn split_err(&self, msg: String) -> GgufError {
+        GgufError::Split {
+            path: self.path.clone(),
+            msg,
+        }
+    }
+
+    /// An integer split key, if present (any integer type; gguf-py writes u16 and i32).
+    fn split_key(&self, key: &str) -> Result<Option<u64>, GgufError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                self.split_err(format!(
+                    "`{key}` is a {}, not a non-negative integer",
+                    v.type_name()
+                ))
+            }),
+        }
+    }
+
+    fn split_count(&self) -> Result<Option<u64>, GgufError> {
+        self.split_key(SPLIT_COUNT)
+    }
+
+    /// Opens parts 2..N when this file is part 1 of N, checks each, and joins their tensors.
+    fn join_parts(mut self) -> Result<GgufFile, GgufError> {
+        let count = self.split_count()?.unwrap_or(1);
+        let no = self.split_key(SPLIT_NO)?.unwrap_or(0);
+        if count == 0 || no >= count {
+            return Err(self.split_err(format!("`{SPLIT_NO}` is {no} of `{SPLIT_COUNT}` {count}")));
+        }
+        if count == 1 {
+            return Ok(self);
+        }
+        let name = self.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let Some((prefix, named_no, named_count)) = split_name(name) else {
+            return Err(self.split_err(format!(
+                "part {} of a model split into {count} files, but the file name does not follow \
+                 llama.cpp's PREFIX-00001-of-{count:05}.gguf, so the other parts cannot be found",
+                no + 1
+            )));
+        };
+        if named_count != count || named_no != no + 1 {
+            return Err(self.split_err(format!(
+                "the name says part {named_no} of {named_count}, the metadata part {} of {count}",
+                no + 1
+            )));
+        }
+        let sibling = |i: u64| {
+            self.path
+                .with_file_name(format!("{prefix}-{i:05}-of-{count:05}.gguf"))
+        };
+        if no != 0 {
+            return Err(self.split_err(format!(
+                "part {} of a model split into {count} files; open the first part, {}",
+                no + 1,
+                sibling(1).display()
+            )));
+        }
+        for i in 2..=count {
+            let p = sibling(i);
+            let part = match GgufFile::open_one(&p) {
+                Ok(g) => g,
+                Err(GgufError::Io { source, .. }) => {
+                    return Err(self.split_err(format!(
+                        "part {i} of {count}, {}, cannot be opened: {source}",
+                        p.display()
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
+            let (pn, pc) = (part.split_key(SPLIT_NO)?, part.split_count()?);
+            if pn != Some(i - 1) || pc != Some(count) {
+                let show = |v: Option<u64>| v.map_or("absent".to_string(), |v| v.to_string());
+                return Err(part.split_err(format!(
+                    "expected part {i} of {count} (`{SPLIT_NO}` {}, `{SPLIT_COUNT}` {count}); it \
+                     has `{SPLIT_NO}` {}, `{SPLIT_COUNT}` {}",
+                    i - 1,
+                    show(pn),
+                    show(pc)
+                )));
+            }
+            let index = self.parts.len() + 1;
+            for t in part.tensors {
+                if self.tensor_index.contains_key(&t.name) {
+                    return Err(GgufError::Tensor {
+                        path: p.clone(),
+                        name: t.name,
+                        msg: "is in an earlier part of this split model too".into(),
+                    });
+                }
+                self.tensor_index.insert(t.name.clone(), self.tensors.len());
+                self.tensors.push(t);
+                self.tensor_part.push(index);
+            }
+            self.parts.push(Part {
+                path: p,
+                bytes: part.bytes,
+                data_start: part.data_start,
+            });
+        }
+        if let Some(n) = self.split_key(SPLIT_TENSORS)?
+            && n != self.tensors.len() as u64
+        {
+            return Err(self.split_err(format!(
+                "`{SPLIT_TENSORS}` is {n}, but the {count} parts hold {} tensors",
+                self.tensors.len()
+            )));
+        }
+        Ok(self)
+    }
+
+    /// The paths of the model's files: this one, then parts 2..N of a split model.
+    pub fn part_paths(&self) -> Vec<&Path> {
+        std::iter::once(self.path.as_path())
+            .chain(self.parts.iter().map(|p| p.path.as_path()))
+            .collect()
     }
 
     /// The path given to [`GgufFile::open`].
@@ -207,12 +361,13 @@ impl GgufFile {
         self.alignment
     }
 
-    /// Size of the whole file in bytes.
+    /// Size of the whole file in bytes (of every part, for a split model).
     pub fn file_bytes(&self) -> u64 {
-        self.bytes.len() as u64
+        self.bytes.len() as u64 + self.parts.iter().map(|p| p.bytes.len() as u64).sum::<u64>()
     }
 
-    /// Byte offset of the data section from the start of the file.
+    /// Byte offset of the data section from the start of the file (of the first part, for a
+    /// split model).
     pub fn data_start(&self) -> u64 {
         self.data_start
     }
@@ -274,21 +429,42 @@ impl GgufFile {
         true
     }
 
-    /// The tensor's data bytes: a slice of the map, `t.n_bytes()` long. `t` must be one of this
-    /// file's [`GgufFile::tensors`], whose ranges were checked at open; for any other info whose
-    /// range lies outside the file, the slice is empty.
+    /// The tensor's data bytes: a slice of the map (of the part that holds it), `t.n_bytes()`
+    /// long. `t` must be one of this file's [`GgufFile::tensors`], whose ranges were checked at
+    /// open; for any other info whose range lies outside the file, the slice is empty.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        let start = self.data_start.checked_add(t.offset);
+        let part = self
+            .tensor_index
+            .get(&t.name)
+            .map_or(0, |&i| self.tensor_part[i]);
+        let (bytes, data_start) = match part.checked_sub(1).and_then(|p| self.parts.get(p)) {
+            Some(p) => (&p.bytes, p.data_start),
+            None => (&self.bytes, self.data_start),
+        };
+        let start = data_start.checked_add(t.offset);
         let end = start.and_then(|s| s.checked_add(t.n_bytes()));
         match (start, end) {
             (Some(s), Some(e)) => usize::try_from(s)
                 .ok()
                 .zip(usize::try_from(e).ok())
-                .and_then(|(s, e)| self.bytes.get(s..e))
+                .and_then(|(s, e)| bytes.get(s..e))
                 .unwrap_or(&[]),
             _ => &[],
         }
     }
+}
+
+/// `PREFIX-NNNNN-of-MMMMM.gguf` (llama.cpp's `llama_split_path`; gguf-py's `SHARD_NAME_FORMAT`)
+/// as (PREFIX, NNNNN, MMMMM).
+fn split_name(name: &str) -> Option<(&str, u64, u64)> {
+    let stem = name.strip_suffix(".gguf")?;
+    let (rest, count) = stem.rsplit_once("-of-")?;
+    let (prefix, no) = rest.rsplit_once('-')?;
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(no) || !digits(count) || prefix.is_empty() {
+        return None;
+    }
+    Some((prefix, no.parse().ok()?, count.parse().ok()?))
 }
 
 struct Header {

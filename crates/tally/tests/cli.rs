@@ -60,6 +60,41 @@ fn not_a_gguf_is_bad_input() {
     assert_bad_input(&o, "magic");
 }
 
+fn split_part(i: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../engine/tests/fixtures/converter/split/conv-a-mtp-q8_0-{i:05}-of-00003.gguf"
+    ))
+}
+
+/// A split model (llama.cpp's PREFIX-0000N-of-00003.gguf parts) runs from its first part, and
+/// `info` lists the parts; a later part, or a first part whose siblings are gone, is bad input
+/// that names what to open or what is missing.
+#[test]
+fn split_models_run_from_the_first_part_and_other_parts_are_bad_input() {
+    let first = split_part(1).to_string_lossy().into_owned();
+    let o = tally(&["info", "--model", &first]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("split model: 3 parts"), "{out}");
+    let o = tally(&["run", "--model", &first, "--tokens", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let second = split_part(2).to_string_lossy().into_owned();
+    let o = tally(&["run", "--model", &second, "--tokens", "3"]);
+    assert_bad_input(
+        &o,
+        "part 2 of a model split into 3 files; open the first part",
+    );
+    assert_bad_input(&o, "conv-a-mtp-q8_0-00001-of-00003.gguf");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lone = dir.path().join("conv-a-mtp-q8_0-00001-of-00003.gguf");
+    std::fs::copy(split_part(1), &lone).expect("copy");
+    let o = tally(&["info", "--model", &lone.to_string_lossy()]);
+    assert_bad_input(&o, "part 2 of 3");
+    assert_bad_input(&o, "conv-a-mtp-q8_0-00002-of-00003.gguf, cannot be opened");
+}
+
 #[test]
 fn truncated_model_is_bad_input() {
     let dir = tempfile::tempdir().expect("tempdir");

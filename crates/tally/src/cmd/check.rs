@@ -31,7 +31,7 @@ pub const GPU_TOL: f64 = 1e-2;
 /// Example: tally check --model mid.gguf --backend cuda --tokens 100 -n 4
 #[derive(clap::Args)]
 pub struct Args {
-    /// The qwen35moe GGUF file.
+    /// The qwen35moe GGUF file (of a split model, the first part: NAME-00001-of-0000N.gguf).
     #[arg(long)]
     model: PathBuf,
     /// Backend under test.

@@ -82,7 +82,7 @@ impl Sampling {
 /// The model, its vocabulary and where it runs.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// The qwen35moe GGUF file.
+    /// The qwen35moe GGUF file (of a split model, the first part: NAME-00001-of-0000N.gguf).
     #[arg(long)]
     pub model: PathBuf,
     /// A GGUF holding the vocabulary (tokenizer.ggml.*) when the model file has none, e.g. a

@@ -23,7 +23,7 @@ use super::common::{open_model, tally_subject, write_file};
 /// Example: tally graph --model tiny.gguf -p 512 --no-prune
 #[derive(clap::Args)]
 pub struct Args {
-    /// The qwen35moe GGUF file.
+    /// The qwen35moe GGUF file (of a split model, the first part: NAME-00001-of-0000N.gguf).
     #[arg(long)]
     model: PathBuf,
     /// Prompt length.

@@ -19,7 +19,7 @@ use super::common::open_model;
 /// Example: tally info --model Qwen3.6-35B-A3B-Q4_K_M.gguf -o json
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF file.
+    /// The GGUF file (of a split model, the first part: NAME-00001-of-0000N.gguf).
     #[arg(long)]
     model: PathBuf,
     /// Report format.
@@ -54,6 +54,8 @@ struct Tokenizer {
 #[derive(Debug, serde::Serialize)]
 struct Report {
     path: String,
+    /// The model's files: the path above, then the other parts of a split model.
+    parts: Vec<String>,
     file_bytes: u64,
     architecture: String,
     name: Option<String>,
@@ -168,6 +170,11 @@ fn report(m: &Model) -> Report {
     let num = |k: &str| f.get(k).and_then(MetaValue::as_u64);
     Report {
         path: m.path.display().to_string(),
+        parts: f
+            .part_paths()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
         file_bytes: f.file_bytes(),
         architecture: text(f, "general.architecture").unwrap_or_default(),
         name: text(f, "general.name"),
@@ -218,6 +225,13 @@ fn print_text(r: &Report, md: bool) {
         or(&r.size_label),
         r.file_bytes as f64 / 1e6
     );
+    if r.parts.len() > 1 {
+        println!(
+            "split model: {} parts, read together: {}",
+            r.parts.len(),
+            r.parts.join(", ")
+        );
+    }
     println!(
         "layers: block_count {} = {} trunk ({} linear, {} full attention) + {} MTP; hidden {}, vocab {}, experts {} top-{}, context {}",
         r.block_count,

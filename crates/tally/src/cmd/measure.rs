@@ -15,7 +15,7 @@ use super::common::{machine, open_model, tally_subject, write_file};
 // description of every command that flattens this struct.)
 #[derive(clap::Args, Clone)]
 pub struct Common {
-    /// The qwen35moe GGUF file.
+    /// The qwen35moe GGUF file (of a split model, the first part: NAME-00001-of-0000N.gguf).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Prompt length (a prefill from a fresh state).

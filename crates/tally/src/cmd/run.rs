@@ -17,7 +17,7 @@ use super::{Format, InputError, checks};
 /// Example: tally run --model tiny.gguf --tokens 64 -n 8
 #[derive(clap::Args)]
 pub struct Args {
-    /// The qwen35moe GGUF file.
+    /// The qwen35moe GGUF file (of a split model, the first part: NAME-00001-of-0000N.gguf).
     #[arg(long)]
     model: PathBuf,
     /// A prompt of N random token ids (deterministic by --seed).

@@ -1,0 +1,142 @@
+//! Split models: a file cut into parts by llama.cpp's own gguf-py writer (`split_max_tensors`,
+//! what `convert_hf_to_gguf.py --split-max-tensors` and `gguf-split` make; the fixture is
+//! conv-a-mtp-q8_0, made by llama.cpp's converter, cut into three parts by
+//! tools/convert/split_fixture.py), opened from its first part, reads as the whole file did; every
+//! way the parts can fail to fit together is an error that says what to do.
+
+use std::path::{Path, PathBuf};
+
+use tally_gguf::{GgufError, GgufFile, MetaValue};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/converter")
+}
+
+fn part(i: u32) -> PathBuf {
+    fixtures().join(format!("split/conv-a-mtp-q8_0-{i:05}-of-00003.gguf"))
+}
+
+/// A fresh directory holding copies of the three parts under their own names.
+fn copies(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tally-split-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 1..=3 {
+        std::fs::copy(part(i), dir.join(part(i).file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+fn split_msg(r: Result<GgufFile, GgufError>) -> String {
+    match r {
+        Err(e @ GgufError::Split { .. }) => e.to_string(),
+        Err(e) => panic!("expected a split-model error, got: {e}"),
+        Ok(_) => panic!("expected a split-model error, the file opened"),
+    }
+}
+
+#[test]
+fn a_split_model_reads_as_the_whole_file() {
+    let whole = GgufFile::open(&fixtures().join("conv-a-mtp-q8_0.gguf")).unwrap();
+    let split = GgufFile::open(&part(1)).unwrap();
+    let paths = split.part_paths();
+    assert_eq!(paths.len(), 3);
+    for (i, p) in paths.iter().enumerate() {
+        assert_eq!(p.file_name(), part(i as u32 + 1).file_name());
+    }
+    let sizes: u64 = (1..=3)
+        .map(|i| std::fs::metadata(part(i)).unwrap().len())
+        .sum();
+    assert_eq!(split.file_bytes(), sizes);
+
+    // Every metadata entry of the whole file, with the same value (the parts add split.*).
+    for (k, v) in whole.metadata() {
+        assert_eq!(split.get(k), Some(v), "metadata {k}");
+    }
+    assert_eq!(
+        split.get("split.count").and_then(MetaValue::as_u64),
+        Some(3)
+    );
+
+    // Every tensor, with the same shape, type and bytes (the data comes from the part holding
+    // it; that later parts hold some is shown by the missing-part test below).
+    assert_eq!(split.tensors().len(), whole.tensors().len());
+    for t in whole.tensors() {
+        let s = split
+            .tensor(&t.name)
+            .unwrap_or_else(|| panic!("no tensor {}", t.name));
+        assert_eq!((&s.dims, s.ty), (&t.dims, t.ty), "{}", t.name);
+        assert_eq!(
+            split.tensor_data(s),
+            whole.tensor_data(t),
+            "{} bytes",
+            t.name
+        );
+    }
+}
+
+#[test]
+fn a_later_part_is_refused_with_the_first_parts_name() {
+    let msg = split_msg(GgufFile::open(&part(2)));
+    assert!(
+        msg.contains("part 2 of a model split into 3 files; open the first part"),
+        "{msg}"
+    );
+    assert!(msg.contains("conv-a-mtp-q8_0-00001-of-00003.gguf"), "{msg}");
+}
+
+#[test]
+fn a_missing_part_is_named() {
+    let dir = copies("missing");
+    std::fs::remove_file(dir.join("conv-a-mtp-q8_0-00003-of-00003.gguf")).unwrap();
+    let msg = split_msg(GgufFile::open(
+        &dir.join("conv-a-mtp-q8_0-00001-of-00003.gguf"),
+    ));
+    assert!(msg.contains("part 3 of 3"), "{msg}");
+    assert!(
+        msg.contains("conv-a-mtp-q8_0-00003-of-00003.gguf, cannot be opened"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn parts_out_of_order_are_refused() {
+    let dir = copies("order");
+    std::fs::copy(
+        dir.join("conv-a-mtp-q8_0-00003-of-00003.gguf"),
+        dir.join("conv-a-mtp-q8_0-00002-of-00003.gguf"),
+    )
+    .unwrap();
+    let msg = split_msg(GgufFile::open(
+        &dir.join("conv-a-mtp-q8_0-00001-of-00003.gguf"),
+    ));
+    assert!(msg.contains("expected part 2 of 3"), "{msg}");
+    assert!(
+        msg.contains("it has `split.no` 2, `split.count` 3"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_renamed_first_part_says_why_the_others_cannot_be_found() {
+    let dir = copies("renamed");
+    let renamed = dir.join("model.gguf");
+    std::fs::rename(dir.join("conv-a-mtp-q8_0-00001-of-00003.gguf"), &renamed).unwrap();
+    let msg = split_msg(GgufFile::open(&renamed));
+    assert!(
+        msg.contains("does not follow llama.cpp's PREFIX-00001-of-00003.gguf"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_part_in_memory_is_refused() {
+    let msg = split_msg(GgufFile::from_bytes(
+        std::fs::read(part(1)).unwrap(),
+        "part1",
+    ));
+    assert!(msg.contains("open its first part from disk"), "{msg}");
+}
