@@ -140,3 +140,89 @@ fn a_part_in_memory_is_refused() {
     ));
     assert!(msg.contains("open its first part from disk"), "{msg}");
 }
+
+/// Writes `file` under `dir` with tally's writer: the metadata `keys`, one F32 tensor `name` of
+/// 8 values (bytes 0x3f).
+fn write_part(dir: &Path, file: &str, keys: &[(&str, MetaValue)], name: &str) -> PathBuf {
+    use tally_gguf::{GgmlType, GgufWriter, TensorSpec};
+    let path = dir.join(file);
+    let meta: Vec<(String, MetaValue)> = keys
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let spec = TensorSpec {
+        name: name.into(),
+        dims: vec![8],
+        ty: GgmlType::F32,
+    };
+    let f = std::fs::File::create(&path).unwrap();
+    let mut w = GgufWriter::new(f, &meta, std::slice::from_ref(&spec)).unwrap();
+    w.write_data(&[0x3f; 32]).unwrap();
+    w.finish().unwrap();
+    path
+}
+
+fn keys(no: u16, count: u16, tensors: i32) -> Vec<(&'static str, MetaValue)> {
+    vec![
+        ("split.no", MetaValue::U16(no)),
+        ("split.count", MetaValue::U16(count)),
+        ("split.tensors.count", MetaValue::I32(tensors)),
+    ]
+}
+
+/// The remaining ways two parts can disagree, on parts written for the purpose.
+#[test]
+fn parts_that_disagree_are_refused() {
+    let dir = std::env::temp_dir().join(format!("tally-split-written-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (p1, p2) = ("m-00001-of-00002.gguf", "m-00002-of-00002.gguf");
+
+    // Fits: two parts, one tensor each.
+    let first = write_part(&dir, p1, &keys(0, 2, 2), "a");
+    write_part(&dir, p2, &keys(1, 2, 2), "b");
+    let g = GgufFile::open(&first).unwrap();
+    assert_eq!(g.tensors().len(), 2);
+    let b = g.tensor("b").unwrap();
+    assert_eq!(g.tensor_data(b), &[0x3f; 32]);
+
+    // split.tensors.count disagrees with what the parts hold.
+    write_part(&dir, p1, &keys(0, 2, 3), "a");
+    let msg = split_msg(GgufFile::open(&first));
+    assert!(
+        msg.contains("`split.tensors.count` is 3, but the 2 parts hold 2 tensors"),
+        "{msg}"
+    );
+
+    // The same tensor in two parts.
+    write_part(&dir, p1, &keys(0, 2, 2), "a");
+    write_part(&dir, p2, &keys(1, 2, 2), "a");
+    match GgufFile::open(&first) {
+        Err(e @ GgufError::Tensor { .. }) => {
+            assert!(e.to_string().contains("is in an earlier part"), "{e}")
+        }
+        other => panic!("expected a duplicate-tensor error, got {:?}", other.err()),
+    }
+
+    // The name and the metadata disagree on the count.
+    let three = write_part(&dir, "m-00001-of-00003.gguf", &keys(0, 2, 2), "a");
+    let msg = split_msg(GgufFile::open(&three));
+    assert!(
+        msg.contains("the name says part 1 of 3, the metadata part 1 of 2"),
+        "{msg}"
+    );
+
+    // A split key that is not an integer.
+    let bad = write_part(
+        &dir,
+        p1,
+        &[("split.count", MetaValue::String("2".into()))],
+        "a",
+    );
+    let msg = split_msg(GgufFile::open(&bad));
+    assert!(
+        msg.contains("`split.count` is a string, not a non-negative integer"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
