@@ -272,3 +272,43 @@ fn synth_mtp_quantised_by_llama_cpp() {
     check_source(&src, "synth-mtp", true);
     let _ = std::fs::remove_file(&src);
 }
+
+/// A file llama.cpp's quantiser writes in a type tally does not compute with (IQ3_M: IQ3_S
+/// blocks, no importance matrix needed) is refused before anything loads, every offending tensor
+/// named with its type (the CLI maps the error to exit code 2: crates/tally/tests/cli.rs).
+#[test]
+fn unsupported_types_from_llama_cpps_quantiser_are_all_named() {
+    const LLAMA_FTYPE_MOSTLY_IQ3_M: u32 = 27;
+    let src = synth_bf16(Preset::Tiny, &[], "unsupported");
+    let out = temp("unsupported-iq3_m.gguf");
+    quantize_file(&src, &out, LLAMA_FTYPE_MOSTLY_IQ3_M, 1).unwrap();
+    let file = GgufFile::open(&out).unwrap();
+    // The 16 types tally computes with (README), listed here rather than asked of tally.
+    const SUPPORTED: [&str; 16] = [
+        "F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL",
+        "MXFP4", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+    ];
+    let bad: Vec<String> = file
+        .tensors()
+        .iter()
+        .filter(|t| !SUPPORTED.contains(&t.ty.name()))
+        .map(|t| format!("{} {}", t.name, t.ty.name()))
+        .collect();
+    assert!(
+        bad.len() > 10 && bad.iter().all(|b| b.ends_with(" IQ3_S")),
+        "expected IQ3_S tensors (only) in llama.cpp's IQ3_M file: {bad:?}"
+    );
+    let err = match tally_model::Model::open(&out) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("tally loaded a file with {} unsupported tensors", bad.len()),
+    };
+    for b in &bad {
+        assert!(
+            err.contains(b.as_str()),
+            "the error does not name `{b}`: {err}"
+        );
+    }
+    assert!(err.contains(&format!("({} tensor(s))", bad.len())), "{err}");
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&src);
+}
