@@ -80,6 +80,12 @@ const LLAMA_BOUND: f64 = 0.05;
 /// Q2_K). Logits that share nothing give sqrt(2) = 1.41, so a misread layout still fails.
 const FLOAT_SOURCE_BOUND: f64 = 0.7;
 
+/// The 16 types tally computes with (README), listed here rather than asked of tally.
+const SUPPORTED: [&str; 16] = [
+    "F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL",
+    "MXFP4", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+];
+
 fn params() -> PeerParams {
     PeerParams {
         threads: 1,
@@ -93,6 +99,42 @@ fn cpu_logits(model: Arc<tally_model::Model>, tokens: &[u32]) -> Vec<f32> {
         .unwrap()
         .prefill(tokens)
         .unwrap()
+}
+
+/// Decodes every non-F32 tensor of `file` with tally's CPU dequantiser and with ggml's
+/// `to_float`; a value whose bits differ (NaN payloads aside) is a failure. Returns the values
+/// decoded.
+fn check_blocks(file: &GgufFile, what: &str, failures: &mut Vec<String>) -> usize {
+    let mut decoded = 0usize;
+    for t in file.tensors().iter().filter(|t| t.ty != GgmlType::F32) {
+        let n = t.n_elems() as usize;
+        let data = file.tensor_data(t);
+        let theirs = match dequantize(t.ty.id(), data, n) {
+            Ok(v) => v,
+            Err(e) => {
+                failures.push(format!("{what}: {}: ggml: {e}", t.name));
+                continue;
+            }
+        };
+        let mut ours = vec![f32::NAN; n];
+        if let Err(e) = dequantize_row(t.ty, data, &mut ours) {
+            failures.push(format!("{what}: {}: tally: {e}", t.name));
+            continue;
+        }
+        let differ = ours
+            .iter()
+            .zip(&theirs)
+            .filter(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()))
+            .count();
+        if differ > 0 {
+            failures.push(format!(
+                "{what}: {} ({}): {differ} of {n} values differ from ggml's to_float",
+                t.name, t.ty
+            ));
+        }
+        decoded += n;
+    }
+    decoded
 }
 
 /// Quantises `src` into every mix and checks the three points of the module doc. Returns the
@@ -138,35 +180,7 @@ fn check_source(src: &Path, tag: &str, llama_loads: bool) {
         }
 
         // 2. The blocks.
-        let mut decoded = 0usize;
-        for t in file.tensors().iter().filter(|t| t.ty != GgmlType::F32) {
-            let n = t.n_elems() as usize;
-            let data = file.tensor_data(t);
-            let theirs = match dequantize(t.ty.id(), data, n) {
-                Ok(v) => v,
-                Err(e) => {
-                    failures.push(format!("{tag} {name}: {}: ggml: {e}", t.name));
-                    continue;
-                }
-            };
-            let mut ours = vec![f32::NAN; n];
-            if let Err(e) = dequantize_row(t.ty, data, &mut ours) {
-                failures.push(format!("{tag} {name}: {}: tally: {e}", t.name));
-                continue;
-            }
-            let differ = ours
-                .iter()
-                .zip(&theirs)
-                .filter(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()))
-                .count();
-            if differ > 0 {
-                failures.push(format!(
-                    "{tag} {name}: {} ({}): {differ} of {n} values differ from ggml's to_float",
-                    t.name, t.ty
-                ));
-            }
-            decoded += n;
-        }
+        let decoded = check_blocks(&file, &format!("{tag} {name}"), &mut failures);
 
         // 3. The file: tally loads it, and its logits agree with llama.cpp's on the same file
         //    (where this llama.cpp loads the source) and with tally's on the float source.
@@ -283,11 +297,6 @@ fn unsupported_types_from_llama_cpps_quantiser_are_all_named() {
     let out = temp("unsupported-iq3_m.gguf");
     quantize_file(&src, &out, LLAMA_FTYPE_MOSTLY_IQ3_M, 1).unwrap();
     let file = GgufFile::open(&out).unwrap();
-    // The 16 types tally computes with (README), listed here rather than asked of tally.
-    const SUPPORTED: [&str; 16] = [
-        "F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL",
-        "MXFP4", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-    ];
     let bad: Vec<String> = file
         .tensors()
         .iter()
@@ -311,4 +320,51 @@ fn unsupported_types_from_llama_cpps_quantiser_are_all_named() {
     assert!(err.contains(&format!("({} tensor(s))", bad.len())), "{err}");
     let _ = std::fs::remove_file(&out);
     let _ = std::fs::remove_file(&src);
+}
+
+/// Every type tally computes with, as ggml's quantiser writes it (its own file types, beyond
+/// the 11 mixes: F16, Q4_1, Q5_0, Q5_1 and the K_S mixes), decodes as ggml's `to_float` does,
+/// bit for bit, and each file runs on tally's CPU as on llama.cpp's. The union of the types met
+/// must be all 16.
+#[test]
+fn every_supported_type_decodes_as_ggml_does() {
+    // llama.cpp's ftype numbers: F16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K_S, Q4_K_S,
+    // Q5_K_S, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4_MOE.
+    const FTYPES: [u32; 15] = [1, 2, 3, 7, 8, 9, 10, 11, 14, 16, 18, 25, 30, 32, 38];
+    let src = synth_bf16(Preset::Tiny, &["n_experts=4"], "types");
+    let src_model = Arc::new(tally_model::Model::open(&src).unwrap());
+    let tokens = tally_ledger::rng::prompt_tokens(12, src_model.config.vocab as u32, 9).unwrap();
+    drop(src_model);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut failures = Vec::new();
+    for ftype in FTYPES {
+        let out = temp(&format!("types-{ftype}.gguf"));
+        quantize_file(&src, &out, ftype, 1).unwrap();
+        let file = GgufFile::open(&out).unwrap();
+        seen.extend(file.tensors().iter().map(|t| t.ty.name()));
+        check_blocks(&file, &format!("ftype {ftype}"), &mut failures);
+        let theirs = LlamaPeer::load(&out, params())
+            .unwrap()
+            .prefill_logits(&tokens)
+            .unwrap();
+        let ours = cpu_logits(Arc::new(tally_model::Model::open(&out).unwrap()), &tokens);
+        let err = rel_err(&ours, &theirs);
+        if err >= LLAMA_BOUND {
+            failures.push(format!(
+                "ftype {ftype}: tally vs llama.cpp logits rel err {err:.4}"
+            ));
+        }
+        let _ = std::fs::remove_file(&out);
+    }
+    let _ = std::fs::remove_file(&src);
+    let missing: Vec<&str> = SUPPORTED
+        .iter()
+        .copied()
+        .filter(|t| !seen.contains(t))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "types no file had: {missing:?} (seen {seen:?})"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
