@@ -104,6 +104,10 @@ fn bad_input_contract() {
         p.to_string_lossy().into_owned()
     };
     let run4 = |m: &str| s(&["run", "--model", m, "--tokens", "4"]);
+    let split2 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/converter/split/conv-a-mtp-q8_0-00002-of-00003.gguf")
+        .to_string_lossy()
+        .into_owned();
     let layers_2_63 = header("l63.gguf", "qwen35moe.block_count", MetaValue::U64(1 << 63));
     let layers_2_40 = header("l40.gguf", "qwen35moe.block_count", MetaValue::U64(1 << 40));
     let layers_1e7 = header(
@@ -203,6 +207,12 @@ fn bad_input_contract() {
             "ssm.state_size 4611686018427387968 exceeds",
         ),
         row("NaN weight", run4(&nan), 2, "node blk.0."),
+        row(
+            "a split model's second part",
+            run4(&split2),
+            2,
+            "part 2 of a model split into 3 files; open the first part",
+        ),
         row(
             "FIFO model",
             run4(&fifo),
