@@ -226,3 +226,48 @@ fn parts_that_disagree_are_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+
+    /// Any split keys (u64 values, each key present or not) in a part named plainly, as a first
+    /// part or as a second part, with a second part beside it: opening never panics, and what
+    /// opens holds one tensor a part, each readable.
+    #[test]
+    fn any_split_keys_open_or_fail_cleanly(
+        keys1 in proptest::collection::vec((0usize..3, 0u64..70_000), 0..4),
+        keys2 in proptest::collection::vec((0usize..3, 0u64..70_000), 0..4),
+        named in 0usize..3,
+    ) {
+        const KEYS: [&str; 3] = ["split.no", "split.count", "split.tensors.count"];
+        let dir = std::env::temp_dir().join(format!(
+            "tally-split-prop-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let meta = |ks: &[(usize, u64)]| -> Vec<(&'static str, MetaValue)> {
+            let mut m: Vec<(&'static str, MetaValue)> = Vec::new();
+            for &(k, v) in ks {
+                if m.iter().all(|(n, _)| *n != KEYS[k]) {
+                    m.push((KEYS[k], MetaValue::U64(v)));
+                }
+            }
+            m
+        };
+        let names = ["m.gguf", "m-00001-of-00002.gguf", "m-00002-of-00002.gguf"];
+        let first = write_part(&dir, names[named], &meta(&keys1), "a");
+        write_part(&dir, "m-00002-of-00002.gguf", &meta(&keys2), "b");
+        let got = GgufFile::open(&first);
+        if let Ok(g) = &got {
+            let count = g.get("split.count").and_then(MetaValue::as_u64).unwrap_or(1);
+            proptest::prop_assert!(count <= 2);
+            proptest::prop_assert_eq!(g.tensors().len() as u64, count);
+            for t in g.tensors() {
+                proptest::prop_assert_eq!(g.tensor_data(t).len(), 32);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
