@@ -368,3 +368,32 @@ fn every_supported_type_decodes_as_ggml_does() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The oracles' own bad inputs are errors that say what is wrong, not crashes.
+#[test]
+fn the_oracles_refuse_bad_input() {
+    let missing = temp("no-such-file.gguf");
+    let e = quantize_file(&missing, &temp("never-written.gguf"), 15, 1).unwrap_err();
+    assert!(
+        e.to_string().contains("llama_model_quantize") && e.to_string().contains("returned 1"),
+        "{e}"
+    );
+    let e = quantize_file(
+        &converter_fixture("conv-a-f32"),
+        &temp("never-written.gguf"),
+        9999,
+        1,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("ftype 9999"), "{e}");
+    // Q8_0: 34-byte blocks of 32 values.
+    assert!(dequantize(GgmlType::Q8_0.id(), &[0; 34], 32).is_ok());
+    let e = dequantize(GgmlType::Q8_0.id(), &[0; 33], 32).unwrap_err();
+    assert!(e.to_string().contains("take 34 bytes, got 33"), "{e}");
+    let e = dequantize(GgmlType::Q8_0.id(), &[0; 34], 31).unwrap_err();
+    assert!(e.to_string().contains("not whole 32-element blocks"), "{e}");
+    let e = dequantize(GgmlType::F32.id(), &[0; 4], 1).unwrap_err();
+    assert!(e.to_string().contains("no to_float"), "{e}");
+    let e = dequantize(4096, &[], 0).unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}
