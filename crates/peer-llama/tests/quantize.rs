@@ -56,12 +56,6 @@ fn synth_bf16_mtp(preset: Preset, overrides: &[&str], mtp: usize, tag: &str) -> 
     path
 }
 
-/// The facts llama.cpp's recipe reads, from the file itself.
-fn facts(path: &Path) -> RecipeFacts {
-    let m = tally_model::Model::open(path).unwrap();
-    RecipeFacts::of(&m.config)
-}
-
 fn rel_err(ours: &[f32], theirs: &[f32]) -> f64 {
     let (mut num, mut den) = (0.0f64, 0.0f64);
     for (a, b) in ours.iter().zip(theirs) {
@@ -137,11 +131,12 @@ fn check_blocks(file: &GgufFile, what: &str, failures: &mut Vec<String>) -> usiz
     decoded
 }
 
-/// Quantises `src` into every mix and checks the three points of the module doc. Returns the
-/// report lines; panics with all the failures at once.
+/// Quantises `src` into every mix and checks the three points of the module doc. Prints a line
+/// per file; panics with all the failures at once.
 fn check_source(src: &Path, tag: &str, llama_loads: bool) {
-    let src_facts = facts(src);
     let src_model = Arc::new(tally_model::Model::open(src).unwrap());
+    // The facts llama.cpp's recipe reads, from the source file itself.
+    let src_facts = RecipeFacts::of(&src_model.config);
     let tokens = tally_ledger::rng::prompt_tokens(12, src_model.config.vocab as u32, 7).unwrap();
     let float_logits = cpu_logits(src_model, &tokens);
     if !llama_loads {
