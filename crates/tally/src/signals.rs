@@ -36,14 +36,16 @@ pub fn install() {
     }
 }
 
-/// Names `path` in the SIGBUS message (call once the file is mapped). Each call leaks the few
-/// bytes of one message; commands map one or two files.
-pub fn watch_mapped(path: &std::path::Path) {
+/// Names the mapped files in the SIGBUS message (call once they are mapped: a model file, or
+/// every part of a split model). Each call leaks the few bytes of one message; commands map one
+/// or two models.
+pub fn watch_mapped(paths: &[&std::path::Path]) {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     let msg = format!(
         "error: {}: the model file changed while tally had it mapped (truncated or overwritten: \
          SIGBUS reading it); nothing after this point can be trusted. Do not modify a model \
          file while tally reads it.\n",
-        path.display()
+        names.join(" or ")
     );
     let bytes: &'static [u8] = Box::leak(msg.into_bytes().into_boxed_slice());
     BUS_MSG.store(Box::leak(Box::new(bytes)), Ordering::SeqCst);

@@ -12,11 +12,12 @@ use tally_model::Model;
 /// The build this binary came from.
 pub const VERSION: &str = env!("TALLY_GIT_COMMIT");
 
-/// Opens and validates a model file; from here on a SIGBUS (the file truncated while mapped)
-/// prints a message naming it instead of killing the process silently.
+/// Opens and validates a model file (every part of a split model); from here on a SIGBUS (a
+/// file truncated while mapped) prints a message naming the files instead of killing the
+/// process silently.
 pub fn open_model(path: &Path) -> Result<Arc<Model>> {
     let model = Model::open(path).with_context(|| format!("loading {}", path.display()))?;
-    crate::signals::watch_mapped(path);
+    crate::signals::watch_mapped(&model.file.part_paths());
     test_truncate_hook(path);
     Ok(Arc::new(model))
 }
