@@ -37,8 +37,11 @@ pub struct TensorInfo {
     /// Shape in ggml order: `dims[0]` is the row length (contiguous elements).
     pub dims: Vec<u64>,
     pub ty: GgmlType,
-    /// Byte offset of the data from the start of the data section.
+    /// Byte offset of the data from the start of the data section (of part `part`).
     pub offset: u64,
+    /// The file that holds the data: 0 for a single file or a split model's first part, p for
+    /// its part p + 1.
+    pub part: usize,
 }
 
 /// Whether two ggml shapes describe the same tensor: ggml pads every shape to four dimensions
@@ -114,9 +117,6 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     /// Parts 2..N of a split model, in order (empty for a single file).
     parts: Vec<Part>,
-    /// For each tensor (as indexed in `tensors`), the part holding its data: 0 is the first
-    /// part (`bytes`), p > 0 is `parts[p - 1]`.
-    tensor_part: Vec<usize>,
 }
 
 /// A later part of a split model: its map and the start of its data section.
@@ -220,7 +220,6 @@ impl GgufFile {
             data_start: h.data_start,
             metadata: h.metadata,
             meta_index: h.meta_index,
-            tensor_part: vec![0; h.tensors.len()],
             tensors: h.tensors,
             tensor_index: h.tensor_index,
             parts: Vec::new(),
@@ -310,7 +309,7 @@ impl GgufFile {
                 )));
             }
             let index = self.parts.len() + 1;
-            for t in part.tensors {
+            for mut t in part.tensors {
                 if self.tensor_index.contains_key(&t.name) {
                     return Err(GgufError::Tensor {
                         path: p.clone(),
@@ -319,8 +318,8 @@ impl GgufFile {
                     });
                 }
                 self.tensor_index.insert(t.name.clone(), self.tensors.len());
+                t.part = index;
                 self.tensors.push(t);
-                self.tensor_part.push(index);
             }
             self.parts.push(Part {
                 path: p,
@@ -433,11 +432,7 @@ impl GgufFile {
     /// long. `t` must be one of this file's [`GgufFile::tensors`], whose ranges were checked at
     /// open; for any other info whose range lies outside the file, the slice is empty.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        let part = self
-            .tensor_index
-            .get(&t.name)
-            .map_or(0, |&i| self.tensor_part[i]);
-        let (bytes, data_start) = match part.checked_sub(1).and_then(|p| self.parts.get(p)) {
+        let (bytes, data_start) = match t.part.checked_sub(1).and_then(|p| self.parts.get(p)) {
             Some(p) => (&p.bytes, p.data_start),
             None => (&self.bytes, self.data_start),
         };
@@ -802,6 +797,7 @@ fn parse_header(path: &Path, buf: &[u8]) -> Result<Header, GgufError> {
             dims,
             ty,
             offset,
+            part: 0,
         });
     }
 
