@@ -10,7 +10,6 @@
 //! its loader sizes the linear-attention projection for a key-head count different from the
 //! file's 1 key head to 4 value heads), while tally and transformers agree on it.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tally_engine::Session;
@@ -20,22 +19,8 @@ use tally_model::Model;
 use tally_model::rng::Rng;
 use tally_peer_llama::mtp::LlamaMtp;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../engine/tests/fixtures/converter")
-        .join(name)
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    (num / den.max(1e-300)).sqrt()
-}
+mod common;
+use common::{converter_fixture as fixture, rel_err};
 
 /// The worst relative error over rows of two chunks (6 rows at 0, 3 at 6) on `name`.
 fn worst_error(name: &str, seed: u64) -> f64 {
@@ -60,6 +45,7 @@ fn worst_error(name: &str, seed: u64) -> f64 {
             let (got, _) = draft
                 .step(&mut s, &[t], pos + i, &hidden[i * d..(i + 1) * d])
                 .expect("tally MTP step");
+            assert_eq!(got.len(), want[i].len());
             let e = rel_err(&got, &want[i]);
             println!("{name}: position {}: rel err {e:.3e}", pos + i);
             worst = worst.max(e);

@@ -18,6 +18,9 @@ use tally_ledger::subject::{OpTimingRequest, RunMode, Subject, SubjectError, Wor
 use tally_model::synth::{Preset, QuantMix, SynthSpec, apply_overrides, write_model};
 use tally_peer_llama::{LlamaPeer, PeerParams};
 
+mod common;
+use common::{cpu_logits, params, rel_err};
+
 /// Writes (once per test binary) a synthetic model and returns its path.
 fn model(preset: Preset, quant: QuantMix, overrides: &[&str]) -> PathBuf {
     model_tagged(preset, quant, overrides, "")
@@ -52,14 +55,6 @@ fn model_tagged(preset: Preset, quant: QuantMix, overrides: &[&str], tag: &str) 
 fn tiny() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| model(Preset::Tiny, QuantMix::Q8_0, &[]))
-}
-
-/// One thread: the CI machine is small and shared, and ggml's thread barriers suffer most there.
-fn params() -> PeerParams {
-    PeerParams {
-        threads: 1,
-        ..PeerParams::default()
-    }
 }
 
 fn peer(path: &Path, p: PeerParams) -> LlamaPeer {
@@ -531,19 +526,9 @@ fn every_synth_mix_loads_and_matches_tally_cpu() {
         let tokens = prompt(&p, 12, 5);
         let theirs = p.prefill_logits(&tokens).unwrap();
         drop(p);
-        let m = Arc::new(tally_model::Model::open(&path).unwrap());
-        let cpu = tally_engine::cpu::CpuBackend::new(m.clone(), 1).unwrap();
-        let ours = tally_engine::Session::new(m, cpu, 12)
-            .unwrap()
-            .prefill(&tokens)
-            .unwrap();
+        let ours = cpu_logits(Arc::new(tally_model::Model::open(&path).unwrap()), &tokens);
         let _ = std::fs::remove_file(&path);
-        let (mut num, mut den) = (0.0f64, 0.0f64);
-        for (a, b) in ours.iter().zip(&theirs) {
-            num += (f64::from(*a) - f64::from(*b)).powi(2);
-            den += f64::from(*b).powi(2);
-        }
-        let err = (num / den.max(1e-300)).sqrt();
+        let err = rel_err(&ours, &theirs);
         let ok = ours.len() == theirs.len() && theirs.iter().all(|v| v.is_finite()) && err < 0.1;
         failed |= !ok;
         report.push(format!("{name:9} tally vs llama.cpp rel err {err:.4}"));

@@ -20,13 +20,10 @@ use std::sync::Arc;
 
 use tally_gguf::{GgmlType, GgufFile, dequantize_row};
 use tally_model::synth::{Preset, QuantMix, RecipeFacts, SynthSpec, apply_overrides, write_model};
-use tally_peer_llama::{LlamaPeer, PeerParams, dequantize, quantize_file};
+use tally_peer_llama::{LlamaPeer, dequantize, quantize_file};
 
-fn converter_fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../engine/tests/fixtures/converter")
-        .join(format!("{name}.gguf"))
-}
+mod common;
+use common::{converter_fixture, cpu_logits, params, rel_err};
 
 fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("tally-quantize-{}-{name}", std::process::id()))
@@ -56,15 +53,6 @@ fn synth_bf16_mtp(preset: Preset, overrides: &[&str], mtp: usize, tag: &str) -> 
     path
 }
 
-fn rel_err(ours: &[f32], theirs: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (a, b) in ours.iter().zip(theirs) {
-        num += (f64::from(*a) - f64::from(*b)).powi(2);
-        den += f64::from(*b).powi(2);
-    }
-    (num / den.max(1e-300)).sqrt()
-}
-
 /// tally's logits against llama.cpp's on the same quantised file: the engines decode the same
 /// blocks, and llama.cpp's CPU matmuls round activations to 8 bits (measured: 0.002-0.020
 /// relative).
@@ -79,21 +67,6 @@ const SUPPORTED: [&str; 16] = [
     "F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS", "IQ4_NL",
     "MXFP4", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
 ];
-
-fn params() -> PeerParams {
-    PeerParams {
-        threads: 1,
-        ..PeerParams::default()
-    }
-}
-
-fn cpu_logits(model: Arc<tally_model::Model>, tokens: &[u32]) -> Vec<f32> {
-    let cpu = tally_engine::cpu::CpuBackend::new(model.clone(), 1).unwrap();
-    tally_engine::Session::new(model, cpu, tokens.len())
-        .unwrap()
-        .prefill(tokens)
-        .unwrap()
-}
 
 /// Decodes every non-F32 tensor of `file` with tally's CPU dequantiser and with ggml's
 /// `to_float`; a value whose bits differ (NaN payloads aside) is a failure. Returns the values
@@ -233,20 +206,24 @@ fn check_source(src: &Path, tag: &str, llama_loads: bool) {
 /// (llama.cpp's `tensor_type_fallback`), 4, 6 and 8 experts, GQA 4 and 1, MTP blocks.
 #[test]
 fn converter_files_quantised_by_llama_cpp() {
-    check_source(&converter_fixture("conv-a-f32"), "conv-a-f32", true);
+    check_source(&converter_fixture("conv-a-f32.gguf"), "conv-a-f32", true);
     // This llama.cpp's loader refuses conv-b (2 key heads to 6 value heads: it sizes attn_qkv
     // for another ratio), so its files are compared with tally's logits on the float source only.
-    check_source(&converter_fixture("conv-b-f32"), "conv-b-f32", false);
-    check_source(&converter_fixture("conv-c-f32"), "conv-c-f32", true);
+    check_source(&converter_fixture("conv-b-f32.gguf"), "conv-b-f32", false);
+    check_source(&converter_fixture("conv-c-f32.gguf"), "conv-c-f32", true);
 }
 
 /// The converter's files with an MTP block (llama.cpp counts it in `n_layer`).
 #[test]
 fn converter_mtp_files_quantised_by_llama_cpp() {
-    check_source(&converter_fixture("conv-a-mtp-f32"), "conv-a-mtp-f32", true);
+    check_source(
+        &converter_fixture("conv-a-mtp-f32.gguf"),
+        "conv-a-mtp-f32",
+        true,
+    );
     // Refused by this llama.cpp's loader as conv-b is (1 key head to 4 value heads).
     check_source(
-        &converter_fixture("conv-d-mtp-f32"),
+        &converter_fixture("conv-d-mtp-f32.gguf"),
         "conv-d-mtp-f32",
         false,
     );
@@ -374,7 +351,7 @@ fn the_oracles_refuse_bad_input() {
         "{e}"
     );
     let e = quantize_file(
-        &converter_fixture("conv-a-f32"),
+        &converter_fixture("conv-a-f32.gguf"),
         &temp("never-written.gguf"),
         9999,
         1,

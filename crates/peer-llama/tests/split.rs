@@ -3,23 +3,16 @@
 //! the first part, finds the others and computes the whole file's logits bit for bit; and tally's
 //! CPU logits on the split file agree with llama.cpp's.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use tally_peer_llama::{LlamaPeer, PeerParams};
+use tally_peer_llama::LlamaPeer;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../engine/tests/fixtures/converter")
-        .join(name)
-}
+mod common;
+use common::{converter_fixture, cpu_logits, params, rel_err};
 
 fn llama_logits(path: &Path, tokens: &[u32]) -> Vec<f32> {
-    let params = PeerParams {
-        threads: 1,
-        ..PeerParams::default()
-    };
-    LlamaPeer::load(path, params)
+    LlamaPeer::load(path, params())
         .unwrap()
         .prefill_logits(tokens)
         .unwrap()
@@ -27,10 +20,10 @@ fn llama_logits(path: &Path, tokens: &[u32]) -> Vec<f32> {
 
 #[test]
 fn llama_cpp_reads_the_split_fixture_as_the_whole_file() {
-    let split = fixture("split/conv-a-mtp-q8_0-00001-of-00003.gguf");
+    let split = converter_fixture("split/conv-a-mtp-q8_0-00001-of-00003.gguf");
     let tokens = tally_ledger::rng::prompt_tokens(9, 320, 11).unwrap();
     let theirs = llama_logits(&split, &tokens);
-    let whole = llama_logits(&fixture("conv-a-mtp-q8_0.gguf"), &tokens);
+    let whole = llama_logits(&converter_fixture("conv-a-mtp-q8_0.gguf"), &tokens);
     assert_eq!(theirs.len(), 320);
     assert!(
         theirs
@@ -41,17 +34,8 @@ fn llama_cpp_reads_the_split_fixture_as_the_whole_file() {
     );
 
     let model = Arc::new(tally_model::Model::open(&split).unwrap());
-    let cpu = tally_engine::cpu::CpuBackend::new(model.clone(), 1).unwrap();
-    let ours = tally_engine::Session::new(model, cpu, tokens.len())
-        .unwrap()
-        .prefill(&tokens)
-        .unwrap();
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (a, b) in ours.iter().zip(&theirs) {
-        num += (f64::from(*a) - f64::from(*b)).powi(2);
-        den += f64::from(*b).powi(2);
-    }
-    let err = (num / den).sqrt();
+    let ours = cpu_logits(model, &tokens);
+    let err = rel_err(&ours, &theirs);
     // The engines' activation precisions differ (llama.cpp rounds activations to 8 bits in its
     // Q8_0 matmuls): ~1e-2, as on the whole file (tests/quantize.rs).
     assert!(
