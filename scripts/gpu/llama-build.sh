@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Builds the packed llama.cpp sources (scripts/gpu/llama-pack.sh) on a GPU host: CUDA, shared
+# (scripts/gpu/llama-build-local.sh builds the same libraries where cargo is, without a GPU or
+# device time; prefer it)
 # libraries, release. A tally binary built elsewhere with the peer's `dynamic-link` feature then
 # runs against these libraries:
 #
