@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds the packed llama.cpp sources (scripts/gpu/llama-pack.sh) on a GPU host: CUDA, shared
-# (scripts/gpu/llama-build-local.sh builds the same libraries where cargo is, without a GPU or
-# device time; prefer it)
-# libraries, release. A tally binary built elsewhere with the peer's `dynamic-link` feature then
+# libraries, release. (scripts/gpu/llama-build-local.sh builds the same libraries where cargo is,
+# without a GPU and without device time: prefer it.) A tally binary built elsewhere with the peer's `dynamic-link` feature then
 # runs against these libraries:
 #
 #   scripts/gpu/llama-build.sh                # sources .carry/llama.cpp, build dir target/llama-cuda
