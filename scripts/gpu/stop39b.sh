@@ -19,11 +19,14 @@ gpu_job stop39b
 T=$TALLY
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 row gpu "$(cat "$OUT/gpu.txt")"
+# The files in RAM when /dev/shm has room for q8_0's 37 GB, else on disk (see stop39a.sh).
+D=/tmp; [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+row "files in" "$D ($(df -h --output=avail $D | tail -1 | tr -d ' ') free)"
 for mix in ${MIXES:-q8_0 iq4_xs mxfp4_moe q5_k_m}; do
     [ "$(( $(date +%s) - t0 ))" -lt 420 ] || { row "$mix" "skipped (time)"; continue; }
     args=(-p 512,8192 -n 128)
     [ $mix = q4_k_m ] && args=(-p 512,2048,8192,32768 -n 128 -d 0,8192,32768)
-    f=/tmp/mix-$mix.gguf
+    f=$D/mix-$mix.gguf
     "$T" synth --preset 35b-a3b --quant $mix --seed 1 --fill pool --out $f -o json > "$OUT/synth-$mix.json" 2>&1
     row "$mix synth" "rc=$? $(stat -c %s $f) bytes ($(el))"
     timeout 250 "$T" bench -m $f --backend cuda --peer llama.cpp "${args[@]}" -r 3 \
