@@ -599,8 +599,44 @@ fn pool_chunk(
 /// A chunk's encoded bytes and (for routers) its f32 values.
 type ChunkResult = Result<(Vec<u8>, Vec<f32>), ModelError>;
 
+/// What every chunk of one tensor needs.
+struct TensorJob<'a> {
+    plan: &'a TensorPlan,
+    /// The pool its blocks are drawn from, and its row bytes, under [`Fill::Pool`].
+    pool: Option<(&'a [u8], usize)>,
+    key: u64,
+    row_len: usize,
+    n_rows: usize,
+    chunk_rows: usize,
+    n_chunks: usize,
+    popularity: Vec<f32>,
+}
+
+impl TensorJob<'_> {
+    fn is_router(&self) -> bool {
+        matches!(self.plan.init, Init::Router(_))
+    }
+
+    fn chunk(&self, seed: u64, c: usize) -> ChunkResult {
+        let rows = c * self.chunk_rows..((c + 1) * self.chunk_rows).min(self.n_rows);
+        let ty = self.plan.spec.ty;
+        if let Some((pool, row_bytes)) = self.pool {
+            let bytes = pool_chunk(pool, ty.block_bytes(), self.key, row_bytes, rows);
+            return Ok((bytes, Vec::new()));
+        }
+        let values = gen_chunk(seed, self.plan, &self.popularity, c, rows);
+        let bytes = encode_rows(ty, &values, self.row_len)?;
+        Ok((bytes, if self.is_router() { values } else { Vec::new() }))
+    }
+}
+
 /// Writes the model to `out`, calling `progress(bytes_written, bytes_total)` as data streams.
-pub fn write_model<W: Write>(
+///
+/// The data is made in windows of chunks (two per thread, in file order, in parallel), and a
+/// window is written while the next one is made: writing is one thread's work (the page cache's
+/// copy), making is every thread's, so a large file takes about the longer of the two instead of
+/// their sum. The bytes do not depend on the thread count.
+pub fn write_model<W: Write + Send>(
     spec: &SynthSpec,
     out: W,
     progress: &mut dyn FnMut(u64, u64),
@@ -611,84 +647,105 @@ pub fn write_model<W: Write>(
     let total = report.file_bytes;
     let specs: Vec<TensorSpec> = plans.iter().map(|p| p.spec.clone()).collect();
     let mut writer = GgufWriter::new(out, &metadata(spec), &specs)?;
-    let window = rayon::current_num_threads().max(1) * 2;
-    let mut done = 0u64;
+    // Every pool first: one per (type, scale) that a pooled tensor draws from.
+    let pool_key = |plan: &TensorPlan, std: f32| (plan.spec.ty.id(), std.to_bits());
     let mut pools: BTreeMap<(u32, u32), Vec<u8>> = BTreeMap::new();
     for plan in &plans {
-        let pool_std = pooled(spec.fill, plan);
-        let pool = match pool_std {
-            Some(std) => {
-                let ty = plan.spec.ty;
-                let key = (ty.id(), std.to_bits());
-                let pool = match pools.entry(key) {
-                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::btree_map::Entry::Vacant(e) => {
-                        e.insert(make_pool(spec.seed, ty, std)?)
-                    }
-                };
-                Some(pool.as_slice())
-            }
-            None => None,
-        };
-        let tensor_key = crate::rng::hash_str(&plan.spec.name) ^ spec.seed.rotate_left(17);
-        let block_bytes = plan.spec.ty.block_bytes();
-        // Once per tensor, not per chunk.
-        let pool_row_bytes = match pool {
-            Some(_) => Some(plan.spec.ty.row_bytes(plan.spec.dims[0])? as usize),
-            None => None,
-        };
+        if let Some(std) = pooled(spec.fill, plan)
+            && !pools.contains_key(&pool_key(plan, std))
+        {
+            pools.insert(
+                pool_key(plan, std),
+                make_pool(spec.seed, plan.spec.ty, std)?,
+            );
+        }
+    }
+    let mut tensors = Vec::with_capacity(plans.len());
+    for plan in &plans {
         let row_len = plan.spec.dims[0] as usize;
         let n_rows = (plan.spec.dims.iter().product::<u64>() / plan.spec.dims[0]) as usize;
-        let cr = chunk_rows(row_len);
-        let n_chunks = n_rows.div_ceil(cr);
-        let pop = match plan.init {
-            Init::Router(_) => popularity(spec.seed, &plan.spec.name, n_rows),
-            _ => Vec::new(),
+        let pool = match pooled(spec.fill, plan).and_then(|std| pools.get(&pool_key(plan, std))) {
+            Some(pool) => Some((
+                pool.as_slice(),
+                plan.spec.ty.row_bytes(plan.spec.dims[0])? as usize,
+            )),
+            None => None,
         };
-        let is_router = matches!(plan.init, Init::Router(_));
-        let mut router_values = Vec::new();
-        let mut c0 = 0;
-        while c0 < n_chunks {
-            let c1 = (c0 + window).min(n_chunks);
-            let encoded: Vec<ChunkResult> = (c0..c1)
-                .into_par_iter()
-                .map(|c| {
-                    let rows = c * cr..((c + 1) * cr).min(n_rows);
-                    if let (Some(pool), Some(row_bytes)) = (pool, pool_row_bytes) {
-                        return Ok((
-                            pool_chunk(pool, block_bytes, tensor_key, row_bytes, rows),
-                            Vec::new(),
-                        ));
-                    }
-                    let values = gen_chunk(spec.seed, plan, &pop, c, rows);
-                    let bytes = encode_rows(plan.spec.ty, &values, row_len)?;
-                    Ok((bytes, if is_router { values } else { Vec::new() }))
-                })
-                .collect();
-            for r in encoded {
-                let (bytes, values) = r?;
-                writer.write_data(&bytes)?;
-                done += bytes.len() as u64;
+        let cr = chunk_rows(row_len);
+        tensors.push(TensorJob {
+            plan,
+            pool,
+            key: crate::rng::hash_str(&plan.spec.name) ^ spec.seed.rotate_left(17),
+            row_len,
+            n_rows,
+            chunk_rows: cr,
+            n_chunks: n_rows.div_ceil(cr),
+            popularity: match plan.init {
+                Init::Router(_) => popularity(spec.seed, &plan.spec.name, n_rows),
+                _ => Vec::new(),
+            },
+        });
+    }
+    // Every chunk of the file, in file order: (tensor, chunk).
+    let chunks: Vec<(usize, usize)> = tensors
+        .iter()
+        .enumerate()
+        .flat_map(|(t, job)| (0..job.n_chunks).map(move |c| (t, c)))
+        .collect();
+    let make = |range: std::ops::Range<usize>| -> Vec<ChunkResult> {
+        chunks[range]
+            .par_iter()
+            .map(|&(t, c)| tensors[t].chunk(spec.seed, c))
+            .collect()
+    };
+    let window = rayon::current_num_threads().max(1) * 2;
+    let mut range = 0..window.min(chunks.len());
+    let mut made = make(range.clone());
+    let mut done = 0u64;
+    let mut router_values = Vec::new();
+    while !range.is_empty() {
+        let mut bytes = Vec::with_capacity(made.len());
+        for (r, &(t, c)) in made.into_iter().zip(&chunks[range.clone()]) {
+            let (b, values) = r?;
+            bytes.push(b);
+            let job = &tensors[t];
+            if job.is_router() {
                 router_values.extend(values);
-                progress(done, total);
+                if c + 1 == job.n_chunks {
+                    let layer = job
+                        .plan
+                        .spec
+                        .name
+                        .split('.')
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    report.routing.push(estimate_routing(
+                        layer,
+                        &router_values,
+                        &spec.config,
+                        spec.seed,
+                    ));
+                    router_values.clear();
+                }
             }
-            c0 = c1;
         }
-        if is_router {
-            let layer = plan
-                .spec
-                .name
-                .split('.')
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            report.routing.push(estimate_routing(
-                layer,
-                &router_values,
-                &spec.config,
-                spec.seed,
-            ));
-        }
+        let next = range.end..(range.end + window).min(chunks.len());
+        let (written, next_made) = rayon::join(
+            || -> Result<u64, ModelError> {
+                let mut n = 0;
+                for b in &bytes {
+                    writer.write_data(b)?;
+                    n += b.len() as u64;
+                }
+                Ok(n)
+            },
+            || make(next.clone()),
+        );
+        done += written?;
+        progress(done, total);
+        made = next_made;
+        range = next;
     }
     writer.finish()?;
     report.file_bytes = done;
@@ -833,5 +890,34 @@ mod tests {
         let a = bytes(5);
         assert_eq!(a, bytes(5));
         assert_ne!(a, bytes(6));
+    }
+
+    /// The windows of chunks (two per thread) and the writing of one window beside the making
+    /// of the next must not change a byte: the same file from 1, 2 and 5 threads, pooled and
+    /// exact (the routers' chunks, whose values feed the routing estimate, span windows).
+    #[test]
+    fn bytes_and_report_do_not_depend_on_the_thread_count() {
+        let run = |fill, threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            let mut out = Vec::new();
+            let report = pool
+                .install(|| write_model(&spec(fill, 7), &mut out, &mut |_, _| {}))
+                .expect("synth");
+            (out, format!("{:?}", report.routing), report.file_bytes)
+        };
+        for fill in [Fill::Pool, Fill::Exact] {
+            let one = run(fill, 1);
+            assert!(!one.1.is_empty() && one.2 > 0);
+            for threads in [2, 5] {
+                assert!(
+                    run(fill, threads) == one,
+                    "{} with {threads} threads",
+                    fill.name()
+                );
+            }
+        }
     }
 }
