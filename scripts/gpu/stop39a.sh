@@ -62,7 +62,8 @@ wait $synth
 row synth "$(stat -c %s $F) bytes ($(el))"
 
 # (3) side by side.
-timeout 300 "$T" bench -m $F --backend cuda --peer llama.cpp -p 512,2048,8192,32768 -n 128 -d 0,8192,32768 -r 3 \
+# SBS_P / SBS_D: fewer tests when less device time is left.
+timeout 300 "$T" bench -m $F --backend cuda --peer llama.cpp -p "${SBS_P:-512,2048,8192,32768}" -n 128 -d "${SBS_D:-0,8192,32768}" -r 3 \
     --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
 row "sbs q4_k_m" "rc=$? ($(el))"
 pack
