@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# NOT RUN YET (written 2026-12-05, no device that session). The files of
+# Not run itself: its check ran on 2026-12-06 inside scripts/gpu/stop39a.sh, which makes the
+# files on the device (llama.cpp's quantiser from the same tiny bf16 source, ten mixes, no 46 MiB
+# carry): all ten passed on an H100 (docs/results/2026-12-06-stop39/). The files of
 # scripts/gpu/make-llama-quantized.sh (every block chosen by llama.cpp's quantiser, 9 mixes)
 # through the CUDA backend, node by node against the CPU reference: prompts of 1, 7, 37 and
 # 1,000 random ids (1,000 tokens over 8 experts top-2 is ~250 rows an expert: the wgmma MoE

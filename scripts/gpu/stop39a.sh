@@ -1,4 +1,13 @@
 #!/usr/bin/env bash
+# RAN 2026-12-06 on an H100 (no H200 came) as `SBS_P=512,8192,32768 SBS_D=0,8192 MIXES=mxfp4_moe
+# bash scripts/gpu/stop39a.sh` (349 s of device time were left): 198 s; then q8_0 inline on the
+# same warm machine: `tar xJf .carry/s39b.tar.xz -C .carry; TALLY=.carry/bin/tally . env.sh;
+# LD_LIBRARY_PATH=.carry/llama-lib:...; synth q8_0 into /dev/shm; bench --peer llama.cpp -p
+# 512,8192 -n 128 -r 3`. Results: docs/results/2026-12-06-stop39/.
+# HERE first: the dynamic-link tally and quantize example (scripts/gpu/pack.sh --llama; `cargo
+# build --release -p tally-peer-llama --features dynamic-link --example quantize`), stripped, in
+# .carry/bin; scripts/gpu/llama-build-local.sh (.carry/llama-lib); `tally kernels --arch sm_90a`
+# into .carry/kcache; tar cJf .carry/s39b.tar.xz -C .carry bin/tally bin/quantize llama-lib kcache.
 # 2026-12-06, stop 39, call 1: side by side with llama.cpp, whose CUDA libraries were built
 # HERE (no device time: CUDA 13.0's nvcc and cuBLAS from PyPI wheels, a stub libcuda.so.1 to
 # link against, scripts/gpu/llama-build.sh's flags, sm_90) and travel in .carry/s39b.tar.xz

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# NOT RUN (2026-12-06: device time ran out after failed starts; stop39a.sh measured mxfp4_moe and
+# q8_0). Kept for iq4_xs and q5_k_m: MIXES="iq4_xs q5_k_m" with the carry of stop39a.sh.
 # 2026-12-06, stop 39, call 2: issue 10 item 5, speed on every mix, side by side with
 # llama.cpp (the carry of scripts/gpu/stop39a.sh, which has q4_k_m). For each mix of MIXES: the
 # 35B-A3B pool file (`tally synth --quant MIX --seed 1 --fill pool`), `tally bench --peer
