@@ -893,8 +893,8 @@ mod tests {
     }
 
     /// The windows of chunks (two per thread) and the writing of one window beside the making
-    /// of the next must not change a byte: the same file from 1, 2 and 5 threads, pooled and
-    /// exact (the routers' chunks, whose values feed the routing estimate, span windows).
+    /// of the next must not change a byte: the same file and routing report from 1, 2 and 5
+    /// threads, pooled and exact (windows of 2, 4 and 10 chunks, cut across tensors).
     #[test]
     fn bytes_and_report_do_not_depend_on_the_thread_count() {
         let run = |fill, threads| {
