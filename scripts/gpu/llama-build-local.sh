@@ -6,7 +6,7 @@
 # the folders it installs into, and the tests' NVRTC lives there); the driver library, which a
 # machine without a GPU lacks, is a stub holding the driver functions ggml-cuda calls (its
 # virtual-memory pool), so the libraries record libcuda.so.1 as needed and bind to the GPU host's
-# real one. Same flags as llama-build.sh (sm_90, shared, release, no tools).
+# real one. The flags are llama-build.sh's (scripts/gpu/llama-cmake-flags.sh), for sm_90.
 #
 #   scripts/gpu/llama-build-local.sh [OUT_DIR]     # default .carry/llama-lib (ignored by git)
 #
@@ -46,23 +46,10 @@ cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$cu/lib/stubs/libcuda.so" "$stub_c
 
 export PATH="$dir/bin:$cu/bin:$PATH" PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
 [ -f "$src/CMakeLists.txt" ] || scripts/gpu/llama-pack.sh "$src"
-cmake -S "$src" -B "$build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=ON \
-    -DGGML_CUDA=ON \
-    -DGGML_CUDA_NCCL=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_CUDA_COMPILER="$cu/bin/nvcc" \
-    -DCUDAToolkit_ROOT="$cu" \
-    -DGGML_NATIVE=OFF \
-    -DLLAMA_BUILD_COMMON=OFF \
-    -DLLAMA_BUILD_TOOLS=OFF \
-    -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_APP=OFF \
-    -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF > "$build.configure.log"
+. scripts/gpu/llama-cmake-flags.sh
+llama_cmake_flags 90 OFF
+cmake -S "$src" -B "$build" -G Ninja "${LLAMA_CMAKE_FLAGS[@]}" \
+    -DCMAKE_CUDA_COMPILER="$cu/bin/nvcc" -DCUDAToolkit_ROOT="$cu" > "$build.configure.log"
 t0=$(date +%s)
 cmake --build "$build" -j "$jobs" --target llama ggml
 lib="$build/bin/libggml-cuda.so"

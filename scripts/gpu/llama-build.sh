@@ -39,21 +39,9 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 
 cat "$src/PACK-INFO" 2>/dev/null || true
 t0=$(date +%s)
-cmake -S "$src" -B "$build" "${generator[@]}" \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=ON \
-    -DGGML_CUDA=ON \
-    -DGGML_CUDA_NCCL=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-    -DGGML_NATIVE=OFF \
-    -DLLAMA_BUILD_COMMON="$bench" \
-    -DLLAMA_BUILD_TOOLS="$bench" \
-    -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_APP=OFF \
-    -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF
+. "$(dirname "$0")/llama-cmake-flags.sh"
+llama_cmake_flags "$arch" "$bench"
+cmake -S "$src" -B "$build" "${generator[@]}" "${LLAMA_CMAKE_FLAGS[@]}"
 t1=$(date +%s)
 cmake --build "$build" --config Release -j "$jobs" --target llama ggml
 # llama-bench comes from another llama.cpp commit: a failure to build it must not cost the libraries.
