@@ -23,6 +23,7 @@
 #       mxfp4_moe and q8_0 first (slower than llama.cpp at pp512 on 2026-12-02);
 #   (5) with EXTRA=1: speculative decoding (replayed drafts, k = 3) and pp131072.
 # Only ~16 minutes of device time were left after failed starts, hence one call for all.
+# The mixes not measured on 2026-12-06: ONLY_MIXES=1 MIXES="iq4_xs q5_k_m" (one call).
 # Prediction (written before): all ten llama.cpp files and mid pass; on an H100 stop 37's
 # numbers (pp512 13.1k, pp8192 35.5k, pp32768 29k, tg128 316); on an H200 ~1.05x at pp and
 # ~1.04x at tg. llama.cpp as in stop 32 (H200: pp512 5.6k, pp8192 5.5k, tg128 237): tally ~2.4x,
@@ -44,38 +45,41 @@ row gpu "$(cat "$OUT/gpu.txt")"
 D=/tmp; [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
 row "files in" "$D ($(df -h --output=avail $D | tail -1 | tr -d ' ') free)"
 F=$D/q4km.gguf
-("$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1) &
-synth=$!
+# ONLY_MIXES=1: straight to (4), e.g. ONLY_MIXES=1 MIXES="iq4_xs q5_k_m".
+if [ "${ONLY_MIXES:-0}" = 0 ]; then
+    ("$T" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1) &
+    synth=$!
 
-# (1) llama.cpp's quantiser, then CUDA against the CPU on each file.
-mkdir -p /tmp/llamaq
-src=/tmp/llamaq-src-bf16.gguf
-"$T" synth --preset tiny --quant bf16 --seed 5 --out $src > /dev/null 2>&1
-for mix in q4_k_m q5_k_m q6_k q8_0 iq4_xs iq4_nl mxfp4_moe q4_0 q3_k_m q2_k; do
-    f=/tmp/llamaq/tiny-$mix.gguf
-    .carry/bin/quantize $src $f $mix > "$OUT/quantize_$mix.log" 2>&1 || { row "llamaq $mix" "quantize FAILED"; continue; }
-    "$T" info --model $f > "$OUT/info_$mix.txt" 2>&1 || { row "llamaq $mix" "info FAILED"; continue; }
-    timeout 120 "$T" check --model $f --backend cuda --tokens 1,7,37,1000 -n 8 > "$OUT/check_llamaq_$mix.log" 2>&1
-    rc=$?
-    row "llamaq $mix check" "rc=$rc, $(grep -cE '\| ok \|$' "$OUT/check_llamaq_$mix.log") rows ok; $(grep -E '^\| prefill 1000' "$OUT/check_llamaq_$mix.log" | cut -d'|' -f2,3 | tr -s ' ') ($(el))"
-done
-pack
-if [ "${EXTRA:-0}" = 1 ]; then
-    MID=/tmp/mid-q4_k_m.gguf
-    "$T" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
-    timeout 120 "$T" check --model $MID --backend cuda --tokens 1000 -n 2 > "$OUT/check-mid-1000.log" 2>&1
-    row "check mid 1000" "rc=$? $(grep 'worst node' "$OUT/check-mid-1000.log" | tail -1 | cut -c1-110) ($(el))"
+    # (1) llama.cpp's quantiser, then CUDA against the CPU on each file.
+    mkdir -p /tmp/llamaq
+    src=/tmp/llamaq-src-bf16.gguf
+    "$T" synth --preset tiny --quant bf16 --seed 5 --out $src > /dev/null 2>&1
+    for mix in q4_k_m q5_k_m q6_k q8_0 iq4_xs iq4_nl mxfp4_moe q4_0 q3_k_m q2_k; do
+        f=/tmp/llamaq/tiny-$mix.gguf
+        .carry/bin/quantize $src $f $mix > "$OUT/quantize_$mix.log" 2>&1 || { row "llamaq $mix" "quantize FAILED"; continue; }
+        "$T" info --model $f > "$OUT/info_$mix.txt" 2>&1 || { row "llamaq $mix" "info FAILED"; continue; }
+        timeout 120 "$T" check --model $f --backend cuda --tokens 1,7,37,1000 -n 8 > "$OUT/check_llamaq_$mix.log" 2>&1
+        rc=$?
+        row "llamaq $mix check" "rc=$rc, $(grep -cE '\| ok \|$' "$OUT/check_llamaq_$mix.log") rows ok; $(grep -E '^\| prefill 1000' "$OUT/check_llamaq_$mix.log" | cut -d'|' -f2,3 | tr -s ' ') ($(el))"
+    done
+    pack
+    if [ "${EXTRA:-0}" = 1 ]; then
+        MID=/tmp/mid-q4_k_m.gguf
+        "$T" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
+        timeout 120 "$T" check --model $MID --backend cuda --tokens 1000 -n 2 > "$OUT/check-mid-1000.log" 2>&1
+        row "check mid 1000" "rc=$? $(grep 'worst node' "$OUT/check-mid-1000.log" | tail -1 | cut -c1-110) ($(el))"
+        pack
+    fi
+    wait $synth
+    row synth "$(stat -c %s $F) bytes ($(el))"
+
+    # (3) side by side.
+    # SBS_P / SBS_D: fewer tests when less device time is left.
+    timeout 300 "$T" bench -m $F --backend cuda --peer llama.cpp -p "${SBS_P:-512,2048,8192,32768}" -n 128 -d "${SBS_D:-0,8192,32768}" -r 3 \
+        --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
+    row "sbs q4_k_m" "rc=$? ($(el))"
     pack
 fi
-wait $synth
-row synth "$(stat -c %s $F) bytes ($(el))"
-
-# (3) side by side.
-# SBS_P / SBS_D: fewer tests when less device time is left.
-timeout 300 "$T" bench -m $F --backend cuda --peer llama.cpp -p "${SBS_P:-512,2048,8192,32768}" -n 128 -d "${SBS_D:-0,8192,32768}" -r 3 \
-    --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
-row "sbs q4_k_m" "rc=$? ($(el))"
-pack
 rm -f $F
 # (4) every mix side by side at pp512, pp8192 and tg128 while time is left (issue 10 item 5).
 for mix in ${MIXES:-mxfp4_moe q8_0 iq4_xs q5_k_m}; do
