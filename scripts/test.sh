@@ -23,6 +23,13 @@ cargo test --workspace --features tally/llama
 # lab/gemm/emu, against a float64 reference (lab/delta/emu_test.cpp; a few seconds).
 c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
     lab/delta/emu_test.cpp -o target/delta_emu
+# Every quantisation's CUDA front end (quant.cuh, quant_small.cuh) on the same emulator: dequant8
+# bit-exact against the host reference, the f16 and GEMV decodes (incl. the codebook formats'
+# interleaved bytes), dequant_rows and the cuBLAS operands (lab/gemm/emu/emu_test.cpp pieces;
+# about a minute to build, seconds to run).
+c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+    lab/gemm/emu/emu_test.cpp -o target/gemm_emu
+target/gemm_emu pieces
 target/delta_emu
 # The server's load tests (N concurrent streams for T seconds): what they measured.
 for f in target/serve-e2e/*.json; do

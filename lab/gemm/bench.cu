@@ -707,7 +707,7 @@ int main(int argc, char** argv) {
                             {"decode shexp g/u", 512, 2048, ref::Q4_K}, {"decode shexp down", 2048, 512, ref::Q6_K},
                             {"decode q", 8192, 2048, ref::Q8_0},       {"decode q", 8192, 2048, ref::Q5_K},
                             {"decode q", 8192, 2048, ref::BF16},       {"decode q", 8192, 2048, ref::IQ4_XS},
-                            {"decode q", 8192, 2048, ref::MXFP4},
+                            {"decode q", 8192, 2048, ref::MXFP4},      {"decode q", 8192, 2048, ref::IQ4_NL},
                             {"output head", 248320, 2048, ref::Q6_K}};
             gemvr_blocks = 2 * prop.multiProcessorCount;
             for (int M : {1, 4}) {
@@ -739,7 +739,7 @@ int main(int argc, char** argv) {
             // Per byte read, every expert format of the mixes against Q4_K (issue 10 item 5).
             for (bool tight : {false, true}) {
                 c.tile_rows1 = tight;
-                for (int t : {ref::Q4_K, ref::IQ4_XS, ref::MXFP4, ref::Q8_0, ref::Q6_K}) {
+                for (int t : {ref::Q4_K, ref::IQ4_XS, ref::MXFP4, ref::IQ4_NL, ref::Q8_0, ref::Q6_K}) {
                     c.type = t;
                     if (t != ref::Q6_K) {
                         c.pair_input = false;

@@ -21,6 +21,7 @@ static int test_pieces(ref::Rng& rng) {
     EmuBackend b;
     const uint8_t* dw = b.upload(w);
     PieceProbe g;
+    int il_bad = 0;
     g.dq8.resize(size_t(rows) * K);
     g.h16.resize(size_t(rows) * K);
     g.parts.resize(size_t(rows) * P * 36);
@@ -38,9 +39,25 @@ static int test_pieces(ref::Rng& rng) {
                 g.h16[size_t(r) * K + host_seg(T, p, i / 16) + i % 16] = uint16_t(words[i / 2] >> (16 * (i % 2)));
             float* q = g.parts.data() + (size_t(r) * P + p) * 36;
             piece_parts<T>(pc, p, q, q + 32, q + 34);
+            if constexpr (gemv_il<T>()) {
+                // The integer GEMV's interleaved bytes: byte t is element t / 2 + 16 (t & 1),
+                // value + ZO_IL, against to_bytes (element order, value + ZO); same scales.
+                unsigned nat[8], il[8];
+                float sn[2], on[2], si[2], oi[2];
+                pc.to_bytes(p, nat, sn, on);
+                pc.to_bytes_il(p, il, si, oi, il_table<T>());
+                for (int t = 0; t < 32; t++) {
+                    const int e = t / 2 + 16 * (t & 1);
+                    const int vi = int((il[t / 4] >> (8 * (t % 4))) & 0xffu) - Piece<T>::ZO_IL;
+                    const int vn = int((nat[e / 4] >> (8 * (e % 4))) & 0xffu) - Piece<T>::ZO;
+                    il_bad += vi != vn;
+                }
+                il_bad += sn[0] != si[0] || sn[1] != si[1] || on[0] != oi[0] || on[1] != oi[1];
+            }
         }
     }
-    const bool pass = check_pieces(T, w, K, rows, g);
+    if (il_bad) std::printf("FAIL pieces %d: to_bytes_il differs from to_bytes in %d places\n", T, il_bad);
+    const bool pass = check_pieces(T, w, K, rows, g) && il_bad == 0;
     b.release();
     return pass ? 0 : 1;
 }

@@ -87,6 +87,10 @@ __device__ __forceinline__ float gates_softplus(float x) { return x > 20.0f ? x 
 __device__ __forceinline__ float tally_silu(float x) { return x / (1.0f + __expf(-x)); }
 __device__ __forceinline__ float tally_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
+// prmt_sx(a, b, c): PTX prmt in its default mode, spelled out because __byte_perm documents only
+// the low three bits of each selector nibble: byte i of the result is byte (n & 7) of {b:a}
+// (a = bytes 0..3), n = nibble i of c; with bit 3 of n set, that byte's sign bit over all eight
+// bits instead (0x00 or 0xff).
 // Two-way dot products: c + a.lo16 * b.byte0 + a.hi16 * b.byte1 (dp2a_lo; bytes 2 and 3 for
 // dp2a_hi), a two signed 16-bit values, b four unsigned bytes.
 #ifdef TALLY_EMU
@@ -95,6 +99,15 @@ __device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
            static_cast<short>(a >> 16) * static_cast<int>((b >> 8) & 0xffu);
 }
 __device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) { return dp2a_lo(a, b >> 16, c); }
+__device__ __forceinline__ u32 prmt_sx(u32 a, u32 b, u32 c) {
+    const u64 v = (static_cast<u64>(b) << 32) | a;
+    u32 d = 0;
+    for (int i = 0; i < 4; i++) {
+        const u32 n = (c >> (4 * i)) & 15u, x = static_cast<u32>(v >> (8 * (n & 7u))) & 0xffu;
+        d |= ((n & 8u) ? ((x & 0x80u) ? 0xffu : 0u) : x) << (8 * i);
+    }
+    return d;
+}
 #else
 __device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
     int d;
@@ -104,6 +117,11 @@ __device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
 __device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
     int d;
     asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ u32 prmt_sx(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
 #endif

@@ -723,9 +723,65 @@ __device__ __forceinline__ GemvX& gemv_x_smem() {
     return s;
 }
 
+// The codebook formats' integer GEMV takes a piece's bytes in their interleaved order
+// (to_bytes_il: elements m and m + 16 side by side, Codebook::word_il), so their x is stored in
+// that order too: unit u of piece p holds x[32p + 4c + j], x[32p + 16 + 4c + j] as word 4c + j's
+// two halves (c = u here, j = 0..3), segment 0 = elements 0..7 and 16..23. Every other format:
+// to_bytes's order, x[seg + 8 * half + i] in unit 2 * seg + half.
+template <int T>
+__device__ __forceinline__ constexpr bool gemv_il() {
+    return T == QT_IQ4_NL || T == QT_IQ4_XS || T == QT_MXFP4;
+}
+template <int T>
+__device__ __forceinline__ constexpr int gemv_zo() {
+    if constexpr (gemv_il<T>()) {
+        return Piece<T>::ZO_IL;
+    } else {
+        return Piece<T>::ZO;
+    }
+}
+// The interleaved formats' lookup table (il_table), loaded by each GEMV body before its loop
+// over pieces and handed to every gemv_bytes / gemv_parts; nothing for the other formats.
+template <int T>
+__device__ __forceinline__ uint4 gemv_table() {
+    if constexpr (gemv_il<T>()) {
+        return il_table<T>();
+    } else {
+        return make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+template <int T>
+__device__ __forceinline__ void gemv_bytes(const Piece<T>& pc, int p, u32 b[8], float sc[2], float off[2], const uint4& tab) {
+    if constexpr (gemv_il<T>()) {
+        pc.to_bytes_il(p, b, sc, off, tab);
+    } else {
+        pc.to_bytes(p, b, sc, off);
+    }
+}
+
+// The f32 GEMV bodies' piece values (piece_parts, or for the interleaved formats their bytes in
+// to_bytes_il's order as floats; these formats have one scale and no offset a piece): value t
+// multiplies x element gemv_elem<T>(t) of the piece.
+template <int T>
+__device__ __forceinline__ constexpr int gemv_elem(int t) {
+    return gemv_il<T>() ? t / 2 + 16 * (t & 1) : t;
+}
+template <int T>
+__device__ __forceinline__ void gemv_parts(const Piece<T>& pc, int p, float v[32], float sc[2], float off[2],
+                                           const uint4& tab) {
+    if constexpr (gemv_il<T>()) {
+        u32 b[8];
+        pc.to_bytes_il(p, b, sc, off, tab);
+#pragma unroll
+        for (int i = 0; i < 8; i++) bytes_to_f32<Piece<T>::ZO_IL>(b[i], v + 4 * i);
+    } else {
+        piece_parts<T>(pc, p, v, sc, off);
+    }
+}
+
 // Quantises row xr (K elements) into sx; every thread of the block takes part (no barriers
-// inside: the caller's bracket it). Thread h of a pass takes elements 8h .. 8h + 7, its partner
-// h ^ 1 (lane ^ 1) the other half of the segment. A segment holding a NaN or an infinity gets
+// inside: the caller's bracket it). Thread h of a pass takes elements 8h .. 8h + 7 (the
+// interleaved formats: see gemv_il), its partner h ^ 1 (lane ^ 1) the other half of the segment. A segment holding a NaN or an infinity gets
 // dx = NaN, so the outputs that read it are NaN (as the f32 sums would be).
 template <int T>
 __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xvec, uint4* sq, uint4* sm) {
@@ -733,9 +789,14 @@ __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xve
     for (int base = 0; base < halves; base += static_cast<int>(blockDim.x)) {
         const int h = base + static_cast<int>(threadIdx.x);
         const bool on = h < halves;
-        const float4 a = on ? ld_x4(xr + 8 * h, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        const float4 b = on ? ld_x4(xr + 8 * h + 4, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        // Interleaved (gemv_il): thread h = 4p + c takes x[32p + 4c ..] and x[32p + 16 + 4c ..].
+        const int e0 = gemv_il<T>() ? 32 * (h >> 2) + 4 * (h & 3) : 8 * h;
+        const int e1 = gemv_il<T>() ? e0 + 16 : e0 + 4;
+        const float4 a = on ? ld_x4(xr + e0, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 b = on ? ld_x4(xr + e1, xvec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const bool il = gemv_il<T>();
+        const float v[8] = {a.x, il ? b.x : a.y, il ? a.y : a.z, il ? b.y : a.w,
+                            il ? a.z : b.x, il ? b.z : b.y, il ? a.w : b.z, b.w};
         float amax = 0.0f;
         int bad = 0;
 #pragma unroll
@@ -835,7 +896,8 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const int P = a.K / 32;
-    constexpr int ZO = Piece<T>::ZO;
+    constexpr int ZO = gemv_zo<T>();
+    const uint4 tab = gemv_table<T>();
     GemvX& sx = gemv_x_smem();
 
     for (int i = 0; i < rows; i++) {
@@ -866,7 +928,7 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
             for (int r = 0; r < RW; r++) {
                 u32 b[8];
                 float sc[2], off[2];
-                pc[r].to_bytes(p, b, sc, off);
+                gemv_bytes<T>(pc[r], p, b, sc, off, tab);
                 acc[r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
             }
         }
@@ -879,12 +941,12 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
 // row by x row, each (x row, weight row) sum with gemv_int_body's expression.
 template <int T, int MR, int RW>
 __device__ __forceinline__ void gemv_piece_rows(const Piece<T> (&pc)[RW], int p, const uint4* sq, const uint4* sm,
-                                                int P, int M, float (&acc)[MR][RW]) {
-    constexpr int ZO = Piece<T>::ZO;
+                                                int P, int M, float (&acc)[MR][RW], const uint4& tab) {
+    constexpr int ZO = gemv_zo<T>();
     u32 b[RW][8];
     float sc[RW][2], off[RW][2];
 #pragma unroll
-    for (int r = 0; r < RW; r++) pc[r].to_bytes(p, b[r], sc[r], off[r]);
+    for (int r = 0; r < RW; r++) gemv_bytes<T>(pc[r], p, b[r], sc[r], off[r], tab);
 #pragma unroll
     for (int j = 0; j < MR; j++) {
         if (j >= M) break;
@@ -917,7 +979,8 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
         const int M = a.M, P = a.K / 32;
         const int groups = (a.N + warps * RW - 1) / (warps * RW);
-        constexpr int ZO = Piece<T>::ZO;
+        constexpr int ZO = gemv_zo<T>();
+        const uint4 tab = gemv_table<T>();
         TALLY_DYNAMIC_SMEM(gemvr_raw);
         uint4* sq = reinterpret_cast<uint4*>(gemvr_raw);
         uint4* sm = sq + 4 * P * M;
@@ -954,11 +1017,11 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
                     for (int r = 0; r < RW; r++) {
                         u32 b[8];
                         float sc[2], off[2];
-                        pc[r].to_bytes(p, b, sc, off);
+                        gemv_bytes<T>(pc[r], p, b, sc, off, tab);
                         acc[0][r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
                     }
                 } else {  // every row's piece converted once, then x row by x row
-                    gemv_piece_rows<T, MR, RW>(pc, p, sq, sm, P, M, acc);
+                    gemv_piece_rows<T, MR, RW>(pc, p, sq, sm, P, M, acc, tab);
                 }
             }
             // The next group's first pieces, then this group's sums.
@@ -1003,6 +1066,7 @@ __device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx
         gemv_weight_rows<RW>(a, a.w, paired, nb, wrow);
         const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
         const int P = a.K / 32;
+        const uint4 tab = gemv_table<T>();
         GemvX& sx = gemv_x_smem();
         Piece<T> pc[RW];
         // The first pieces' loads go out before x is quantised.
@@ -1024,7 +1088,7 @@ __device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx
 #pragma unroll
                 for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
             }
-            gemv_piece_rows<T, MR, RW>(pc, p, sx.q, sx.m, P, M, acc);
+            gemv_piece_rows<T, MR, RW>(pc, p, sx.q, sx.m, P, M, acc, tab);
         }
 #pragma unroll
         for (int j = 0; j < MR; j++) {
@@ -1065,6 +1129,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const int P = a.K / 32;
+    const uint4 tab = gemv_table<T>();
 
     for (int i = 0; i < rows; i++) {
         int xrow, yrow;
@@ -1082,12 +1147,12 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
 #pragma unroll
             for (int r = 0; r < RW; r++) {
                 float v[32], sc[2], off[2];
-                piece_parts<T>(pc[r], p, v, sc, off);
+                gemv_parts<T>(pc[r], p, v, sc, off, tab);
                 float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 16; j++) {
-                    d0 = fmaf(xv[j], v[j], d0);
-                    d1 = fmaf(xv[16 + j], v[16 + j], d1);
+                    d0 = fmaf(xv[gemv_elem<T>(j)], v[j], d0);
+                    d1 = fmaf(xv[gemv_elem<T>(16 + j)], v[16 + j], d1);
                 }
                 acc[r] += sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1;
             }
@@ -1520,6 +1585,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const bool split = a.layout == 1;
     const int pp = active ? p : 0;  // idle threads read piece 0 and add nothing
+    const uint4 tab = gemv_table<T>();
     __shared__ float red[NW][U];
 
     for (int i = 0; i < rows; i++) {
@@ -1540,12 +1606,12 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 float v[32], sc[2], off[2];
-                piece_parts<T>(pc[u], pp, v, sc, off);
+                gemv_parts<T>(pc[u], pp, v, sc, off, tab);
                 float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 16; j++) {
-                    d0 = fmaf(xv[j], v[j], d0);
-                    d1 = fmaf(xv[16 + j], v[16 + j], d1);
+                    d0 = fmaf(xv[gemv_elem<T>(j)], v[j], d0);
+                    d1 = fmaf(xv[gemv_elem<T>(16 + j)], v[16 + j], d1);
                 }
                 acc[u] = active ? sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1 : 0.0f;
             }
