@@ -26,7 +26,7 @@ for k in "${!mixes[@]}"; do
     mix=${mixes[$k]}
     next=${mixes[$((k + 1))]:-}
     nextpid=
-    [ -n "$next" ] && [ "$(( $(date +%s) - t0 ))" -lt 400 ] && { mk $next & nextpid=$!; }
+    [ -n "$next" ] && [ "$(( $(date +%s) - t0 ))" -lt 400 ] && { mk $next & nextpid=$!; wait $nextpid; }
     if [ "$(( $(date +%s) - t0 ))" -lt 440 ]; then
         timeout 150 "$T" bench -m $D/mix-$mix.gguf --backend cuda --peer llama.cpp -p 512,8192 -n 128 -r 3 \
             --out-dir "$OUT/sbs-$mix" > "$OUT/bench-$mix.md" 2> "$OUT/bench-$mix.err"
