@@ -781,8 +781,9 @@ __device__ __forceinline__ void gemv_parts(const Piece<T>& pc, int p, float v[32
 
 // Quantises row xr (K elements) into sx; every thread of the block takes part (no barriers
 // inside: the caller's bracket it). Thread h of a pass takes elements 8h .. 8h + 7 (the
-// interleaved formats: see gemv_il), its partner h ^ 1 (lane ^ 1) the other half of the segment. A segment holding a NaN or an infinity gets
-// dx = NaN, so the outputs that read it are NaN (as the f32 sums would be).
+// interleaved formats: see gemv_il), its partner h ^ 1 (lane ^ 1) the other half of the
+// segment. A segment holding a NaN or an infinity gets dx = NaN, so the outputs that read it
+// are NaN (as the f32 sums would be).
 template <int T>
 __device__ __forceinline__ void gemv_quantize_x(const float* xr, int K, bool xvec, uint4* sq, uint4* sm) {
     const int halves = K / 8;
