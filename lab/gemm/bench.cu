@@ -420,7 +420,7 @@ static std::pair<int, int> check_matrix(CudaBackend& b, ref::Rng& rng, Keep keep
 // SwiGlu), the 35B shape at T tokens (256 experts, top 8, 512 x 2048); median of 20 after 3
 // warm-ups, all launches of one side between two events. Routing is not timed (the unfused side
 // routes twice in the engine).
-static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& rng) {
+static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& rng, int K = 2048) {
     GemmCase c;
     c.type = type;
     c.variant = variant;
@@ -428,7 +428,7 @@ static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& r
     c.topk = 8;
     c.E = 256;
     c.N = 512;
-    c.K = 2048;
+    c.K = K;
     const Setup s = make_setup(c, rng, &cached_weights(type, int64_t(c.E) * c.N, c.K, rng));
     Setup su = s;
     su.w = ref::random_weights(type, int64_t(c.E) * c.N, c.K, rng);
@@ -454,8 +454,30 @@ static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& r
         b.launch_gemm(fg, unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
     };
     const double tu = time_calls(unfused), tg = time_calls(gated);
-    std::printf("  time gated %-5s g%-3d T=%-5d unfused (2 x (x_f16_perm + w%d) + SwiGlu) %.4f ms, gated %.4f ms (%.2fx)\n",
-                ref::type_name(type), bt, T, bt, tu, tg, tu / tg);
+    // Weight bytes of the two projections (every expert is hit at these T).
+    const double wbytes = 2.0 * c.E * c.N * (double(ref::row_bytes(type, c.K)));
+    std::printf("  time gated %-5s g%-3d T=%-5d K=%-5d unfused (2 x (x_f16_perm + w%d) + SwiGlu) %.4f ms, gated %.4f ms (%.2fx), "
+                "%.0f GB/s of weights\n",
+                ref::type_name(type), bt, T, K, bt, tu, tg, tu / tg, wbytes / tg * 1e-6);
+    if (type == ref::Q4_K && bt == 32) {  // the g32 ablations (gemm_wg_body's ABL)
+        const std::pair<int, GemmFn> abl[] = {{1, gemm_q4_k_g32_abl1},   {2, gemm_q4_k_g32_abl2},
+                                              {3, gemm_q4_k_g32_abl3},   {4, gemm_q4_k_g32_abl4},
+                                              {16, gemm_q4_k_g32_abl16}, {20, gemm_q4_k_g32_abl20},
+                                              {23, gemm_q4_k_g32_abl23}, {32, gemm_q4_k_g32_abl32},
+                                              {52, gemm_q4_k_g32_abl52}};
+        for (const auto& ab : abl) {
+            const int m = ab.first;
+            const GemmFn fa = ab.second;
+            CK(cudaFuncSetAttribute(fa, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dg.smem)));
+            const double ta = time_calls([&]() {
+                b.launch_xperm(dg.xperm);
+                b.launch_gemm(fa, unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
+            });
+            std::printf("  time gated q4_k  g32  T=%-5d K=%-5d ablation %2d (1 no x copies, 2 no weight copies, 4 no decode, "
+                        "16 no MMAs, 32 contiguous weight copies) %.4f ms, %.0f GB/s of weights\n",
+                        T, K, m, ta, wbytes / ta * 1e-6);
+        }
+    }
     if (bt == 128 && ws_smem(type) <= 232448) {  // the warp-specialised gs128 on the same case
         auto ws = [&]() {
             b.launch_xperm(dg.xperm);
@@ -613,6 +635,8 @@ int main(int argc, char** argv) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
                     if (t == ref::F16 && moe_type.empty()) continue;  // --only f16
                     for (int v : {V_W32, V_W128}) time_gated(b, t, v, T, rng);
+                    // The same 512 tokens with 4x the K: longer blocks, the same pipeline ramp.
+                    if (T == 512 && t == ref::Q4_K) time_gated(b, t, V_W32, T, rng, 8192);
                 }
         std::printf("%s: %d failing gated cases\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;

@@ -608,8 +608,11 @@ int main(int argc, char** argv) {
         return fails ? 1 : 0;
     }
     if (only_swap || only_wg || only_wgx) {
+        // A second argument limits the cases to those types (comma-separated names: "q4_k,q6_k").
+        const std::string types = argc > 2 ? "," + std::string(argv[2]) + "," : "";
         for (const GemmCase& c : correctness_cases(true)) {
             if (only_swap ? !variant_swap(c.variant) : only_wgx ? !variant_wgx(c.variant) : !variant_wg(c.variant)) continue;
+            if (!types.empty() && types.find("," + std::string(ref::type_name(c.type)) + ",") == std::string::npos) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);
         }

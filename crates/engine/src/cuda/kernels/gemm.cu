@@ -474,14 +474,48 @@ __device__ __forceinline__ int swap_rows(const GemmArgs& a, const u8* w, int n0,
     return r0;
 }
 
-// The swapped tiles' A side of one K step for one weight row: piece p, read back from the
-// thread's ring slot, as f16 pairs in piece order (h[i] = elements 2i, 2i + 1: o[0..1] the
-// piece's first segment, o[2..3] its second).
+// The swapped tiles' weight copies and A side. Lane (g, t) of a warp takes piece p = 4j + t of
+// its two weight rows in K step j: the four lanes t = 0..3 of a group read the same rows in the
+// same 256-element block, and parts of their pieces are the same bytes. Those parts are copied
+// by one lane and read by the others from its slot (slots are 4 words a thread apart, so lane t
+// reads lane t - swap_share_back(t)'s at Slot::p - 4 swap_share_back(t)): Q4_K's 16-byte block
+// header by lane 0 for all four (80 bytes a row and step instead of 128), Q6_K's ql and qh
+// windows and d by lanes 0 and 1 for lanes 2 and 3 (the same bytes, the other nibble: 232
+// bytes a row and step instead of 432). lab/gemm --gated on the H100: the copies, not the
+// decode or the MMAs, bound gemm_q4_k_g32 at 512 tokens (docs/results/2026-12-06-stop41).
+// Another lane's cp.async is visible only after that lane has waited for it and the warp has
+// synchronised: swap_decode starts with a __syncwarp (after every lane's cp_async_wait, which
+// all call sites do before decoding); and a lane rewrites its slot only after the others have
+// read it (a block barrier or, without one, the next decode's __syncwarp in between).
 template <int T>
-__device__ __forceinline__ void swap_decode_row(const Slot& s, const u8* wrow, int p, u32 (&h)[16]) {
+__device__ __forceinline__ constexpr bool swap_shared() {
+    return T == QT_Q4_K || T == QT_Q6_K;
+}
+template <int T>
+__device__ __forceinline__ int swap_share_back(int t) {
+    return T == QT_Q4_K ? t : t & 2;
+}
+template <int T>
+__device__ __forceinline__ void swap_issue(const Slot& s0, const Slot& s1, const u8* wrow0, const u8* wrow1, int p,
+                                           int t) {
+    Piece<T> pc;
+    if constexpr (swap_shared<T>()) {
+        const bool lead = swap_share_back<T>(t) == 0;
+        pc.issue_async_q(s0, wrow0, p, lead);
+        pc.issue_async_q(s1, wrow1, p, lead);
+    } else {
+        pc.issue_async(s0, wrow0, p);
+        pc.issue_async(s1, wrow1, p);
+    }
+}
+// One weight row: piece p, read back from the ring slot, as f16 pairs in piece order (h[i] =
+// elements 2i, 2i + 1: o[0..1] the piece's first segment, o[2..3] its second).
+template <int T>
+__device__ __forceinline__ void swap_decode_row(const Slot& s, const u8* wrow, int p, int t, u32 (&h)[16]) {
     Piece<T> pc;
     uint4 o[4];
-    pc.from_slot(s, wrow, p);
+    if constexpr (swap_shared<T>()) pc.from_slots(Slot{s.p - 4 * swap_share_back<T>(t), s.vstride}, s, wrow, p);
+    else pc.from_slot(s, wrow, p);
     pc.to_f16(p, o);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -495,9 +529,10 @@ __device__ __forceinline__ void swap_decode_row(const Slot& s, const u8* wrow, i
 // Both weight rows of a lane (rows g and g + 8 of its warp's 16: A fragments a0/a2 and a1/a3).
 template <int T>
 __device__ __forceinline__ void swap_decode(const Slot& s0, const Slot& s1, const u8* wrow0, const u8* wrow1, int p,
-                                            u32 (&h0)[16], u32 (&h1)[16]) {
-    swap_decode_row<T>(s0, wrow0, p, h0);
-    swap_decode_row<T>(s1, wrow1, p, h1);
+                                            int t, u32 (&h0)[16], u32 (&h1)[16]) {
+    if constexpr (swap_shared<T>()) __syncwarp();
+    swap_decode_row<T>(s0, wrow0, p, t, h0);
+    swap_decode_row<T>(s1, wrow1, p, t, h1);
 }
 
 template <int T, int NT8>
@@ -540,11 +575,7 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
     auto slot = [&](int kt, int j) {
         return Slot{ring + (kt % S) * (2 * SW * GEMM_THREADS) + j * (SW * GEMM_THREADS) + 4 * tid, 4 * GEMM_THREADS};
     };
-    auto issue_w = [&](int kt, int slot_of) {
-        Piece<T> pc;
-        pc.issue_async(slot(slot_of, 0), wrow0, 4 * kt + t);
-        pc.issue_async(slot(slot_of, 1), wrow1, 4 * kt + t);
-    };
+    auto issue_w = [&](int kt, int slot_of) { swap_issue<T>(slot(slot_of, 0), slot(slot_of, 1), wrow0, wrow1, 4 * kt + t, t); };
     auto issue_x = [&](int kt) {
         const int p = 4 * kt + tq;
         const int k = (i4 < 4 ? piece_seg0<T>(p) : piece_seg1<T>(p)) + 4 * (i4 & 3);
@@ -560,7 +591,7 @@ __device__ __forceinline__ void gemm_swap_body(const GemmArgs& a) {
             *reinterpret_cast<u32*>(row + 16 * i4 + 8 + 2 * tq) = pack_f16x2(xr[i].z, xr[i].w);
         }
     };
-    auto decode_w = [&](int kt) { swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1); };
+    auto decode_w = [&](int kt) { swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t, h0, h1); };
     auto compute = [&](int buf) {
         const u16* X = Xs + buf * BT * LDS + (((lane >> 4) << 3) + (lane & 7)) * LDS + ((lane >> 3) & 1) * 8;
 #pragma unroll
@@ -1425,6 +1456,11 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w64(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 64>(a);                                                                      \
     }
+// The lab's timing ablations of gemm_q4_k_g32 (gemm_wg_body's ABL mask; wrong results by design).
+#define TALLY_G32_ABL(m)                                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_q4_k_g32_abl##m(GemmArgs a) { \
+        gemm_wg_body<QT_Q4_K, 32, false, true, m>(a);                                                \
+    }
 #endif
 
 #define TALLY_GEMM_KERNELS(name, T)                                                                  \
@@ -1536,6 +1572,17 @@ TALLY_GEMM_KERNELS(iq4_xs, QT_IQ4_XS)
 TALLY_GEMM_KERNELS(mxfp4, QT_MXFP4)
 TALLY_GEMM_KERNELS(q2_k, QT_Q2_K)
 TALLY_GEMM_KERNELS(q3_k, QT_Q3_K)
+#if !defined(TALLY_NVRTC) && !defined(TALLY_EMU)
+TALLY_G32_ABL(1)
+TALLY_G32_ABL(2)
+TALLY_G32_ABL(3)
+TALLY_G32_ABL(4)
+TALLY_G32_ABL(16)
+TALLY_G32_ABL(20)
+TALLY_G32_ABL(23)
+TALLY_G32_ABL(32)
+TALLY_G32_ABL(52)
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // mmv_<t>: the decode GEMV (few x rows, e.g. one token, or the (token, expert) pairs of one MoE

@@ -174,7 +174,11 @@ __device__ __forceinline__ void wg_store_gated(const GemmArgs& a, const i32* s_y
 // 1.237 -> 1.351, Q5_K gate/up at 512 tokens 0.441 -> 0.488: one step of copy lead is none).
 // GATED: the gated tile (above): rows from gated_rows, 64 output columns a block, y3 written
 // (nothing else); needs w2 and y3 and the plain layout (else nothing is written).
-template <int T, int BT, bool PIPE_ASKED = false, bool GATED = false>
+// ABL (lab builds only, timing ablations; the results are wrong by design): a bit mask as
+// TALLY_WG_ABL's: 1 no x copies, 2 no weight copies, 4 no decode, 16 no MMAs (the decoded
+// registers are then folded into one accumulator so the decode stays live), 32 (gated Q4_K) the
+// weight copies from contiguous addresses (see issue).
+template <int T, int BT, bool PIPE_ASKED = false, bool GATED = false, int ABL = 0>
 __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     constexpr int BN = SWP_BN, BK = WG_BK, S = WG_STAGES(T), SW = Piece<T>::SLOT_WORDS;
     constexpr bool PIPE = PIPE_ASKED && S >= 4;
@@ -219,19 +223,37 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     };
     // Step kt's copies into ring slot / x stage `slot_of` % S.
     auto issue = [&](int kt, int slot_of) {
-        Piece<T> pc;
-        pc.issue_async(slot(slot_of, 0), wrow0, 4 * kt + t);
-        pc.issue_async(slot(slot_of, 1), wrow1, 4 * kt + t);
-        u8* X = Xs + (slot_of % S) * XSTAGE;
+        if constexpr ((ABL & 32) && GATED && T == QT_Q4_K) {
+            // Timing only: the same count of 16-byte copies, from addresses that make each step
+            // of the block one contiguous stretch per projection (64 bytes a row, in row order).
+            const u8* b0 = w + static_cast<i64>(n0) * a.w_row_bytes + kt * 4096 + (8 * warp + g) * 64;
+            const u8* b1 = b0 + (a.w2 - a.w);
+            cp_async16(slot(slot_of, 0).w(0), b0);
+            cp_async16(slot(slot_of, 0).w(4), b0 + 16 * t);
+            cp_async16(slot(slot_of, 1).w(0), b1);
+            cp_async16(slot(slot_of, 1).w(4), b1 + 16 * t);
+        } else if constexpr (!(ABL & 2)) {
+            swap_issue<T>(slot(slot_of, 0), slot(slot_of, 1), wrow0, wrow1, 4 * kt + t, t);
+        }
+        if constexpr (!(ABL & 1)) {
+            u8* X = Xs + (slot_of % S) * XSTAGE;
 #pragma unroll
-        for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
+            for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
+        }
     };
     auto decode_w = [&](int kt, u32 (&h0)[16], u32 (&h1)[16]) {
-        swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
+        if constexpr (!(ABL & 4)) swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t, h0, h1);
     };
     // Step kt's MMAs, B from x stage kt % S.
     auto mma = [&](int kt, const u32 (&h0)[16], const u32 (&h1)[16]) {
-        wg_mma_step<BT>(acc, smem_u32(Xs + (kt % S) * XSTAGE), h0, h1);
+        if constexpr (ABL & 16) {
+            u32 f = 0;
+#pragma unroll
+            for (int j = 0; j < 16; j++) f ^= h0[j] ^ h1[j];
+            acc[0] += __uint_as_float(f & 0x3fffffffu);
+        } else {
+            wg_mma_step<BT>(acc, smem_u32(Xs + (kt % S) * XSTAGE), h0, h1);
+        }
     };
     const int KT = a.K / BK;
     // One step: the MMAs of step kt run while the thread copies step kt + S - 1 and decodes
@@ -378,11 +400,7 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
         // ablations, timing only): 1 no x copies, 2 no weight copies, 4 no decode.
         auto issue = [&](int kt) {
             if (kt < KT) {
-                if (!(TALLY_WG_ABL & 2)) {
-                    Piece<T> pc;
-                    pc.issue_async(slot(kt, 0), wrow0, 4 * kt + t);
-                    pc.issue_async(slot(kt, 1), wrow1, 4 * kt + t);
-                }
+                if (!(TALLY_WG_ABL & 2)) swap_issue<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t);
                 if (!(TALLY_WG_ABL & 1)) {
                     u8* X = Xs + (kt % XS) * XSTAGE;
 #pragma unroll
@@ -402,7 +420,7 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
         for (int j = 0; j < 16; j++) h0[j] = h1[j] = 0;
         for (int kt = 0; kt < KT; kt++) {
             cp_async_wait<LEAD - 1>();  // step kt's group (the later ones may still be in flight)
-            if (!(TALLY_WG_ABL & 4)) swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, h0, h1);
+            if (!(TALLY_WG_ABL & 4)) swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t, h0, h1);
             if (kt >= 1) named_bar_sync(BAR_EMPTY, WS_THREADS);
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
@@ -413,6 +431,10 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
             }
             fence_proxy_async();  // the A stores and this thread's landed x copies, to the tensor cores
             named_bar_arrive(BAR_FULL, WS_THREADS);
+            // Step kt + LEAD's copies go to the ring slot just decoded, whose shared part (gemm.cu
+            // swap_issue) its lead lane rewrites: every lane has read it (before EMPTY for kt >=
+            // 1; here for kt = 0).
+            if constexpr (swap_shared<T>()) __syncwarp();
             issue(kt + LEAD);
         }
         cp_async_wait<0>();
@@ -507,15 +529,12 @@ __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     auto issue_w = [&](int s, int slot_of) {
         const u8 *r0, *r1;
         swap_rows(a, w, n0_of(s), warp, g, r0, r1);
-        const int p = 4 * (s % KT) + t;
-        Piece<T> pc;
-        pc.issue_async(slot(slot_of, 0), r0, p);
-        pc.issue_async(slot(slot_of, 1), r1, p);
+        swap_issue<T>(slot(slot_of, 0), slot(slot_of, 1), r0, r1, 4 * (s % KT) + t, t);
     };
     auto decode_w = [&](int s, u32 (&h0)[16], u32 (&h1)[16]) {
         const u8 *r0, *r1;
         swap_rows(a, w, n0_of(s), warp, g, r0, r1);
-        swap_decode<T>(slot(s, 0), slot(s, 1), r0, r1, 4 * (s % KT) + t, h0, h1);
+        swap_decode<T>(slot(s, 0), slot(s, 1), r0, r1, 4 * (s % KT) + t, t, h0, h1);
     };
     float acc[BT / 2];
 #pragma unroll

@@ -266,6 +266,18 @@ struct Piece<QT_Q4_K> {
         hdr = s.v(0);
         q = s.v(1);
     }
+    // The swapped tiles (gemm.cu swap_issue / swap_decode), where lanes t = 0..3 of a group take
+    // pieces 4j + t of one row, all in the same block: the block's 16-byte header is copied by
+    // lane t = 0 only (`shared_too`), and the four read it from that lane's slot (`hs`).
+    __device__ __forceinline__ void issue_async_q(const Slot& s, const u8* row, int p, bool shared_too) const {
+        const u8* b = row + (p >> 3) * 144;
+        if (shared_too) cp_async16(s.w(0), b);
+        cp_async16(s.w(4), b + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+    }
+    __device__ __forceinline__ void from_slots(const Slot& hs, const Slot& s, const u8*, int) {
+        hdr = hs.v(0);
+        q = s.v(1);
+    }
     // f32 scale and min of the two sub-blocks (low nibbles: 2c, high: 2c+1).
     __device__ __forceinline__ void scales(int p, float& d1, float& m1, float& d2, float& m2) const {
         const float d = f16_to_f32(hdr.x), dmin = f16_to_f32(hdr.x >> 16);
@@ -405,24 +417,40 @@ struct Piece<QT_Q6_K> {
         byte_word_async(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
         half_word_async(s, 26, b + 208);
     }
-    __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
+    // The swapped tiles (gemm.cu swap_issue / swap_decode), where lanes t = 0..3 of a group take
+    // pieces 4j + t of one row: lanes t and t + 2 read the same ql and qh bytes (the nibble
+    // differs) and the same d, so only lanes t < 2 copy them (`shared_too`); every lane copies
+    // its two scales, and lanes 2, 3 read the rest from the slot of lane t - 2 (`hs`).
+    __device__ __forceinline__ void issue_async_q(const Slot& s, const u8* row, int p, bool shared_too) const {
+        const u8* b = row + (p >> 3) * 210;
+        const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
+        if (shared_too) {
+            WinL::issue_async(s, 0, b + 64 * h + 16 * ph);
+            WinH::issue_async(s, 16, b + 128 + 32 * h + 16 * ph);
+            half_word_async(s, 26, b + 208);
+        }
+        byte_word_async(s, 24, b + 192 + 8 * h + 4 * sp + ph);
+        byte_word_async(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
+    }
+    __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) { from_slots(s, s, row, p); }
+    __device__ __forceinline__ void from_slots(const Slot& hs, const Slot& s, const u8* row, int p) {
         const u8* b = row + (p >> 3) * 210;
         const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
         WinL wl;
-        wl.from_slot(s, 0, b + 64 * h + 16 * ph);
+        wl.from_slot(hs, 0, b + 64 * h + 16 * ph);
         u32 u[13];
         wl.template words<13, 3>(wl.r >> 2, u);
         const u32 sh = (wl.r & 2u) << 3;  // ql0, ql1 and qh share the alignment mod 4
         ql0 = Ld16A2{u[0], u[1], u[2], u[3], u[4], sh};
         ql1 = Ld16A2{u[8], u[9], u[10], u[11], u[12], sh};
         WinH wh;
-        wh.from_slot(s, 16, b + 128 + 32 * h + 16 * ph);
+        wh.from_slot(hs, 16, b + 128 + 32 * h + 16 * ph);
         u32 v[5];
         wh.template words<5, 3>(wh.r >> 2, v);
         qh = Ld16A2{v[0], v[1], v[2], v[3], v[4], sh};
         sc0 = byte_from_slot(s, 24, b + 192 + 8 * h + 4 * sp + ph);
         sc1 = byte_from_slot(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
-        d = half_from_slot(s, 26, b + 208);
+        d = half_from_slot(hs, 26, b + 208);
     }
     // 6-bit unsigned values (0..63) of seg0 (a) and seg1 (b).
     __device__ __forceinline__ void values(int p, uint4& a, uint4& b) const {
