@@ -45,7 +45,7 @@ static int test_pieces(ref::Rng& rng) {
                 unsigned nat[8], il[8];
                 float sn[2], on[2], si[2], oi[2];
                 pc.to_bytes(p, nat, sn, on);
-                pc.to_bytes_il(p, il, si, oi, il_table<T>());
+                pc.to_bytes_il(p, il, si, oi);
                 for (int t = 0; t < 32; t++) {
                     const int e = t / 2 + 16 * (t & 1);
                     const int vi = int((il[t / 4] >> (8 * (t % 4))) & 0xffu) - Piece<T>::ZO_IL;
@@ -607,12 +607,14 @@ int main(int argc, char** argv) {
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }
+    // swap, wg, wgx, gemv: a second argument limits the cases to those types (comma-separated
+    // names: "q4_k,q6_k").
+    const std::string only_types = argc > 2 ? "," + std::string(argv[2]) + "," : "";
+    auto type_off = [&](int t) { return !only_types.empty() && only_types.find("," + std::string(ref::type_name(t)) + ",") == std::string::npos; };
     if (only_swap || only_wg || only_wgx) {
-        // A second argument limits the cases to those types (comma-separated names: "q4_k,q6_k").
-        const std::string types = argc > 2 ? "," + std::string(argv[2]) + "," : "";
         for (const GemmCase& c : correctness_cases(true)) {
             if (only_swap ? !variant_swap(c.variant) : only_wgx ? !variant_wgx(c.variant) : !variant_wg(c.variant)) continue;
-            if (!types.empty() && types.find("," + std::string(ref::type_name(c.type)) + ",") == std::string::npos) continue;
+            if (type_off(c.type)) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);
         }
@@ -622,6 +624,7 @@ int main(int argc, char** argv) {
     if (only_gemv) {
         for (const GemmCase& c : correctness_cases(true)) {
             if (c.variant != V_GEMV && c.variant != V_MMV && c.variant != V_GEMV4) continue;
+            if (type_off(c.type)) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);
         }

@@ -476,33 +476,28 @@ __device__ __forceinline__ int swap_rows(const GemmArgs& a, const u8* w, int n0,
 
 // The swapped tiles' weight copies and A side. Lane (g, t) of a warp takes piece p = 4j + t of
 // its two weight rows in K step j: the four lanes t = 0..3 of a group read the same rows in the
-// same 256-element block, and parts of their pieces are the same bytes. Those parts are copied
-// by one lane and read by the others from its slot (slots are 4 words a thread apart, so lane t
-// reads lane t - swap_share_back(t)'s at Slot::p - 4 swap_share_back(t)): Q4_K's 16-byte block
-// header by lane 0 for all four (80 bytes a row and step instead of 128), Q6_K's ql and qh
-// windows and d by lanes 0 and 1 for lanes 2 and 3 (the same bytes, the other nibble: 232
-// bytes a row and step instead of 432). lab/gemm --gated on the H100: the copies, not the
-// decode or the MMAs, bound gemm_q4_k_g32 at 512 tokens (docs/results/2026-12-06-stop41).
-// Another lane's cp.async is visible only after that lane has waited for it and the warp has
-// synchronised: swap_decode starts with a __syncwarp (after every lane's cp_async_wait, which
-// all call sites do before decoding); and a lane rewrites its slot only after the others have
-// read it (a block barrier or, without one, the next decode's __syncwarp in between).
+// same 256-element block, and parts of their pieces are the same bytes. Where Piece<T>::SHARES,
+// those parts are copied by one lane and read by the others from its slot (Piece's
+// issue_async_shared / from_slot_shared): Q4_K's 16-byte block header by lane 0 for all four
+// (80 bytes a row and K step instead of 128), Q5_K's header and its qh vectors (112 instead of
+// 192), Q6_K's ql and qh windows and d by lanes 0 and 1 for lanes 2 and 3 (232 instead of 432).
+// lab/gemm --gated on the H100: the copies, not the decode or the MMAs, bound gemm_q4_k_g32 at
+// 512 tokens (docs/results/2026-12-06-stop41). Another lane's cp.async is visible only after that
+// lane has waited for it and the warp has synchronised: swap_decode starts with a __syncwarp
+// (after every lane's cp_async_wait, which all call sites do before decoding); and a lane
+// rewrites its slot only after the others have read it (a block barrier or, without one, the
+// next decode's __syncwarp in between).
 template <int T>
 __device__ __forceinline__ constexpr bool swap_shared() {
-    return T == QT_Q4_K || T == QT_Q6_K;
-}
-template <int T>
-__device__ __forceinline__ int swap_share_back(int t) {
-    return T == QT_Q4_K ? t : t & 2;
+    return PieceShares<Piece<T>>::value;
 }
 template <int T>
 __device__ __forceinline__ void swap_issue(const Slot& s0, const Slot& s1, const u8* wrow0, const u8* wrow1, int p,
                                            int t) {
     Piece<T> pc;
     if constexpr (swap_shared<T>()) {
-        const bool lead = swap_share_back<T>(t) == 0;
-        pc.issue_async_q(s0, wrow0, p, lead);
-        pc.issue_async_q(s1, wrow1, p, lead);
+        pc.issue_async_shared(s0, wrow0, p, t);
+        pc.issue_async_shared(s1, wrow1, p, t);
     } else {
         pc.issue_async(s0, wrow0, p);
         pc.issue_async(s1, wrow1, p);
@@ -514,7 +509,7 @@ template <int T>
 __device__ __forceinline__ void swap_decode_row(const Slot& s, const u8* wrow, int p, int t, u32 (&h)[16]) {
     Piece<T> pc;
     uint4 o[4];
-    if constexpr (swap_shared<T>()) pc.from_slots(Slot{s.p - 4 * swap_share_back<T>(t), s.vstride}, s, wrow, p);
+    if constexpr (swap_shared<T>()) pc.from_slot_shared(s, wrow, p, t);
     else pc.from_slot(s, wrow, p);
     pc.to_f16(p, o);
 #pragma unroll
@@ -771,20 +766,10 @@ __device__ __forceinline__ constexpr int gemv_zo() {
         return Piece<T>::ZO;
     }
 }
-// The interleaved formats' lookup table (il_table), loaded by each GEMV body before its loop
-// over pieces and handed to every gemv_bytes / gemv_parts; nothing for the other formats.
 template <int T>
-__device__ __forceinline__ uint4 gemv_table() {
+__device__ __forceinline__ void gemv_bytes(const Piece<T>& pc, int p, u32 b[8], float sc[2], float off[2]) {
     if constexpr (gemv_il<T>()) {
-        return il_table<T>();
-    } else {
-        return make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-template <int T>
-__device__ __forceinline__ void gemv_bytes(const Piece<T>& pc, int p, u32 b[8], float sc[2], float off[2], const uint4& tab) {
-    if constexpr (gemv_il<T>()) {
-        pc.to_bytes_il(p, b, sc, off, tab);
+        pc.to_bytes_il(p, b, sc, off);
     } else {
         pc.to_bytes(p, b, sc, off);
     }
@@ -798,11 +783,10 @@ __device__ __forceinline__ constexpr int gemv_elem(int t) {
     return gemv_il<T>() ? t / 2 + 16 * (t & 1) : t;
 }
 template <int T>
-__device__ __forceinline__ void gemv_parts(const Piece<T>& pc, int p, float v[32], float sc[2], float off[2],
-                                           const uint4& tab) {
+__device__ __forceinline__ void gemv_parts(const Piece<T>& pc, int p, float v[32], float sc[2], float off[2]) {
     if constexpr (gemv_il<T>()) {
         u32 b[8];
-        pc.to_bytes_il(p, b, sc, off, tab);
+        pc.to_bytes_il(p, b, sc, off);
 #pragma unroll
         for (int i = 0; i < 8; i++) bytes_to_f32<Piece<T>::ZO_IL>(b[i], v + 4 * i);
     } else {
@@ -929,7 +913,6 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const int P = a.K / 32;
     constexpr int ZO = gemv_zo<T>();
-    const uint4 tab = gemv_table<T>();
     GemvX& sx = gemv_x_smem();
 
     for (int i = 0; i < rows; i++) {
@@ -960,7 +943,7 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
             for (int r = 0; r < RW; r++) {
                 u32 b[8];
                 float sc[2], off[2];
-                gemv_bytes<T>(pc[r], p, b, sc, off, tab);
+                gemv_bytes<T>(pc[r], p, b, sc, off);
                 acc[r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
             }
         }
@@ -973,12 +956,12 @@ __device__ __forceinline__ void gemv_int_body(const GemmArgs& a, const int bx) {
 // row by x row, each (x row, weight row) sum with gemv_int_body's expression.
 template <int T, int MR, int RW>
 __device__ __forceinline__ void gemv_piece_rows(const Piece<T> (&pc)[RW], int p, const uint4* sq, const uint4* sm,
-                                                int P, int M, float (&acc)[MR][RW], const uint4& tab) {
+                                                int P, int M, float (&acc)[MR][RW]) {
     constexpr int ZO = gemv_zo<T>();
     u32 b[RW][8];
     float sc[RW][2], off[RW][2];
 #pragma unroll
-    for (int r = 0; r < RW; r++) gemv_bytes<T>(pc[r], p, b[r], sc[r], off[r], tab);
+    for (int r = 0; r < RW; r++) gemv_bytes<T>(pc[r], p, b[r], sc[r], off[r]);
 #pragma unroll
     for (int j = 0; j < MR; j++) {
         if (j >= M) break;
@@ -1012,7 +995,6 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
         const int M = a.M, P = a.K / 32;
         const int groups = (a.N + warps * RW - 1) / (warps * RW);
         constexpr int ZO = gemv_zo<T>();
-        const uint4 tab = gemv_table<T>();
         TALLY_DYNAMIC_SMEM(gemvr_raw);
         uint4* sq = reinterpret_cast<uint4*>(gemvr_raw);
         uint4* sm = sq + 4 * P * M;
@@ -1049,11 +1031,11 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
                     for (int r = 0; r < RW; r++) {
                         u32 b[8];
                         float sc[2], off[2];
-                        gemv_bytes<T>(pc[r], p, b, sc, off, tab);
+                        gemv_bytes<T>(pc[r], p, b, sc, off);
                         acc[0][r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
                     }
                 } else {  // every row's piece converted once, then x row by x row
-                    gemv_piece_rows<T, MR, RW>(pc, p, sq, sm, P, M, acc, tab);
+                    gemv_piece_rows<T, MR, RW>(pc, p, sq, sm, P, M, acc);
                 }
             }
             // The next group's first pieces, then this group's sums.
@@ -1098,7 +1080,6 @@ __device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx
         gemv_weight_rows<RW>(a, a.w, paired, nb, wrow);
         const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
         const int P = a.K / 32;
-        const uint4 tab = gemv_table<T>();
         GemvX& sx = gemv_x_smem();
         Piece<T> pc[RW];
         // The first pieces' loads go out before x is quantised.
@@ -1120,7 +1101,7 @@ __device__ __forceinline__ void gemv_int_mr_body(const GemmArgs& a, const int bx
 #pragma unroll
                 for (int r = 0; r < RW; r++) pc[r].issue(wrow[r], p);
             }
-            gemv_piece_rows<T, MR, RW>(pc, p, sx.q, sx.m, P, M, acc, tab);
+            gemv_piece_rows<T, MR, RW>(pc, p, sx.q, sx.m, P, M, acc);
         }
 #pragma unroll
         for (int j = 0; j < MR; j++) {
@@ -1161,7 +1142,6 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
     gemv_weight_rows<RW>(a, w, paired, nb, wrow);
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const int P = a.K / 32;
-    const uint4 tab = gemv_table<T>();
 
     for (int i = 0; i < rows; i++) {
         int xrow, yrow;
@@ -1179,7 +1159,7 @@ __device__ __forceinline__ void gemv_body(const GemmArgs& a, const int bx = stat
 #pragma unroll
             for (int r = 0; r < RW; r++) {
                 float v[32], sc[2], off[2];
-                gemv_parts<T>(pc[r], p, v, sc, off, tab);
+                gemv_parts<T>(pc[r], p, v, sc, off);
                 float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 16; j++) {
@@ -1633,7 +1613,6 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
     const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
     const bool split = a.layout == 1;
     const int pp = active ? p : 0;  // idle threads read piece 0 and add nothing
-    const uint4 tab = gemv_table<T>();
     __shared__ float red[NW][U];
 
     for (int i = 0; i < rows; i++) {
@@ -1654,7 +1633,7 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 float v[32], sc[2], off[2];
-                gemv_parts<T>(pc[u], pp, v, sc, off, tab);
+                gemv_parts<T>(pc[u], pp, v, sc, off);
                 float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 16; j++) {

@@ -248,6 +248,19 @@ __device__ __forceinline__ u32 f16_bcast(u32 h) { return (h & 0xffffu) * 0x10001
 template <int T>
 struct Piece;
 
+// Lane-group sharing in the swapped tiles (gemm.cu swap_issue): the slot of lane u of this lane's
+// group of four (this lane is t; slots are 4 words a thread apart).
+__device__ __forceinline__ Slot lane_slot(const Slot& s, int u, int t) { return Slot{s.p + 4 * (u - t), s.vstride}; }
+// Piece<T>::SHARES: the piece has issue_async_shared / from_slot_shared (else false).
+template <class P, class = void>
+struct PieceShares {
+    static constexpr bool value = false;
+};
+template <class P>
+struct PieceShares<P, decltype(void(P::SHARES))> {
+    static constexpr bool value = P::SHARES;
+};
+
 template <>
 struct Piece<QT_Q4_K> {
     uint4 hdr, q;
@@ -266,16 +279,17 @@ struct Piece<QT_Q4_K> {
         hdr = s.v(0);
         q = s.v(1);
     }
-    // The swapped tiles (gemm.cu swap_issue / swap_decode), where lanes t = 0..3 of a group take
-    // pieces 4j + t of one row, all in the same block: the block's 16-byte header is copied by
-    // lane t = 0 only (`shared_too`), and the four read it from that lane's slot (`hs`).
-    __device__ __forceinline__ void issue_async_q(const Slot& s, const u8* row, int p, bool shared_too) const {
+    // Lane group sharing (gemm.cu swap_issue / swap_decode: lane t = 0..3 takes piece 4j + t of
+    // the row, all four in one block): the 16-byte header is copied by lane 0 only and read
+    // from its slot (lane_slot) by all four.
+    static constexpr bool SHARES = true;
+    __device__ __forceinline__ void issue_async_shared(const Slot& s, const u8* row, int p, int t) const {
         const u8* b = row + (p >> 3) * 144;
-        if (shared_too) cp_async16(s.w(0), b);
+        if (t == 0) cp_async16(s.w(0), b);
         cp_async16(s.w(4), b + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
     }
-    __device__ __forceinline__ void from_slots(const Slot& hs, const Slot& s, const u8*, int) {
-        hdr = hs.v(0);
+    __device__ __forceinline__ void from_slot_shared(const Slot& s, const u8*, int, int t) {
+        hdr = lane_slot(s, 0, t).v(0);
         q = s.v(1);
     }
     // f32 scale and min of the two sub-blocks (low nibbles: 2c, high: 2c+1).
@@ -335,6 +349,20 @@ struct Piece<QT_Q5_K> {
     __device__ __forceinline__ void from_slot(const Slot& s, const u8*, int) {
         hdr = s.v(0);
         qh = s.v(1);
+        q = s.v(2);
+    }
+    // Lane group sharing (as Q4_K's): the header by lane 0 for all four, the qh vector (chosen by
+    // p & 1 = t & 1) by lanes 0 and 1 for lanes t and t + 2.
+    static constexpr bool SHARES = true;
+    __device__ __forceinline__ void issue_async_shared(const Slot& s, const u8* row, int p, int t) const {
+        const u8* b = row + (p >> 3) * 176;
+        if (t == 0) cp_async16(s.w(0), b);
+        if (t < 2) cp_async16(s.w(4), b + 16 + 16 * (p & 1));
+        cp_async16(s.w(8), b + 48 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+    }
+    __device__ __forceinline__ void from_slot_shared(const Slot& s, const u8*, int, int t) {
+        hdr = lane_slot(s, 0, t).v(0);
+        qh = lane_slot(s, t & 1, t).v(1);
         q = s.v(2);
     }
     __device__ __forceinline__ void scales(int p, float& d1, float& m1, float& d2, float& m2) const {
@@ -417,20 +445,24 @@ struct Piece<QT_Q6_K> {
         byte_word_async(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
         half_word_async(s, 26, b + 208);
     }
-    // The swapped tiles (gemm.cu swap_issue / swap_decode), where lanes t = 0..3 of a group take
-    // pieces 4j + t of one row: lanes t and t + 2 read the same ql and qh bytes (the nibble
-    // differs) and the same d, so only lanes t < 2 copy them (`shared_too`); every lane copies
-    // its two scales, and lanes 2, 3 read the rest from the slot of lane t - 2 (`hs`).
-    __device__ __forceinline__ void issue_async_q(const Slot& s, const u8* row, int p, bool shared_too) const {
+    // Lane group sharing (gemm.cu swap_issue / swap_decode: lane t = 0..3 takes piece 4j + t of
+    // the row, all four in one block): lanes t and t + 2 read the same ql and qh bytes (the
+    // nibble differs) and the same d, so lanes 0 and 1 copy them for lanes 2 and 3; every lane
+    // copies its two scales.
+    static constexpr bool SHARES = true;
+    __device__ __forceinline__ void issue_async_shared(const Slot& s, const u8* row, int p, int t) const {
         const u8* b = row + (p >> 3) * 210;
         const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
-        if (shared_too) {
+        if (t < 2) {
             WinL::issue_async(s, 0, b + 64 * h + 16 * ph);
             WinH::issue_async(s, 16, b + 128 + 32 * h + 16 * ph);
             half_word_async(s, 26, b + 208);
         }
         byte_word_async(s, 24, b + 192 + 8 * h + 4 * sp + ph);
         byte_word_async(s, 25, b + 192 + 8 * h + 4 * sp + 2 + ph);
+    }
+    __device__ __forceinline__ void from_slot_shared(const Slot& s, const u8* row, int p, int t) {
+        from_slots(lane_slot(s, t & 1, t), s, row, p);
     }
     __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) { from_slots(s, s, row, p); }
     __device__ __forceinline__ void from_slots(const Slot& hs, const Slot& s, const u8* row, int p) {

@@ -112,37 +112,26 @@ struct Codebook {
     // sign-replicate mode (prmt_sx): p looks up 12 + m where bit 3 is clear and gives 0x00 where
     // it is set (every entry's msb is 0); n, with bit 3 flipped, looks up 12 - m where it was set
     // and gives 0x00 elsewhere; p | n is 12 + the signed value (9 instructions a word).
-    // The four table words come in t (il_table(): registers loaded once per kernel, so ptxas
-    // cannot turn every use back into a move of the constant, as it did with immediates).
+    // (Loading the four table words once per kernel from a global instead of as immediates took
+    // 13 SASS instructions a piece out of gemv_mxfp4's loop and no time: lab and tg128 within
+    // noise on an H100, docs/results/2026-12-06-stop40; so the immediates stay.)
     static constexpr int IL_ZO = T == QT_MXFP4 ? 12 : 128;
     static constexpr u32 IL0 = T == QT_MXFP4 ? 0x0F0E0D0Cu : t0 ^ F ^ 0x80808080u;  // MXFP4: 12 + {0, 1, 2, 3
     static constexpr u32 IL1 = T == QT_MXFP4 ? 0x18141210u : t1 ^ F ^ 0x80808080u;  //   | 4, 6, 8, 12}
     static constexpr u32 IL2 = T == QT_MXFP4 ? 0x090A0B0Cu : t2 ^ F ^ 0x80808080u;  // MXFP4: 12 - the same
     static constexpr u32 IL3 = T == QT_MXFP4 ? 0x00040608u : t3 ^ F ^ 0x80808080u;
-    __device__ __forceinline__ static void word_il(u32 w, u32& a, u32& b, const uint4& t) {
+    __device__ __forceinline__ static void word_il(u32 w, u32& a, u32& b) {
         if constexpr (T == QT_MXFP4) {
             const u32 f = w ^ 0x88888888u;
-            a = prmt_sx(t.x, t.y, w) | prmt_sx(t.z, t.w, f);
-            b = prmt_sx(t.x, t.y, w >> 16) | prmt_sx(t.z, t.w, f >> 16);
+            a = prmt_sx(IL0, IL1, w) | prmt_sx(IL2, IL3, f);
+            b = prmt_sx(IL0, IL1, w >> 16) | prmt_sx(IL2, IL3, f >> 16);
         } else {
             const u32 i = w & 0x77777777u, h = ((w >> 1) & 0x44444444u) | 0x32103210u;
-            a = __byte_perm(__byte_perm(t.x, t.y, i), __byte_perm(t.z, t.w, i), h);
-            b = __byte_perm(__byte_perm(t.x, t.y, i >> 16), __byte_perm(t.z, t.w, i >> 16), h >> 16);
+            a = __byte_perm(__byte_perm(IL0, IL1, i), __byte_perm(IL2, IL3, i), h);
+            b = __byte_perm(__byte_perm(IL0, IL1, i >> 16), __byte_perm(IL2, IL3, i >> 16), h >> 16);
         }
     }
 };
-// The interleaved lookups' table words (Codebook::IL0..IL3) of IQ4_NL (and IQ4_XS) and MXFP4,
-// as a variable in global memory so that the compiler has to load them: il_table<T>() once per
-// kernel, before its loop over pieces, and the four words stay in registers.
-__device__ uint4 g_il_tables[2] = {
-    {Codebook<QT_IQ4_NL, false>::IL0, Codebook<QT_IQ4_NL, false>::IL1, Codebook<QT_IQ4_NL, false>::IL2,
-     Codebook<QT_IQ4_NL, false>::IL3},
-    {Codebook<QT_MXFP4, false>::IL0, Codebook<QT_MXFP4, false>::IL1, Codebook<QT_MXFP4, false>::IL2,
-     Codebook<QT_MXFP4, false>::IL3}};
-template <int T>
-__device__ __forceinline__ uint4 il_table() {
-    return g_il_tables[T == QT_MXFP4 ? 1 : 0];
-}
 __device__ __forceinline__ int iq4_value(u32 q) { return Codebook<QT_IQ4_NL, false>::value(q); }
 __device__ __forceinline__ int mxfp4_value(u32 q) { return Codebook<QT_MXFP4, false>::value(q); }
 // ggml's GGML_E8M0_TO_FP32_HALF: 2^(e - 128), subnormal for e < 2.
@@ -331,12 +320,12 @@ struct PieceSmall {
     // from quant word i, so segment 0 (b[0..3]) holds elements 0..7 and 16..23, segment 1 the
     // rest; values + ZO_IL.
     static constexpr int ZO_IL = Codebook<CODEBOOK ? T : QT_IQ4_NL, false>::IL_ZO;  // codebook formats
-    __device__ __forceinline__ void to_bytes_il(int, u32 b[8], float sc[2], float off[2], const uint4& t) const {
+    __device__ __forceinline__ void to_bytes_il(int, u32 b[8], float sc[2], float off[2]) const {
         static_assert(CODEBOOK, "the codebook formats only");
         const u32 q[4] = {r.template word<QS>(), r.template word<QS + 4>(), r.template word<QS + 8>(),
                           r.template word<QS + 12>()};
 #pragma unroll
-        for (int i = 0; i < 4; i++) Codebook<T, false>::word_il(q[i], b[2 * i], b[2 * i + 1], t);
+        for (int i = 0; i < 4; i++) Codebook<T, false>::word_il(q[i], b[2 * i], b[2 * i + 1]);
         sc[0] = sc[1] = scale();
         off[0] = off[1] = 0.0f;
     }
@@ -420,9 +409,9 @@ struct Piece<QT_IQ4_XS> {
     }
     // PieceSmall<QT_IQ4_NL>::to_bytes_il's order and values.
     static constexpr int ZO_IL = Codebook<QT_IQ4_NL, false>::IL_ZO;
-    __device__ __forceinline__ void to_bytes_il(int p, u32 b[8], float sc[2], float off[2], const uint4& t) const {
+    __device__ __forceinline__ void to_bytes_il(int p, u32 b[8], float sc[2], float off[2]) const {
 #pragma unroll
-        for (int i = 0; i < 4; i++) Codebook<QT_IQ4_NL, false>::word_il(q[i], b[2 * i], b[2 * i + 1], t);
+        for (int i = 0; i < 4; i++) Codebook<QT_IQ4_NL, false>::word_il(q[i], b[2 * i], b[2 * i + 1]);
         sc[0] = sc[1] = scale(p);
         off[0] = off[1] = 0.0f;
     }
