@@ -379,6 +379,22 @@ struct Piece<QT_IQ4_XS> {
         h0 = *s.w(4);
         h1 = *s.w(5);
     }
+    // Lane group sharing (gemm.cu swap_issue / swap_decode: lane t = 0..3 takes piece 4j + t of
+    // the row, all four in one super-block): the 8-byte header by lane 0 for all four.
+    static constexpr bool SHARES = true;
+    __device__ __forceinline__ void issue_async_shared(const Slot& s, const u8* row, int p, int t) const {
+        const u8* b = row + static_cast<i64>(p >> 3) * 136;
+        cp_async8(s.w(0), b + 8 + 16 * (p & 7));
+        cp_async8(s.w(2), b + 16 + 16 * (p & 7));
+        if (t == 0) cp_async8(s.w(4), b);
+    }
+    __device__ __forceinline__ void from_slot_shared(const Slot& s, const u8*, int, int t) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = *s.w(i);
+        const Slot h = lane_slot(s, 0, t);
+        h0 = *h.w(4);
+        h1 = *h.w(5);
+    }
     __device__ __forceinline__ float scale(int p) const {
         const int ib = p & 7;
         const u32 ls = ((byte_of(h1, ib >> 1) >> (4 * (ib & 1))) & 15u) | (((h0 >> (16 + 2 * ib)) & 3u) << 4);
