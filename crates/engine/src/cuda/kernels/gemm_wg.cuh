@@ -224,8 +224,9 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
     // Step kt's copies into ring slot / x stage `slot_of` % S.
     auto issue = [&](int kt, int slot_of) {
         if constexpr ((ABL & 32) && GATED && T == QT_Q4_K) {
-            // Timing only: the same count of 16-byte copies, from addresses that make each step
-            // of the block one contiguous stretch per projection (64 bytes a row, in row order).
+            // Timing only: as many 16-byte copies as the tile made before its lanes shared the
+            // header (four a thread and step), from addresses that make each step of the block
+            // one contiguous stretch per projection (64 bytes a row, in row order).
             const u8* b0 = w + static_cast<i64>(n0) * a.w_row_bytes + kt * 4096 + (8 * warp + g) * 64;
             const u8* b1 = b0 + (a.w2 - a.w);
             cp_async16(slot(slot_of, 0).w(0), b0);
