@@ -1440,6 +1440,7 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 // The lab's timing ablations of gemm_q4_k_g32 (gemm_wg_body's ABL mask; wrong results by design).
 #define TALLY_G32_ABL(m)                                                                              \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) gemm_q4_k_g32_abl##m(GemmArgs a) { \
+        pdl_enter();                                                                                  \
         gemm_wg_body<QT_Q4_K, 32, false, true, m>(a);                                                \
     }
 #endif
