@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A kernel change against a base binary in one GPU call (stop 41's calls 3, 4, 7 and 9: the
+# wrappers scripts/gpu/stop41{b,c,e,f}.sh hold each call's settings and prediction). Carry
+# .carry/lab (the lab built here) and .carry/$TAR.tar.xz (tar cJf of .carry/bin and
+# .carry/kcache: bin/tally = the change, bin/tally-base = the base, both without the peer;
+# TALLY_CACHE=.carry/kcache tally kernels --arch sm_90a for both). Settings (environment):
+#   JOB    the output folder (/tmp/JOB, a tarball JOB.tgz comes back); TAR the carried tarball's name
+#   LAB    lab runs separated by ';' (e.g. "--gated --only q4_k;--wg --only q4_k"), each into
+#          lab-<first word>.txt
+#   CHECK  the mid-preset file's quant (default q4_k_m): `tally check --backend cuda` at 1,000 and
+#          64 tokens, logits digests base == new (q4_k_m: also the 4-layer 35B shapes)
+#   MIX    the 35B-A3B file's quant; TESTS its `bench -p` list; base / new alternated twice
+#   TG_MIX optional: a second 35B-A3B file, pp512 + tg128, base / new alternated twice while the
+#          call is under 480 s
+set -u
+cd "$(dirname "$0")/../.."
+tar xJf ".carry/$TAR.tar.xz" -C .carry
+. scripts/gpu/env.sh
+gpu_job "$JOB"
+B=.carry/bin/tally-base
+N=.carry/bin/tally
+CHECK=${CHECK:-q4_k_m}
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+row gpu "$(cat "$OUT/gpu.txt")"
+D=/tmp; [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+F=$D/mix-$MIX.gguf
+"$N" synth --preset 35b-a3b --quant "$MIX" --seed 1 --fill pool --out "$F" > "$OUT/synth.log" 2>&1 &
+SYNTH=$!
+IFS=';' read -r -a runs <<< "$LAB"
+for args in "${runs[@]}"; do
+    set -- $args
+    name=lab-${1#--}
+    timeout 200 .carry/lab/gemm_bench "$@" > "$OUT/$name.txt" 2>&1
+    row "lab $args" "rc=$? $(grep -E 'cases, |failing gated' "$OUT/$name.txt" | tr '\n' ' ') ($(el))"
+done
+pack
+files=()
+if [ "$CHECK" = q4_k_m ]; then
+    TALLY_NOPEER=$N mid_l4_files
+    files=("$MID" "$L4")
+else
+    MID=/tmp/mid-$CHECK.gguf
+    "$N" synth --preset mid --quant "$CHECK" --seed 4 --out "$MID" > /dev/null 2>&1
+    files=("$MID")
+fi
+for tok in 1000 64; do
+    timeout 150 "$N" check --model "$MID" --backend cuda --tokens $tok -n 3 > "$OUT/check-mid-$CHECK-$tok.log" 2>&1
+    row "check mid $CHECK tokens=$tok" "rc=$? ($(el))"
+done
+for f in "${files[@]}"; do
+    run_json base "$f" $B
+    run_json new "$f" $N
+    row "digests $(basename "$f") base vs new" "$(logits_same "$OUT" "$(basename "$f" .gguf)" base new) ($(el))"
+done
+pack
+wait $SYNTH
+row "synth $MIX" "$(el)"
+# ab TAG FILE BENCH-ARGS...: base / new alternated twice, into TAG-<v>-<round>.json.
+ab() {
+    local tag=$1 file=$2 round v bin
+    shift 2
+    for round in 1 2; do
+        for v in base new; do
+            [ "$tag" = pp ] || [ "$(( $(date +%s) - t0 ))" -lt 480 ] || continue
+            bin=$N; [ $v = base ] && bin=$B
+            timeout 120 "$bin" bench -m "$file" --backend cuda "$@" -r 3 -o json > "$OUT/$tag-$v-$round.json" 2> "$OUT/$tag-$v-$round.err"
+            row "$tag $v $round" "rc=$? $(bench_row "$OUT/$tag-$v-$round.json") ($(el))"
+            pack
+        done
+    done
+}
+ab pp "$F" -p "$TESTS" -n 0
+rm -f "$F"
+if [ -n "${TG_MIX:-}" ]; then
+    G=$D/mix-$TG_MIX.gguf
+    "$N" synth --preset 35b-a3b --quant "$TG_MIX" --seed 1 --fill pool --out "$G" > "$OUT/synth-tg.log" 2>&1
+    row "synth $TG_MIX" "$(el)"
+    ab tg "$G" -p 512 -n 128
+    rm -f "$G"
+fi
+pack
+printf '%s\n' "${summary[@]}"
