@@ -9,6 +9,7 @@
 // the last release).
 #pragma once
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -26,18 +27,19 @@ typedef void (*GemmFn)(GemmArgs);
 // integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
        V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17, V_X32G = 18,
-       V_TF32 = 19, V_TF32_M32 = 20 };
+       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21 };
 inline const char* variant_name(int v) {
     static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
-                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32"};
+                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
 // V_X64 / V_X96 / V_X128: the x-resident wgmma tile for K <= WGX_K_MAX (gemm_<t>_x64 / _x96 /
-// _x128; grid.x 1 for x64 and x96, ceil(N / 128 / 8) for x128, so both the one-block walk and a
-// strided one run; x96 and x64 are engine kernels, x128 too). V_X32G: the same with 32 rows and K
-// up to 2048 (an engine kernel since 2026-12-05: the Q4_K down of short prompts).
-inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128 || v == V_X32G; }
+// _x128, engine kernels; grid.x ceil(N / 128 / 8): strided walks of 8 weight blocks). V_X32:
+// the same with 32 rows and WGX32_STAGES ring stages (gemm_<t>_x32, the engine's downs of short
+// prompts since 2026-12-06; walks of 4). V_X32G (lab only): 32 rows and K up to 2048, one block
+// walking every weight block.
+inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128 || v == V_X32G || v == V_X32; }
 // Most K of an x-resident variant.
 inline int variant_kmax(int v) { return v == V_X32G ? 2048 : WGX_K_MAX; }
 inline bool variant_wg(int v) { return v == V_W32 || v == V_W64 || v == V_W128 || variant_wgx(v); }
@@ -47,12 +49,13 @@ inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32 || v == 
 // Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
 // SIMT kernels, the dense block tile's rows (= its columns).
 inline int variant_bm(int v) {
-    return v == V_X32G ? 32 : v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
+    return v == V_X32G || v == V_X32 ? 32 : v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
            : v == V_S16 ? 16 : v == V_SIMT || v == V_TF32 ? SIMT_BM
            : v == V_SIMT_M32 || v == V_TF32_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
     if (variant_swap(v)) return size_t(SWP_SMEM_BYTES(type, variant_bm(v)));
+    if (v == V_X32) return size_t(WGX32_SMEM_BYTES(type));
     if (variant_wgx(v)) return size_t(WGX_SMEM_BYTES_K(type, variant_bm(v), variant_kmax(v)));
     if (variant_wg(v)) return size_t(WG_SMEM_BYTES(type, variant_bm(v)));
     return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
@@ -75,6 +78,7 @@ inline size_t variant_smem(int type, int v) {
         case V_X128: return gemm_##name##_x128;                                                \
         case V_X96: return gemm_##name##_x96;                                                  \
         case V_X32G: return gemm_##name##_x32g;                                                \
+        case V_X32: return gemm_##name##_x32;                                                  \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -402,7 +406,11 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     }
     if (variant_wgx(c.variant)) {
         const int nblk = (c.N + GEMM_BN - 1) / GEMM_BN;
-        d.gx = unsigned(c.variant == V_X128 ? (nblk + 7) / 8 : 1);
+        // A block walks 4 weight blocks of x32, 8 of the others (ops/matmul.rs WgTile::walk); x32g
+        // (lab only) all of them. LAB_WGX_WALK=n (timing experiments): every x-resident variant n.
+        const char* walk = std::getenv("LAB_WGX_WALK");
+        const int per = walk != nullptr && std::atoi(walk) > 0 ? std::atoi(walk) : c.variant == V_X32 ? 4 : c.variant == V_X32G ? nblk : 8;
+        d.gx = unsigned((nblk + per - 1) / per);
     }
     if (variant_wg(c.variant)) {
         XPermArgs& xp = d.xperm;
@@ -437,7 +445,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
     for (int t : ref::ALL_TYPES) {
-        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G}) {
+        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32}) {
             if (variant_smem(t, v) > 232448) continue;  // x128 of the 112- and 128-byte slots (Q6_K, F32)
             GemmCase c;
             c.type = t;
@@ -530,7 +538,7 @@ inline std::vector<GemmCase> correctness_cases(bool small) {
             c.N = 64;
             c.K = 512;
             cs.push_back(c);
-            if (variant_wgx(v)) {  // 9 weight blocks: x64 walks all, x128 two strided walks of 5 and 4
+            if (variant_wgx(v)) {  // 9 weight blocks: x32g walks all, x32 three strided walks, the others two
                 c.name = "moe down wide";
                 c.N = 1100;
                 cs.push_back(c);

@@ -226,7 +226,7 @@ impl Kernels {
                     k(format!("gemm_{t}_x64"))?,
                     k(format!("gemm_{t}_x96"))?,
                     k(format!("gemm_{t}_x128"))?,
-                    k(format!("gemm_{t}_x32g"))?,
+                    k(format!("gemm_{t}_x32"))?,
                 ],
                 wg_gated: [k(format!("gemm_{t}_g32"))?, k(format!("gemm_{t}_g128"))?],
                 gs128: k(format!("gemm_{t}_gs128"))?,

@@ -141,10 +141,17 @@ pub struct CudaOptions {
     /// room (`ops/matmul.rs` `keep_f16`), on the f16 x-resident tiles, instead of decoding the
     /// GGUF blocks in every tile. Decode and verification steps keep reading the GGUF bytes.
     pub expert_f16: bool,
-    /// `TALLY_X32G=on`: the Q4_K routed down projections of short prompts (up to 32 rows per
-    /// expert) on the x-resident 32-row tile `gemm_<t>_x32g` instead of `gemm_<t>_m32`
-    /// (`ops/matmul.rs` `wg_tile`; lab: 0.158 against 0.203 ms at 512 tokens).
-    pub x32g: bool,
+    /// The routed down projections of short prompts (up to 32 rows per expert) on the
+    /// x-resident 32-row tile `gemm_<t>_x32` (`ops/matmul.rs` `wg_tile`; lab, H100, 512 tokens:
+    /// Q4_K 0.122 against 0.203 ms on m32, Q6_K 0.269 against 0.336 on x64); `TALLY_X32=off`
+    /// puts them back on m32, s32 or (Q6_K) x64.
+    pub x32: bool,
+    /// `TALLY_WGX_WALK=1..16`: the weight blocks (128 output columns each) that one block of
+    /// an x-resident MoE tile (x32, x64, x96, x128) walks, so grid.x = ceil(N / 128 / walk);
+    /// None: `WgTile::walk` (4 for x32, else 8). An experiment switch: fewer blocks of a longer
+    /// walk pay the pipeline fill and the x copy less often, more of a shorter one leave a
+    /// shorter tail when the tiles are not a whole number of waves.
+    pub wgx_walk: Option<u32>,
     /// A fused `gemv_multi_<t>` launch of 2 to `GEMVR_MAX_M` x rows (a
     /// verification batch, a 2-4 token prompt or tail; the in-projections of one input: qkv, z,
     /// beta, alpha; q, k, v) takes every row in each block, each weight piece loaded and
@@ -203,7 +210,8 @@ impl Default for CudaOptions {
             f32_tf32: false,
             f32_cublas: true,
             expert_f16: false,
-            x32g: false,
+            x32: true,
+            wgx_walk: None,
             gemv_mr: true,
             cast_reuse: true,
             ws: true,
@@ -328,10 +336,18 @@ impl CudaOptions {
             Some(v) => return Err(bad("TALLY_F32_GEMM", v, "simt, tf32 or cublas")),
         }
         o.expert_f16 = on_off("TALLY_EXPERT_F16", o.expert_f16)?;
-        o.x32g = on_off("TALLY_X32G", o.x32g)?;
+        o.x32 = on_off("TALLY_X32", o.x32)?;
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         o.ws = on_off("TALLY_WS", o.ws)?;
+        if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
+            o.wgx_walk = Some(
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=16).contains(n))
+                    .ok_or_else(|| bad("TALLY_WGX_WALK", &v, "1 to 16"))?,
+            );
+        }
         if let Some(v) = get("TALLY_DEC_SPLIT").filter(|v| !v.is_empty()) {
             o.decode_splits_per_sm = v
                 .parse::<u32>()
@@ -445,7 +461,11 @@ impl CudaOptions {
                 }
             ),
             format!("expert_f16={}", on(self.expert_f16)),
-            format!("x32g={}", on(self.x32g)),
+            format!("x32={}", on(self.x32)),
+            format!(
+                "wgx_walk={}",
+                self.wgx_walk.map_or("auto".to_string(), |w| w.to_string())
+            ),
             format!("gemv_mr={}", on(self.gemv_mr)),
             format!("cast_reuse={}", on(self.cast_reuse)),
             format!("ws={}", on(self.ws)),
@@ -493,7 +513,8 @@ mod tests {
                 "attn_split=on",
                 "f32_gemm=cublas",
                 "expert_f16=off",
-                "x32g=off",
+                "x32=on",
+                "wgx_walk=auto",
                 "gemv_mr=on",
                 "cast_reuse=on",
                 "ws=on"
@@ -565,9 +586,13 @@ mod tests {
         let x = opts(&[("TALLY_EXPERT_F16", "on")]).expect("options");
         assert!(x.expert_f16 && x.describe().contains(&"expert_f16=on".into()));
         assert!(opts(&[("TALLY_EXPERT_F16", "f16")]).is_err());
-        let g = opts(&[("TALLY_X32G", "on")]).expect("options");
-        assert!(g.x32g && g.describe().contains(&"x32g=on".into()));
-        assert!(opts(&[("TALLY_X32G", "2")]).is_err());
+        let g = opts(&[("TALLY_X32", "off")]).expect("options");
+        assert!(!g.x32 && g.describe().contains(&"x32=off".into()));
+        assert!(opts(&[("TALLY_X32", "2")]).is_err());
+        let w = opts(&[("TALLY_WGX_WALK", "4")]).expect("options");
+        assert!(w.wgx_walk == Some(4) && w.describe().contains(&"wgx_walk=4".into()));
+        assert!(opts(&[("TALLY_WGX_WALK", "0")]).is_err());
+        assert!(opts(&[("TALLY_WGX_WALK", "17")]).is_err());
         let r = opts(&[("TALLY_GEMV_MR", "off")]).expect("options");
         assert!(!r.gemv_mr && r.describe().contains(&"gemv_mr=off".into()));
         assert!(opts(&[("TALLY_GEMV_MR", "4")]).is_err());

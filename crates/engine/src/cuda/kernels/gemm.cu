@@ -1429,13 +1429,16 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 #endif
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
 
-// The lab's variant of the wgmma tiles (nvcc builds), not compiled into the engine: w64.
+// The lab's variants of the wgmma tiles (nvcc builds), not compiled into the engine: w64, x32g.
 #ifdef TALLY_NVRTC
 #define TALLY_WG_LAB_KERNELS(name, T)
 #else
 #define TALLY_WG_LAB_KERNELS(name, T)                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_w64(GemmArgs a) { pdl_enter(); \
         gemm_wg_body<T, 64>(a);                                                                      \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x32g(GemmArgs a) { pdl_enter(); \
+        gemm_wgx_body<T, 32, 2048>(a);                                                               \
     }
 // The lab's timing ablations of gemm_q4_k_g32 (gemm_wg_body's ABL mask; wrong results by design).
 #define TALLY_G32_ABL(m)                                                                              \
@@ -1486,8 +1489,9 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x128(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 128>(a);                                                                    \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x32g(GemmArgs a) { pdl_enter(); \
-        gemm_wgx_body<T, 32, 2048>(a);                                                               \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, WGX32_MIN_BLOCKS(T)) gemm_##name##_x32(GemmArgs a) { \
+        pdl_enter();                                                                                 \
+        gemm_wgx_body<T, 32, WGX_K_MAX, WGX32_STAGES(T)>(a);                                         \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) gemv_##name(GemmArgs a) {                \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \

@@ -487,16 +487,29 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
 // TALLY_WGX_CLEAR (TALLY_WGX_CLEAR=on) compiles the zeroing form back, for comparison.
 // Grid (1..ceil(N / 128), tiles), 256 threads, dynamic smem WGX_SMEM_BYTES(t, BT); otherwise
 // the preconditions and precision of gemm_<t>_w<BT>; K > WGX_K_MAX writes nothing.
-// (A lab variant, x32g, takes KMAX = 2048: 32 x rows of the gate/up's whole K, 128 KB.)
+// (A lab variant, x32g, takes KMAX = 2048: 32 x rows of the gate/up's whole K, 128 KB; it was
+// the engine's opt-in for the Q4_K down of short prompts until x32 replaced it.)
 #define WGX_K_MAX 512
 #define WGX_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : GEMM_SLOT_BYTES(t) <= 64 ? 3 : 2)
-#define WGX_SMEM_BYTES_K(t, bt, kmax) \
-    (1024 + ((kmax) / WG_BK) * 2 * (bt) * 128 + 8 * (bt) + WGX_STAGES(t) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+#define WGX_SMEM_BYTES_KS(t, bt, kmax, s) \
+    (1024 + ((kmax) / WG_BK) * 2 * (bt) * 128 + 8 * (bt) + (s) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+#define WGX_SMEM_BYTES_K(t, bt, kmax) WGX_SMEM_BYTES_KS(t, bt, kmax, WGX_STAGES(t))
 #define WGX_SMEM_BYTES(t, bt) WGX_SMEM_BYTES_K(t, bt, WGX_K_MAX)
+// gemm_<t>_x32: 32 x rows of K <= WGX_K_MAX (32 KB), so the ring can be deeper than x64's:
+// weight slots of up to 48 bytes keep 4 or 3 stages in half an SM's shared memory (two blocks an
+// SM: 16 warps), the larger ones 3 stages in one block (Q6_K: 206 KB; x64 fits only 2, so its
+// copies of step s + 1 were issued and waited for in the same step). lab/gemm --wg on the H100,
+// the 35B down at 512 tokens (16 rows per expert; docs/results/2026-12-06-stop42): Q4_K 0.122
+// ms against 0.203 for m32 and 0.149 for x32g, Q6_K 0.269 against 0.336 for x64, Q5_K 0.131
+// against 0.268 (m32), MXFP4 0.148 against 0.215 (s32), IQ4_XS 0.166 against 0.198 (s32).
+// Grid (1, tiles): one block walks every weight block, as x64.
+#define WGX32_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : 3)
+#define WGX32_MIN_BLOCKS(t) (GEMM_SLOT_BYTES(t) <= 48 ? 2 : 1)
+#define WGX32_SMEM_BYTES(t) WGX_SMEM_BYTES_KS(t, 32, WGX_K_MAX, WGX32_STAGES(t))
 
-template <int T, int BT, int KMAX = WGX_K_MAX>
+template <int T, int BT, int KMAX = WGX_K_MAX, int S_ASKED = 0>
 __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
-    constexpr int BN = SWP_BN, BK = WG_BK, S = WGX_STAGES(T), SW = Piece<T>::SLOT_WORDS;
+    constexpr int BN = SWP_BN, BK = WG_BK, S = S_ASKED > 0 ? S_ASKED : WGX_STAGES(T), SW = Piece<T>::SLOT_WORDS;
     constexpr int XC = BT * 16 / GEMM_THREADS;
     constexpr int XSTAGE = 2 * BT * 128;
     constexpr int KT_MAX = KMAX / BK;

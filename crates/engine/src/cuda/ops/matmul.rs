@@ -281,14 +281,27 @@ pub(crate) const WGX_K_MAX: usize = 512;
 /// alignment slack, every K step of x (WGX_K_MAX / 128 stages of bt rows of 128 halves), two row
 /// tables, the weight ring (same stages as the wgmma tile's).
 pub(crate) fn wgx_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
-    wgx_smem_bytes_k(ty, bt, WGX_K_MAX)
+    wgx_smem_bytes_ks(ty, bt, WGX_K_MAX, wg_stages(ty))
 }
 
-/// [`wgx_smem_bytes`] of the tile holding up to `kmax` of K (`WGX_SMEM_BYTES_K(t, bt, kmax)`).
-pub(crate) fn wgx_smem_bytes_k(ty: GgmlType, bt: i64, kmax: usize) -> u32 {
-    let (s, slot) = (wg_stages(ty), gemm_slot_bytes(ty));
+/// Dynamic shared memory of an x-resident tile holding up to `kmax` of K with `s` ring stages
+/// (`WGX_SMEM_BYTES_KS(t, bt, kmax, s)`).
+fn wgx_smem_bytes_ks(ty: GgmlType, bt: i64, kmax: usize, s: i64) -> u32 {
+    let slot = gemm_slot_bytes(ty);
     (1024 + (kmax as i64 / SWP_BK) * 2 * bt * 128 + 8 * bt + s * GEMM_THREADS as i64 * 2 * slot)
         as u32
+}
+
+/// Ring stages of `gemm_<t>_x32` (`WGX32_STAGES(t)` in gemm_wg.cuh): 4 for weight slots of up
+/// to 32 bytes a piece, else 3.
+fn wgx32_stages(ty: GgmlType) -> i64 {
+    if gemm_slot_bytes(ty) <= 32 { 4 } else { 3 }
+}
+
+/// Dynamic shared memory of `gemm_<t>_x32` (`WGX32_SMEM_BYTES(t)`): 32 x rows of WGX_K_MAX,
+/// [`wgx32_stages`] ring stages.
+pub(crate) fn wgx32_smem_bytes(ty: GgmlType) -> u32 {
+    wgx_smem_bytes_ks(ty, 32, WGX_K_MAX, wgx32_stages(ty))
 }
 
 /// The MoE tiles the options allow ([`wg_tile`]).
@@ -296,8 +309,8 @@ pub(crate) fn wgx_smem_bytes_k(ty: GgmlType, bt: i64, kmax: usize) -> u32 {
 pub(crate) struct MoeTiles {
     /// `CudaOptions::wgx`: the x-resident tiles and w32 (else w128 only).
     pub wgx: bool,
-    /// `CudaOptions::x32g`: the Q4_K down of short prompts on x32g (with `wgx`).
-    pub x32g: bool,
+    /// `CudaOptions::x32`: the downs of short prompts on x32 (with `wgx`).
+    pub x32: bool,
     /// `CudaOptions::ws` with `CudaOptions::gated`: the Q4_K gate/up leaves w32 for w128 (whose
     /// gated launch is the warp-specialised gs128) above 50 rows per expert instead of 100.
     pub ws_gated: bool,
@@ -307,20 +320,20 @@ impl MoeTiles {
     /// The defaults' tiles.
     pub(crate) const DEFAULT: MoeTiles = MoeTiles {
         wgx: true,
-        x32g: false,
+        x32: true,
         ws_gated: true,
     };
     /// `TALLY_WGX=off`'s tiles.
     #[cfg(test)]
     pub(crate) const NO_WGX: MoeTiles = MoeTiles {
         wgx: false,
-        x32g: false,
+        x32: true,
         ws_gated: true,
     };
     pub(crate) fn of(o: &crate::cuda::CudaOptions) -> MoeTiles {
         MoeTiles {
             wgx: o.wgx,
-            x32g: o.x32g,
+            x32: o.x32,
             ws_gated: o.ws && o.gated,
         }
     }
@@ -337,19 +350,16 @@ pub(crate) enum WgTile {
     X64,
     X96,
     X128,
-    /// `gemm_<t>_x32g`: the x-resident tile with 32 rows and K up to X32G_K_MAX (one block
-    /// walking every weight row).
-    X32G,
+    /// `gemm_<t>_x32`: the x-resident tile with 32 rows and a deeper ring (one block walking
+    /// every weight row).
+    X32,
 }
-
-/// Most K of `gemm_<t>_x32g` (its template's KMAX in gemm.cu).
-pub(crate) const X32G_K_MAX: usize = 2048;
 
 impl WgTile {
     /// x rows per tile.
     pub(crate) fn bt(self) -> i64 {
         match self {
-            WgTile::W32 | WgTile::X32G => 32,
+            WgTile::W32 | WgTile::X32 => 32,
             WgTile::X64 => 64,
             WgTile::X96 => 96,
             WgTile::W128 | WgTile::X128 => WG_BT,
@@ -359,19 +369,31 @@ impl WgTile {
     pub(crate) fn smem_bytes(self, ty: GgmlType) -> u32 {
         match self {
             WgTile::W32 | WgTile::W128 => wg_smem_bytes(ty, self.bt()),
-            WgTile::X32G => wgx_smem_bytes_k(ty, 32, X32G_K_MAX),
+            WgTile::X32 => wgx32_smem_bytes(ty),
             x => wgx_smem_bytes(ty, x.bt()),
         }
     }
-    /// grid.x for N output columns: one block per 128 for w32 and w128; the x-resident tiles as
-    /// measured, x64 and x96 one block walking all of them, x128 a block per 8 (two at N =
-    /// 2048).
-    pub(crate) fn grid_x(self, n: usize) -> u32 {
+    /// grid.x for N output columns: one block per 128 for w32 and w128; for the x-resident
+    /// tiles a block per [`WgTile::walk`] of them, or per `walk` (`TALLY_WGX_WALK`).
+    pub(crate) fn grid_x(self, n: usize, walk: Option<u32>) -> u32 {
         let blocks = n.div_ceil(SWP_BN as usize).max(1) as u32;
         match self {
             WgTile::W32 | WgTile::W128 => blocks,
-            WgTile::X64 | WgTile::X96 | WgTile::X32G => 1,
-            WgTile::X128 => blocks.div_ceil(8),
+            _ => blocks.div_ceil(walk.unwrap_or(self.walk()).max(1)),
+        }
+    }
+    /// Weight blocks (128 output columns) one block of an x-resident tile walks: 4 for x32, 8
+    /// for the others (the 35B down, N = 2048: 4 and 2 blocks a tile). A block walking all 16
+    /// paid its pipeline fill and x copy once, but the model's routing makes tiles that are not a
+    /// whole number of waves, and the last wave's few blocks cost a whole walk: H100, 35B
+    /// Q4_K_M, TALLY_WGX_WALK 16 / 8 / 4 / 2 (docs/results/2026-12-06-stop42, call 3): pp512
+    /// 14,058 / 14,771 / 14,928 / 14,576 tok/s (x32), pp2048 27,193 / 27,947 / 27,621 / 27,079
+    /// (x96); ncu, one pp512: the Q4_K down on x32 157 -> 132 us, the Q6_K 377 -> 312 from 16 to
+    /// 4. The lab's uniform routing (about one wave of x32 tiles) had 16 fastest.
+    pub(crate) fn walk(self) -> u32 {
+        match self {
+            WgTile::X32 => 4,
+            _ => 8,
         }
     }
     /// The tiles of a type's kernel set, in `GemmSet::wg`'s order.
@@ -381,7 +403,7 @@ impl WgTile {
         WgTile::X64,
         WgTile::X96,
         WgTile::X128,
-        WgTile::X32G,
+        WgTile::X32,
     ];
 }
 
@@ -418,21 +440,24 @@ pub(crate) fn wg_tile_smem_if_fits(ty: GgmlType, t: WgTile) -> Option<u32> {
 ///   launch gs128 costs about the same for any tile fill up to 128 rows while g32's grows with
 ///   the rows (H100, 35B gate/up: 2,048 tokens, 64 rows per expert, gs128 0.474 ms against
 ///   0.583 for g32; 512 tokens, 16 rows, 0.58 against 0.283; docs/results/2026-12-05-h100-stop36);
-/// - the down projections (K <= WGX_K_MAX): Q4_K on x96 from 33 to 100 rows per expert (2,048
-///   tokens: 0.306 against 0.431 for m64) and x128 above (8,192 tokens: 0.90 against 1.28 for
-///   m64; x96 the same); at 512 tokens m32 stays (0.202; x64 0.260). Q6_K on x64 up to 32 rows
-///   per expert (512 tokens: 0.42-0.51 against 0.57 for s32; x96 lost 2% of pp512 in the
-///   engine) and x96 above (2,048 tokens: 0.479 against 0.763 for x64 and 0.900 for w128; 8,192
-///   tokens: 1.41 against 1.72 for w128; x128 does not fit). The other types' downs stay where
-///   they were. Lab, 2026-12-05 (`scripts/gpu/expert-f16-lab.sh`, H200; not yet run in the
-///   engine, so both opt-in): the Q4_K down up to 32 rows per expert on x32g (512 tokens: 0.158
-///   against 0.203 for m32 and 0.213 for x64; it lost to w32 before the x-resident tiles'
-///   wgmmas were pipelined), and the f16 copies of
-///   `TALLY_EXPERT_F16` on x64 up to 32 rows (512 tokens: 0.305 against Q6_K's 0.375), x96 up
-///   to 100 (2,048: 0.342 against 0.428) and x128 above (8,192: 0.900 against 1.246).
+/// - the down projections (K <= WGX_K_MAX) of every block format, one rule: x32 up to 32 rows
+///   per expert, x96 up to 100, x128 above where it fits (else x96: Q6_K). lab/gemm --wg on
+///   the H100, the 35B down (docs/results/2026-12-06-stop42): at 512 tokens (16 rows per
+///   expert) x32 against what ran before: Q4_K 0.122 ms against 0.203 (m32), Q6_K 0.269
+///   against 0.336 (x64), Q5_K 0.131 against 0.268 (m32), Q8_0 0.256 against 0.331 (s32),
+///   IQ4_XS 0.166 against 0.198 (s32), MXFP4 0.148 against 0.215 (s32); at 2,048 tokens x96
+///   against the next best: Q4_K 0.266 (x32 0.291), Q5_K 0.279 (x32 0.317, s32 0.481), Q8_0
+///   0.330 (x64 0.421, m32 0.711), IQ4_XS 0.289 (s32 0.479), MXFP4 0.288 (s32 0.515); at 8,192
+///   tokens x128 within 3% of x96 (Q4_K 0.804 / 0.784, Q5_K 0.811 / 0.823, Q8_0 0.918 / 0.959,
+///   MXFP4 0.854 / 0.858, IQ4_XS 0.861 / 0.849) and 27-38% faster than w128. Before, only Q4_K
+///   and Q6_K took the x-resident tiles (from 33 rows; Q6_K x64 below). The f16 copies of
+///   `TALLY_EXPERT_F16` (lab, H200, 2026-12-05): x64 up to 32 rows (512 tokens: 0.305 against
+///   Q6_K's 0.375), x96 up to 100 (2,048: 0.342 against 0.428) and x128 above (8,192: 0.900
+///   against 1.246); BF16 and F32 experts keep w128 above 100 rows.
 ///
 /// `tiles.wgx` false (`TALLY_WGX=off`): w128 only, as before the x-resident tiles and w32;
-/// `tiles.x32g` (`TALLY_X32G=on`): the Q4_K down of short prompts on x32g.
+/// `tiles.x32` false (`TALLY_X32=off`): the downs of up to 32 rows per expert as before x32 (Q6_K
+/// on x64, the others on m32 or s32).
 pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Option<WgTile> {
     if k as i64 % SWP_BK != 0 || mean <= 2.0 {
         return None;
@@ -458,17 +483,18 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Opt
             ws_w128.or(w128)
         };
     }
+    let first_fit = |ts: &[WgTile]| ts.iter().copied().find(|&t| fits(t));
     match ty {
-        GgmlType::Q6_K if mean <= 32.0 && fits(WgTile::X64) => Some(WgTile::X64),
-        GgmlType::Q6_K if fits(WgTile::X96) => Some(WgTile::X96),
-        GgmlType::Q4_K if mean > 100.0 && fits(WgTile::X128) => Some(WgTile::X128),
-        GgmlType::Q4_K if mean > 32.0 && fits(WgTile::X96) => Some(WgTile::X96),
-        GgmlType::Q4_K if tiles.x32g && fits(WgTile::X32G) => Some(WgTile::X32G),
         // An expert copy's f16 weights (TALLY_EXPERT_F16; moe::expert_f16_wanted).
         GgmlType::F16 if mean <= 32.0 && fits(WgTile::X64) => Some(WgTile::X64),
         GgmlType::F16 if mean > 100.0 && fits(WgTile::X128) => Some(WgTile::X128),
         GgmlType::F16 if fits(WgTile::X96) => Some(WgTile::X96),
-        _ => w128,
+        GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 => w128,
+        _ if mean <= 32.0 && tiles.x32 => first_fit(&[WgTile::X32]),
+        GgmlType::Q6_K if mean <= 32.0 => first_fit(&[WgTile::X64]),
+        _ if mean <= 32.0 => None,
+        _ if mean <= 100.0 => first_fit(&[WgTile::X96]).or(w128),
+        _ => first_fit(&[WgTile::X128, WgTile::X96]).or(w128),
     }
 }
 
@@ -525,9 +551,9 @@ pub fn geometry_asserts() -> String {
             );
         }
         s += &format!(
-            "static_assert(WGX_SMEM_BYTES_K({}, 32, {X32G_K_MAX}) == {}, \"x32g smem of {} differs from matmul.rs\");\n",
+            "static_assert(WGX32_SMEM_BYTES({}) == {}, \"x32 smem of {} differs from matmul.rs\");\n",
             qt(ty),
-            wgx_smem_bytes_k(ty, 32, X32G_K_MAX),
+            wgx32_smem_bytes(ty),
             ty.name()
         );
         for k in [32usize, 512, 2048, 4096, 8192] {

@@ -286,7 +286,7 @@ pub fn moe_matmul(
             .position(|&t| t == tile)
             .map(|i| set.wg[i])
             .ok_or_else(|| EngineError::Internal("a wgmma tile without a kernel".into()))?;
-        let grid = (tile.grid_x(n), max_tiles as u32, 1);
+        let grid = (tile.grid_x(n, b.options.wgx_walk), max_tiles as u32, 1);
         // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
         // views), with the x rows read from the converted copy `xh` (x_rows x K halves, ld K,
         // 16-byte aligned: 256-byte offset in the workspace, K % 128 == 0), tiles of bm =
@@ -596,24 +596,55 @@ mod tests {
             "the copy must not overlap the per-block counts"
         );
         assert_eq!(gate.bytes() as u64, a[7] - base + 2 * 8192 * 2048);
-        // The down projections (K = 512): Q6_K and Q4_K on the x-resident tiles (x one row
-        // per pair; x128's grid.x 2 for N = 2048), Q8_0 on the 64-row tile without a copy;
-        // TALLY_WGX=off: Q6_K on w128.
+        // The down projections (K = 512) on the x-resident tiles (x one row per pair; x128's
+        // grid.x 2 for N = 2048); TALLY_WGX=off: Q6_K on w128.
         let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::DEFAULT);
         assert!(d6.wg == Some(WgTile::X96) && d6.bytes() >= 2 * 65536 * 512);
         let d6o = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::NO_WGX);
         assert!(d6o.wg == Some(WgTile::W128) && d6o.bm == 128);
         let d4 = MoeTables::new(65536, 256, 512, GgmlType::Q4_K, 65536, MoeTiles::DEFAULT);
         assert!(d4.wg == Some(WgTile::X128) && d4.bm == 128 && d4.addresses(base)[7] != 0);
-        assert_eq!(WgTile::X128.grid_x(2048), 2);
+        assert_eq!(WgTile::X128.grid_x(2048, None), 2);
+        assert_eq!(WgTile::X128.grid_x(2048, Some(4)), 4);
+        // Every block format's down on the x-resident tiles; a BF16 expert weight's on the
+        // 64-row tile (w128 from 100 rows only), no x conversion.
         let d8 = MoeTables::new(65536, 256, 512, GgmlType::Q8_0, 65536, MoeTiles::DEFAULT);
-        assert!(d8.wg.is_none() && d8.bm == 64 && d8.addresses(base)[7] == 0);
-        assert_eq!(d8.bytes(), d8.table_bytes());
-        // 512 tokens: the Q6_K down on the 64-row x-resident tile (one block walks all N), the
-        // Q4_K gate/up on w32 (x converted), the IQ4_XS gate/up on the 32-row tiles.
-        let d6s = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, MoeTiles::DEFAULT);
+        assert!(d8.wg == Some(WgTile::X128) && d8.bm == 128);
+        let db = MoeTables::new(16384, 256, 512, GgmlType::BF16, 16384, MoeTiles::DEFAULT);
+        assert!(db.wg.is_none() && db.bm == 64 && db.addresses(base)[7] == 0);
+        assert_eq!(db.bytes(), db.table_bytes());
+        // 512 tokens: every block format's down on x32 (one block walks all N), Q6_K's on x64
+        // with TALLY_X32=off, Q4_K's and IQ4_XS's on the 32-row mma tiles; the Q4_K gate/up on
+        // w32 (x converted), the IQ4_XS gate/up on the 32-row tiles.
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+            GgmlType::IQ4_XS,
+            GgmlType::MXFP4,
+            GgmlType::Q3_K,
+            GgmlType::Q4_0,
+        ] {
+            let t = MoeTables::new(4096, 256, 512, ty, 4096, MoeTiles::DEFAULT);
+            assert!(t.wg == Some(WgTile::X32) && t.bm == 32, "{ty:?}");
+        }
+        assert_eq!(WgTile::X32.grid_x(2048, None), 4);
+        assert_eq!(WgTile::X32.grid_x(2048, Some(3)), 6);
+        // x32's ring: 4 stages of Q4_K's 32-byte slots (two blocks an SM), 3 of Q6_K's 112.
+        assert_eq!(WgTile::X32.smem_bytes(GgmlType::Q4_K), 99_584);
+        assert_eq!(WgTile::X32.smem_bytes(GgmlType::Q6_K), 206_080);
+        let no_x32 = MoeTiles {
+            x32: false,
+            ..MoeTiles::DEFAULT
+        };
+        let d6s = MoeTables::new(4096, 256, 512, GgmlType::Q6_K, 4096, no_x32);
         assert!(d6s.wg == Some(WgTile::X64) && d6s.bm == 64);
-        assert_eq!(WgTile::X64.grid_x(2048), 1);
+        assert_eq!(WgTile::X64.grid_x(2048, None), 2);
+        for ty in [GgmlType::Q4_K, GgmlType::IQ4_XS] {
+            let t = MoeTables::new(4096, 256, 512, ty, 4096, no_x32);
+            assert!(t.wg.is_none() && t.bm == 32, "{ty:?}");
+        }
         let g4s = MoeTables::new(4096, 256, 2048, GgmlType::Q4_K, 512, MoeTiles::DEFAULT);
         assert!(g4s.wg == Some(WgTile::W32) && g4s.bm == 32 && g4s.addresses(base)[7] != 0);
         let gis = MoeTables::new(4096, 256, 2048, GgmlType::IQ4_XS, 512, MoeTiles::DEFAULT);
@@ -633,6 +664,8 @@ mod tests {
         assert!(g4b.wg == Some(WgTile::W32));
         let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, MoeTiles::DEFAULT);
         assert!(d4m.wg == Some(WgTile::X96) && d4m.bm == 96);
+        let dim = MoeTables::new(16384, 256, 512, GgmlType::IQ4_XS, 16384, MoeTiles::DEFAULT);
+        assert!(dim.wg == Some(WgTile::X96) && dim.bm == 96);
         let g5m = MoeTables::new(16384, 256, 2048, GgmlType::Q5_K, 2048, MoeTiles::DEFAULT);
         assert!(g5m.wg.is_none() && g5m.bm == 64);
         // TALLY_WGX=off: the tiles of before (Q4_K down on m64, Q6_K down of 512 tokens on
@@ -663,24 +696,6 @@ mod tests {
         // Decode: one-row tiles read from the ids, no tables at all.
         let one = MoeTables::new(8, 256, 2048, GgmlType::Q4_K, 1, MoeTiles::DEFAULT);
         assert!(one.direct() && one.bytes() == 0);
-        // TALLY_X32G=on: the Q4_K down of 512 tokens (16 rows per expert) on x32g instead of
-        // m32 (x32g holds up to 2,048 of K: 197,888 bytes of shared memory for Q4_K; Q6_K's does
-        // not fit); from 33 rows per expert x96 as before.
-        let x32g = MoeTiles {
-            wgx: true,
-            x32g: true,
-            ws_gated: true,
-        };
-        let d4x = MoeTables::new(4096, 256, 512, GgmlType::Q4_K, 4096, x32g);
-        assert!(d4x.wg == Some(WgTile::X32G) && d4x.bm == 32);
-        assert_eq!(WgTile::X32G.smem_bytes(GgmlType::Q4_K), 197_888);
-        assert!(
-            crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::X32G).is_none()
-        );
-        let d4 = MoeTables::new(4096, 256, 512, GgmlType::Q4_K, 4096, MoeTiles::DEFAULT);
-        assert!(d4.wg.is_none() && d4.bm == 32);
-        let d4m = MoeTables::new(16384, 256, 512, GgmlType::Q4_K, 16384, x32g);
-        assert!(d4m.wg == Some(WgTile::X96));
         // An expert copy's f16 downs (TALLY_EXPERT_F16): x64 up to 32 rows per expert, x96 to
         // 100, x128 above (it fits for f16: 231,424 bytes).
         for (pairs, tile) in [
