@@ -58,6 +58,27 @@ pub struct Args {
 /// (f16 operands round the router logits by ~1e-3 relative): a near-tie, not a bug.
 pub const ROUTING_TIE: f64 = 2e-3;
 
+/// The backend's top-1 token may differ from the reference's at a near-tie: when the reference's
+/// logits of the two are this close, relative to the larger one's magnitude (the output head's
+/// f16 operands round the logits by ~1e-3 relative, as the router's), the case counts it as a
+/// tie, not a failure (its logits and nodes are still held to the bound).
+pub const TOP1_TIE: f64 = ROUTING_TIE;
+
+/// None when both logit vectors have the same top-1 token, else (ref[a] - ref[b]) / |ref[a]|:
+/// how far below the reference's top-1 `a` the backend's top-1 `b` is in the reference's own
+/// logits (at most TOP1_TIE: a tie).
+fn top1_gap(reference: &[f32], got: &[f32]) -> Option<f64> {
+    let (a, b) = (top_k(reference, 1).first()?.0, top_k(got, 1).first()?.0);
+    if a == b {
+        return None;
+    }
+    let (x, y) = (
+        f64::from(reference[a as usize]),
+        f64::from(reference[b as usize]),
+    );
+    Some((x - y) / x.abs().max(1e-30))
+}
+
 /// The CPU's routing of one top-k node: ids, weights, router logits (all rows, row-major).
 struct Routing {
     ids: Vec<i32>,
@@ -170,6 +191,8 @@ struct Case {
     first_over_bound: Option<NodeErr>,
     logits_rel_err: f64,
     top1_equal: bool,
+    /// Where the top-1 tokens differ: [`top1_gap`]; at most TOP1_TIE is a tie.
+    top1_gap: Option<f64>,
     top10_overlap: usize,
     per_layer_worst: Vec<f64>,
     /// Tokens whose routed experts differed before the reference routing was imposed.
@@ -248,11 +271,13 @@ fn compare(
     let t_cpu = top_k(cpu.0, 10);
     let t_dut = top_k(dut.0, 10);
     let top1 = t_cpu.first().map(|x| x.0) == t_dut.first().map(|x| x.0);
+    let gap = top1_gap(cpu.0, dut.0);
     let overlap = t_dut
         .iter()
         .filter(|(id, _)| t_cpu.iter().any(|(c, _)| c == id))
         .count();
-    let pass = first.is_none() && !lnan && le <= tol && top1 && overlap >= 8;
+    let top1_ok = top1 || gap.is_some_and(|g| g <= TOP1_TIE);
+    let pass = first.is_none() && !lnan && le <= tol && top1_ok && overlap >= 8;
     Case {
         routing_flips: 0,
         routing_flips_unexplained: 0,
@@ -267,6 +292,7 @@ fn compare(
         first_over_bound: first,
         logits_rel_err: if lnan { f64::INFINITY } else { le },
         top1_equal: top1,
+        top1_gap: gap,
         top10_overlap: overlap,
         per_layer_worst: per_layer,
         pass,
@@ -449,7 +475,11 @@ pub fn main(a: Args) -> Result<()> {
                     c.worst_rel_err,
                     first,
                     c.logits_rel_err,
-                    if c.top1_equal { "equal" } else { "DIFFERS" },
+                    match c.top1_gap {
+                        None => "equal".to_string(),
+                        Some(g) if g <= TOP1_TIE => format!("tie (gap {g:.1e})"),
+                        Some(g) => format!("DIFFERS (gap {g:.1e})"),
+                    },
                     c.top10_overlap,
                     c.routing_flips,
                     c.routing_flips_unexplained,
@@ -483,6 +513,19 @@ pub fn main(a: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_top1_flip_is_a_tie_only_within_the_f16_rounding_of_the_logits() {
+        let reference = [1.0f32, 10.0, -3.0, 9.0];
+        assert_eq!(top1_gap(&reference, &[1.0, 10.1, -3.0, 9.0]), None);
+        // Token 3 one part in 10^4 below token 1 in the reference: the backend picking it is a tie.
+        let near = [1.0f32, 10.0, -3.0, 9.999];
+        let g = top1_gap(&near, &[1.0, 10.0, -3.0, 10.001]).expect("flip");
+        assert!((g - 1e-4).abs() < 1e-6 && g <= TOP1_TIE, "{g}");
+        // One part in 10 below: a real disagreement.
+        let g = top1_gap(&reference, &[1.0, 10.0, -3.0, 11.0]).expect("flip");
+        assert!((g - 0.1).abs() < 1e-6 && g > TOP1_TIE, "{g}");
+    }
 
     #[test]
     fn topk_margin_by_hand() {
