@@ -12,6 +12,12 @@
 #   MIX    the 35B-A3B file's quant; TESTS its `bench -p` list; base / new alternated twice
 #   TG_MIX optional: a second 35B-A3B file, pp512 + tg128, base / new alternated twice while the
 #          call is under 480 s
+#   ARM3   optional: settings (e.g. TALLY_X32=off) for a third arm of the pp A/B, the new binary
+#          with them (base / new / arm3, twice)
+#   LLAMAQ 1: llama.cpp-quantised files through CUDA first (.carry/bin/quantize: the static
+#          tally-peer-llama quantize example, stripped; scripts/gpu/llama-quantized.sh's check on
+#          the ten mixes of the tiny bf16 synth source, made here on the device)
+#   MIXES  optional: mid-preset files checked too, "QUANT TOKENS;..." (e.g. "iq4_xs 300,64")
 set -u
 cd "$(dirname "$0")/../.."
 tar xJf ".carry/$TAR.tar.xz" -C .carry
@@ -34,6 +40,25 @@ for args in "${runs[@]}"; do
     row "lab $args" "rc=$? $(grep -E 'cases, |failing gated' "$OUT/$name.txt" | tr '\n' ' ') ($(el))"
 done
 pack
+if [ "${LLAMAQ:-0}" = 1 ]; then
+    mkdir -p .carry/llamaq
+    "$N" synth --preset tiny --quant bf16 --seed 5 --out /tmp/llamaq-src.gguf > /dev/null 2>&1
+    for mix in q4_k_m q5_k_m q6_k q8_0 iq4_xs iq4_nl mxfp4_moe q4_0 q3_k_m q2_k; do
+        .carry/bin/quantize /tmp/llamaq-src.gguf ".carry/llamaq/tiny-$mix.gguf" $mix > "$OUT/quantize-$mix.log" 2>&1 ||
+            row "llamaq $mix" "quantize FAILED"
+    done
+    TALLY=$N bash scripts/gpu/llama-quantized.sh > "$OUT/llamaq.txt" 2>&1
+    row "llama.cpp-quantised files, CUDA vs CPU" "rc=$? $(grep -cE ' ok$' "$OUT/llamaq.txt") ok ($(el))"
+    pack
+fi
+if [ -n "${MIXES:-}" ]; then
+    IFS=';' read -r -a specs <<< "$MIXES"
+    for spec in "${specs[@]}"; do
+        set -- $spec
+        TALLY_NOPEER=$N synth_checks "mid $1 4 $2" | while read -r line; do row "$line" ""; done
+    done
+    pack
+fi
 files=()
 if [ "$CHECK" = q4_k_m ]; then
     TALLY_NOPEER=$N mid_l4_files
@@ -55,15 +80,17 @@ done
 pack
 wait $SYNTH
 row "synth $MIX" "$(el)"
-# ab TAG FILE BENCH-ARGS...: base / new alternated twice, into TAG-<v>-<round>.json.
+# ab TAG FILE BENCH-ARGS...: base / new (/ arm3 with ARM3's settings) alternated twice, into
+# TAG-<v>-<round>.json.
 ab() {
     local tag=$1 file=$2 round v bin
     shift 2
     for round in 1 2; do
-        for v in base new; do
+        for v in base new ${ARM3:+arm3}; do
             [ "$tag" = pp ] || [ "$(( $(date +%s) - t0 ))" -lt 480 ] || continue
             bin=$N; [ $v = base ] && bin=$B
-            timeout 120 "$bin" bench -m "$file" --backend cuda "$@" -r 3 -o json > "$OUT/$tag-$v-$round.json" 2> "$OUT/$tag-$v-$round.err"
+            local e=(); [ $v = arm3 ] && read -r -a e <<< "$ARM3"
+            env "${e[@]}" timeout 120 "$bin" bench -m "$file" --backend cuda "$@" -r 3 -o json > "$OUT/$tag-$v-$round.json" 2> "$OUT/$tag-$v-$round.err"
             row "$tag $v $round" "rc=$? $(bench_row "$OUT/$tag-$v-$round.json") ($(el))"
             pack
         done
