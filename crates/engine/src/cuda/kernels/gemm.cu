@@ -481,7 +481,10 @@ __device__ __forceinline__ int swap_rows(const GemmArgs& a, const u8* w, int n0,
 // issue_async_shared / from_slot_shared): Q4_K's 16-byte block header by lane 0 for all four
 // (80 bytes a row and K step instead of 128), Q5_K's header and its qh vectors (112 instead of
 // 192), Q6_K's ql and qh windows and d by lanes 0 and 1 for lanes 2 and 3 (232 instead of 432),
-// IQ4_XS's 8-byte super-block header (72 instead of 96).
+// IQ4_XS's 8-byte super-block header (72 instead of 96); the formats of 32-element blocks
+// (MXFP4, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), whose four pieces are one contiguous span, copy
+// the span's 16-byte vectors once each (Win16::issue_async_group: MXFP4 80-96 instead of 128,
+// Q8_0 144-160 instead of 192).
 // lab/gemm --gated on the H100: the copies, not the decode or the MMAs, bound gemm_q4_k_g32 at
 // 512 tokens (docs/results/2026-12-06-stop41). Another lane's cp.async is visible only after that
 // lane has waited for it and the warp has synchronised: swap_decode starts with a __syncwarp

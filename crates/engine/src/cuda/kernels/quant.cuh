@@ -248,9 +248,6 @@ __device__ __forceinline__ u32 f16_bcast(u32 h) { return (h & 0xffffu) * 0x10001
 template <int T>
 struct Piece;
 
-// Lane-group sharing in the swapped tiles (gemm.cu swap_issue): the slot of lane u of this lane's
-// group of four (this lane is t; slots are 4 words a thread apart).
-__device__ __forceinline__ Slot lane_slot(const Slot& s, int u, int t) { return Slot{s.p + 4 * (u - t), s.vstride}; }
 // Piece<T>::SHARES: the piece has issue_async_shared / from_slot_shared (else false).
 template <class P, class = void>
 struct PieceShares {
@@ -554,6 +551,20 @@ struct Piece<QT_Q8_0> {
     __device__ __forceinline__ void from_slot(const Slot& s, const u8* row, int p) {
         Win win;
         win.from_slot(s, 0, row + static_cast<i64>(p) * 34);
+        from_win(win);
+    }
+    // Lane group sharing (gemm.cu swap_issue / swap_decode): the four lanes' blocks are one span,
+    // copied once (Win16::issue_async_group).
+    static constexpr bool SHARES = true;
+    __device__ __forceinline__ void issue_async_shared(const Slot& s, const u8* row, int p, int t) const {
+        Win::issue_async_group(s, row + static_cast<i64>(p - t) * 34, t);
+    }
+    __device__ __forceinline__ void from_slot_shared(const Slot& s, const u8* row, int p, int t) {
+        Win win;
+        win.from_slot_group(s, row + static_cast<i64>(p - t) * 34, t);
+        from_win(win);
+    }
+    __device__ __forceinline__ void from_win(const Win& win) {
         odd = (win.r >> 1) & 1u;
         // Aligned words from the one holding byte 2 of the block: d | q0 q1 ... when the block
         // is 4-byte aligned, q0..q3 ... when it starts at 2 mod 4 (then d is the high half of

@@ -266,6 +266,17 @@ struct PieceSmall {
         win.from_slot(s, 0, row + static_cast<i64>(p) * BB);
         win.to_raw(r);
     }
+    // Lane group sharing (gemm.cu swap_issue / swap_decode): the four lanes' blocks are one span,
+    // copied once (Win16::issue_async_group).
+    static constexpr bool SHARES = true;
+    __device__ __forceinline__ void issue_async_shared(const Slot& s, const u8* row, int p, int t) const {
+        Win::issue_async_group(s, row + static_cast<i64>(p - t) * BB, t);
+    }
+    __device__ __forceinline__ void from_slot_shared(const Slot& s, const u8* row, int p, int t) {
+        Win win;
+        win.from_slot_group(s, row + static_cast<i64>(p - t) * BB, t);
+        win.to_raw(r);
+    }
     // lo: elements 0..15, hi: 16..31, one byte each (see the struct comment); BIASED: the
     // codebook values + 128.
     template <bool BIASED = false>
