@@ -106,3 +106,35 @@ ncu_prefill() {
     row "ncu pp$2" "$(head -1 "$OUT/kernels-pp$2.txt") ($(el))"
     gzip -f "$OUT/ncu-pp$2.csv"
 }
+# ab_start JOB TAR: the start of an A/B script: .carry/TAR.tar.xz unpacked into .carry (bin/tally
+# the change, bin/tally-base the base, kcache), TALLY and TALLY_NOPEER the change, gpu_job JOB,
+# B and N the two binaries, the GPU's row, D the folder for the 35B files (/dev/shm when it has
+# 45 GB free: the device's disk wrote 0.28-0.9 GB/s; else /tmp).
+ab_start() {
+    [ -f ".carry/$2.tar.xz" ] && tar xJf ".carry/$2.tar.xz" -C .carry
+    B=$PWD/.carry/bin/tally-base
+    N=$PWD/.carry/bin/tally
+    export TALLY=$N TALLY_NOPEER=$N
+    gpu_job "$1"
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+    row gpu "$(cat "$OUT/gpu.txt")"
+    D=/tmp
+    [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+}
+# ab TAG FILE BENCH-ARGS...: `tally bench` of FILE, base ($B) / new ($N) (/ arm3: $N with ARM3's
+# settings, e.g. ARM3="TALLY_X32=off") alternated twice, into $OUT/TAG-<v>-<round>.json, a row
+# each; runs other than TAG pp start only while the call is under AB_UNTIL seconds (480).
+ab() {
+    local tag=$1 file=$2 round v bin
+    shift 2
+    for round in 1 2; do
+        for v in base new ${ARM3:+arm3}; do
+            [ "$tag" = pp ] || [ "$(( $(date +%s) - t0 ))" -lt "${AB_UNTIL:-480}" ] || continue
+            bin=$N; [ $v = base ] && bin=$B
+            local e=(); [ $v = arm3 ] && read -r -a e <<< "$ARM3"
+            env "${e[@]}" timeout 120 "$bin" bench -m "$file" --backend cuda "$@" -r 3 -o json > "$OUT/$tag-$v-$round.json" 2> "$OUT/$tag-$v-$round.err"
+            row "$tag $v $round" "rc=$? $(bench_row "$OUT/$tag-$v-$round.json") ($(el))"
+            pack
+        done
+    done
+}

@@ -18,16 +18,11 @@
 # >= 180 us at walk 16 and <= 150 at walk 4. pp2048 unchanged by the walk of x96 +-2%. mxfp4:
 # the gap under 1e-3 (a tie). IQ4_XS / MXFP4_MOE: pp512 +4-8%, pp2048 +8-15% (their downs move
 # from s32 / m64 to x32 / x96).
+# (Since the review: the preamble is env.sh's ab_start; as run: git show 6058c25:scripts/gpu/stop42c.sh.)
 set -u
 cd "$(dirname "$0")/../.."
-tar xJf .carry/s42c.tar.xz -C .carry
 . scripts/gpu/env.sh
-gpu_job s42c
-B=.carry/bin/tally-base
-N=.carry/bin/tally
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp; [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+ab_start s42c s42c
 F=$D/q4km.gguf
 "$N" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out $F > "$OUT/synth.log" 2>&1 &
 SYNTH=$!

@@ -8,16 +8,12 @@
 # ~7-8 ms; pp32768 ~30k tok/s with the peak ~26 GiB as at stop 41 (the tiles' shared memory is
 # not device memory); Q8_0 pp512 +5-10%, pp2048 +10-20% (lab: its down 0.331 -> 0.256 ms at
 # 512 tokens, 0.711 -> 0.330 at 2,048).
+# (Since the review: the preamble is env.sh's ab_start and the Q8_0 rounds its ab; as run: git
+# show 6058c25:scripts/gpu/stop42e.sh.)
 set -u
 cd "$(dirname "$0")/../.."
-tar xJf .carry/s42d.tar.xz -C .carry
 . scripts/gpu/env.sh
-gpu_job s42e
-B=.carry/bin/tally-base
-N=.carry/bin/tally
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp; [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+ab_start s42e s42d
 F=$D/q4km.gguf
 G=$D/q8_0.gguf
 "$N" synth --preset 35b-a3b --quant q8_0 --seed 1 --fill pool --out $G > "$OUT/synth-q8.log" 2>&1 &
@@ -33,15 +29,7 @@ pack
 rm -f $F
 wait $SYNTH
 row "synth q8_0" "$(el)"
-for r in 1 2; do
-    for v in base new; do
-        [ "$(( $(date +%s) - t0 ))" -lt 330 ] || continue
-        bin=$N; [ $v = base ] && bin=$B
-        timeout 100 "$bin" bench -m $G --backend cuda -p 512,2048 -n 0 -r 3 -o json > "$OUT/q8-$v-$r.json" 2> "$OUT/q8-$v-$r.err"
-        row "q8_0 $v $r" "rc=$? $(bench_row "$OUT/q8-$v-$r.json") ($(el))"
-        pack
-    done
-done
+AB_UNTIL=330 ab q8 $G -p 512,2048 -n 0
 rm -f $G
 grep -E "^\||peak|GiB" "$OUT/pp32768.md" | head -6
 grep -E "^(MoE|Dense|Shared|Element|Norms|Delta|Router|Causal|Total|End-to-end)" "$OUT/ledger-pp512/ledger.txt" | cut -c1-110 | head -20

@@ -20,15 +20,9 @@
 #   MIXES  optional: mid-preset files checked too, "QUANT TOKENS;..." (e.g. "iq4_xs 300,64")
 set -u
 cd "$(dirname "$0")/../.."
-tar xJf ".carry/$TAR.tar.xz" -C .carry
 . scripts/gpu/env.sh
-gpu_job "$JOB"
-B=.carry/bin/tally-base
-N=.carry/bin/tally
+ab_start "$JOB" "$TAR"
 CHECK=${CHECK:-q4_k_m}
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp; [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
 F=$D/mix-$MIX.gguf
 "$N" synth --preset 35b-a3b --quant "$MIX" --seed 1 --fill pool --out "$F" > "$OUT/synth.log" 2>&1 &
 SYNTH=$!
@@ -80,22 +74,6 @@ done
 pack
 wait $SYNTH
 row "synth $MIX" "$(el)"
-# ab TAG FILE BENCH-ARGS...: base / new (/ arm3 with ARM3's settings) alternated twice, into
-# TAG-<v>-<round>.json.
-ab() {
-    local tag=$1 file=$2 round v bin
-    shift 2
-    for round in 1 2; do
-        for v in base new ${ARM3:+arm3}; do
-            [ "$tag" = pp ] || [ "$(( $(date +%s) - t0 ))" -lt 480 ] || continue
-            bin=$N; [ $v = base ] && bin=$B
-            local e=(); [ $v = arm3 ] && read -r -a e <<< "$ARM3"
-            env "${e[@]}" timeout 120 "$bin" bench -m "$file" --backend cuda "$@" -r 3 -o json > "$OUT/$tag-$v-$round.json" 2> "$OUT/$tag-$v-$round.err"
-            row "$tag $v $round" "rc=$? $(bench_row "$OUT/$tag-$v-$round.json") ($(el))"
-            pack
-        done
-    done
-}
 ab pp "$F" -p "$TESTS" -n 0
 rm -f "$F"
 if [ -n "${TG_MIX:-}" ]; then
