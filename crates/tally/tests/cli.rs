@@ -711,3 +711,61 @@ fn info_reads_a_converter_files_real_metadata() {
     );
     assert!(out.contains("chat template: present"), "{out}");
 }
+
+/// `tally run --routing`: each MoE layer's spread of the prompt over the experts, with the
+/// counts a router must give (every row routed to k distinct experts) and the plan's pruning of
+/// the last layer to the logit row, beside a uniform table of as many tokens.
+#[test]
+fn run_reports_the_routing_of_each_moe_layer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = synth(dir.path(), "t.gguf", &[]);
+    let o = tally(&[
+        "run",
+        "--model",
+        &p.to_string_lossy(),
+        "--tokens",
+        "40",
+        "--routing",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let r = &j["routing"];
+    let (e, k) = (r["experts"].as_u64(), r["experts_per_token"].as_u64());
+    assert_eq!((e, k), (Some(8), Some(2)), "{r}");
+    let layers = r["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 4, "one top-k node a layer: {r}");
+    let pairs = |l: &serde_json::Value| {
+        let touched = l["experts_touched"].as_f64().expect("touched");
+        (touched * l["mean_rows_per_touched"].as_f64().expect("mean")).round() as u64
+    };
+    for (i, l) in layers.iter().enumerate() {
+        // Every layer but the last routes all 40 rows; the last only the logit row's.
+        let want = if i + 1 < layers.len() { 80 } else { 2 };
+        assert_eq!(pairs(l), want, "layer {i}: {l}");
+        let (touched, max) = (l["experts_touched"].as_u64(), l["max_rows"].as_u64());
+        assert!(touched.is_some_and(|t| (2..=8).contains(&t)), "{l}");
+        // k distinct experts a row: no expert holds more rows than there are tokens.
+        assert!(
+            max.is_some_and(|m| m >= 1 && m <= if i + 1 < layers.len() { 40 } else { 1 }),
+            "{l}"
+        );
+        assert!(l["tiles32"].as_u64() >= touched, "{l}");
+    }
+    assert_eq!(pairs(&r["uniform"]), 80, "{r}");
+    // Text: a row per layer and the uniform one.
+    let o = tally(&[
+        "run",
+        "--model",
+        &p.to_string_lossy(),
+        "--tokens",
+        "40",
+        "--routing",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("routing of the prompt (8 experts, 2 a token)") && out.contains("uniform"),
+        "{out}"
+    );
+}

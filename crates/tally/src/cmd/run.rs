@@ -6,8 +6,12 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 use tally_engine::Session;
+use tally_engine::exec::Capture;
 use tally_engine::finite::first_non_finite;
+use tally_ledger::routing::{ExpertHistogram, expert_histogram, route};
+use tally_ledger::schema::Routing;
 use tally_model::rng::Rng;
+use tally_model::{Op, Plan};
 
 use super::common::open_model;
 use super::{Format, InputError, checks};
@@ -45,9 +49,91 @@ pub struct Args {
     /// (llama.cpp's `n_ubatch`; 0: the whole prompt as one batch).
     #[arg(long = "ubatch", visible_alias = "ub", default_value_t = tally_engine::DEFAULT_UBATCH)]
     ubatch: usize,
+    /// Also report how the router spread the prompt over the experts in each MoE layer
+    /// (experts touched, the busiest expert's rows, tiles of 32 rows), beside a uniform routing
+    /// of as many tokens (the ledger's `realistic` table). The prefill then runs with an
+    /// observer (whole prompt, one batch): its time includes reading the routing back.
+    #[arg(long)]
+    routing: bool,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
+}
+
+/// One MoE layer's routing of the prompt (`--routing`).
+#[derive(Serialize)]
+struct LayerRouting {
+    /// The top-k node.
+    node: String,
+    experts_touched: usize,
+    max_rows: u64,
+    mean_rows_per_touched: f64,
+    /// Tiles of up to 32 rows (ceil(rows / 32) summed over the experts): the CUDA MoE tiles of
+    /// short prompts.
+    tiles32: u64,
+}
+
+impl LayerRouting {
+    fn of(node: String, h: &ExpertHistogram) -> LayerRouting {
+        LayerRouting {
+            node,
+            experts_touched: h.experts_touched,
+            max_rows: h.max_tokens_per_expert,
+            mean_rows_per_touched: h.mean_tokens_per_touched_expert,
+            tiles32: h.tokens_per_expert.iter().map(|c| c.div_ceil(32)).sum(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RoutingReport {
+    experts: usize,
+    experts_per_token: usize,
+    /// Each MoE layer, in plan order.
+    layers: Vec<LayerRouting>,
+    /// The same figures for a uniform routing of as many tokens (seed 1).
+    uniform: LayerRouting,
+}
+
+/// The prompt's routing in each MoE layer, read back after every top-k node of one hooked
+/// prefill (the whole prompt as one batch).
+fn routing_report(
+    s: &mut Session<Box<dyn tally_engine::Backend>>,
+    prompt: &[u32],
+    plan: &Plan,
+    experts: usize,
+) -> Result<(Vec<f32>, RoutingReport)> {
+    let mut k = 0;
+    let mut cap = Capture {
+        points: Vec::new(),
+        values: Vec::new(),
+    };
+    for (i, n) in plan.nodes.iter().enumerate() {
+        if let Op::TopK { k: kk } = n.op {
+            k = kk;
+            cap.points.push((i, n.outputs[0], n.name.clone()));
+        }
+    }
+    let (logits, _) = s.prefill_with(prompt, &mut cap)?;
+    let mut layers = Vec::new();
+    for (name, v) in &cap.values {
+        let ids: Vec<u32> = v.iter().map(|&x| x as u32).collect();
+        layers.push(LayerRouting::of(
+            name.clone(),
+            &expert_histogram(&ids, experts)?,
+        ));
+    }
+    let uniform = route(prompt.len(), experts, k.max(1), Routing::Realistic, 1)?;
+    let uniform = LayerRouting::of("uniform".into(), &expert_histogram(&uniform, experts)?);
+    Ok((
+        logits,
+        RoutingReport {
+            experts,
+            experts_per_token: k,
+            layers,
+            uniform,
+        },
+    ))
 }
 
 #[derive(Serialize)]
@@ -66,6 +152,9 @@ struct Report {
     decode_ms: f64,
     decode_tokens_per_s: f64,
     top_logits: Vec<(u32, f32)>,
+    /// `--routing`: each MoE layer's spread of the prompt over the experts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    routing: Option<RoutingReport>,
     /// A hash of every bit of the logits: the prefill's, then each decode step's (two runs
     /// with equal digests computed bit-identical logits).
     logits_digests: Vec<String>,
@@ -114,7 +203,13 @@ pub fn main(a: Args) -> Result<()> {
     let mut s = Session::new(model.clone(), backend, total)?;
     s.ubatch = a.ubatch;
     let t0 = Instant::now();
-    let mut logits = s.prefill(&prompt)?;
+    let (mut logits, routing) = if a.routing {
+        let plan = s.plan(prompt.len())?;
+        let (l, r) = routing_report(&mut s, &prompt, &plan, model.config.n_experts)?;
+        (l, Some(r))
+    } else {
+        (s.prefill(&prompt)?, None)
+    };
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     checks::finite_logits(&mut s, &prompt, &logits, "prefill")?;
     let top_logits = top_k(&logits, a.top);
@@ -151,6 +246,7 @@ pub fn main(a: Args) -> Result<()> {
             0.0
         },
         top_logits,
+        routing,
         logits_digests,
     };
     match a.output {
@@ -207,7 +303,37 @@ pub fn main(a: Args) -> Result<()> {
                     println!("  {id:>8} {v:>12.5}");
                 }
             }
+            if let Some(rr) = &r.routing {
+                print_routing(rr, md);
+            }
         }
     }
     Ok(())
+}
+
+fn print_routing(r: &RoutingReport, md: bool) {
+    if md {
+        println!(
+            "\nRouting of the prompt ({} experts, {} a token):\n\n| layer | experts touched | busiest expert's rows | mean rows (touched) | tiles of 32 rows |\n|---|---:|---:|---:|---:|",
+            r.experts, r.experts_per_token
+        );
+    } else {
+        println!(
+            "routing of the prompt ({} experts, {} a token): experts touched, the busiest expert's rows, mean rows of a touched expert, tiles of 32 rows",
+            r.experts, r.experts_per_token
+        );
+    }
+    for l in r.layers.iter().chain(std::iter::once(&r.uniform)) {
+        if md {
+            println!(
+                "| {} | {} | {} | {:.1} | {} |",
+                l.node, l.experts_touched, l.max_rows, l.mean_rows_per_touched, l.tiles32
+            );
+        } else {
+            println!(
+                "  {:<24} {:>5} {:>6} {:>8.1} {:>6}",
+                l.node, l.experts_touched, l.max_rows, l.mean_rows_per_touched, l.tiles32
+            );
+        }
+    }
 }
