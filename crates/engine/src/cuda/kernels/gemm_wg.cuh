@@ -502,7 +502,7 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
 // the 35B down at 512 tokens (16 rows per expert; docs/results/2026-12-06-stop42): Q4_K 0.122
 // ms against 0.203 for m32 and 0.149 for x32g, Q6_K 0.269 against 0.336 for x64, Q5_K 0.131
 // against 0.268 (m32), MXFP4 0.148 against 0.215 (s32), IQ4_XS 0.166 against 0.198 (s32).
-// Grid (1, tiles): one block walks every weight block, as x64.
+// Grid as x64's: the engine's blocks walk 4 weight blocks each (ops/matmul.rs WgTile::walk).
 #define WGX32_STAGES(t) (GEMM_SLOT_BYTES(t) <= 32 ? 4 : 3)
 #define WGX32_MIN_BLOCKS(t) (GEMM_SLOT_BYTES(t) <= 48 ? 2 : 1)
 #define WGX32_SMEM_BYTES(t) WGX_SMEM_BYTES_KS(t, 32, WGX_K_MAX, WGX32_STAGES(t))

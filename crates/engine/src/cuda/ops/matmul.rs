@@ -350,8 +350,7 @@ pub(crate) enum WgTile {
     X64,
     X96,
     X128,
-    /// `gemm_<t>_x32`: the x-resident tile with 32 rows and a deeper ring (one block walking
-    /// every weight row).
+    /// `gemm_<t>_x32`: the x-resident tile with 32 rows and a deeper ring.
     X32,
 }
 

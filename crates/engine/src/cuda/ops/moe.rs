@@ -613,9 +613,9 @@ mod tests {
         let db = MoeTables::new(16384, 256, 512, GgmlType::BF16, 16384, MoeTiles::DEFAULT);
         assert!(db.wg.is_none() && db.bm == 64 && db.addresses(base)[7] == 0);
         assert_eq!(db.bytes(), db.table_bytes());
-        // 512 tokens: every block format's down on x32 (one block walks all N), Q6_K's on x64
-        // with TALLY_X32=off, Q4_K's and IQ4_XS's on the 32-row mma tiles; the Q4_K gate/up on
-        // w32 (x converted), the IQ4_XS gate/up on the 32-row tiles.
+        // 512 tokens: every block format's down on x32 (a block walks 4 of the 16 weight
+        // blocks), Q6_K's on x64 with TALLY_X32=off, Q4_K's and IQ4_XS's on the 32-row mma
+        // tiles; the Q4_K gate/up on w32 (x converted), the IQ4_XS gate/up on the 32-row tiles.
         for ty in [
             GgmlType::Q4_K,
             GgmlType::Q5_K,
