@@ -718,11 +718,13 @@ fn info_reads_a_converter_files_real_metadata() {
 #[test]
 fn run_reports_the_routing_of_each_moe_layer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let p = synth(dir.path(), "t.gguf", &[]);
+    let m = synth(dir.path(), "t.gguf", &[])
+        .to_string_lossy()
+        .into_owned();
     let o = tally(&[
         "run",
         "--model",
-        &p.to_string_lossy(),
+        &m,
         "--tokens",
         "40",
         "--routing",
@@ -755,14 +757,7 @@ fn run_reports_the_routing_of_each_moe_layer() {
     }
     assert_eq!(pairs(&r["uniform"]), 80, "{r}");
     // Text: a row per layer and the uniform one.
-    let o = tally(&[
-        "run",
-        "--model",
-        &p.to_string_lossy(),
-        "--tokens",
-        "40",
-        "--routing",
-    ]);
+    let o = tally(&["run", "--model", &m, "--tokens", "40", "--routing"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("routing of the prompt (8 experts, 2 a token)") && out.contains("uniform"),
