@@ -763,4 +763,27 @@ fn run_reports_the_routing_of_each_moe_layer() {
         out.contains("routing of the prompt (8 experts, 2 a token)") && out.contains("uniform"),
         "{out}"
     );
+    // A file made by llama.cpp's converter (conv-a: 4 layers, 4 experts top-2; with its MTP
+    // block, whose top-k the trunk's prefill does not run).
+    let conv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures/converter/conv-a-mtp-q8_0.gguf");
+    let c = conv.to_string_lossy();
+    let o = tally(&[
+        "run",
+        "--model",
+        &c,
+        "--tokens",
+        "40",
+        "--routing",
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let r = &j["routing"];
+    let ek = (r["experts"].as_u64(), r["experts_per_token"].as_u64());
+    assert_eq!(ek, (Some(4), Some(2)), "{r}");
+    let layers = r["layers"].as_array().expect("layers");
+    let got: Vec<u64> = layers.iter().map(pairs).collect();
+    assert_eq!(got, [80, 80, 80, 2], "{r}");
 }

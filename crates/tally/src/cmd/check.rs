@@ -64,11 +64,10 @@ pub const ROUTING_TIE: f64 = 2e-3;
 /// tie, not a failure (its logits and nodes are still held to the bound).
 pub const TOP1_TIE: f64 = ROUTING_TIE;
 
-/// None when both logit vectors have the same top-1 token, else (ref[a] - ref[b]) / |ref[a]|:
-/// how far below the reference's top-1 `a` the backend's top-1 `b` is in the reference's own
-/// logits (at most TOP1_TIE: a tie).
-fn top1_gap(reference: &[f32], got: &[f32]) -> Option<f64> {
-    let (a, b) = (top_k(reference, 1).first()?.0, top_k(got, 1).first()?.0);
+/// None when the reference's top-1 token `a` is the backend's `b`, else (ref[a] - ref[b]) /
+/// |ref[a]|: how far below `a` the backend's choice is in the reference's own logits (at most
+/// TOP1_TIE: a tie).
+fn top1_gap(reference: &[f32], a: u32, b: u32) -> Option<f64> {
     if a == b {
         return None;
     }
@@ -80,20 +79,28 @@ fn top1_gap(reference: &[f32], got: &[f32]) -> Option<f64> {
 }
 
 /// The CPU's routing of one top-k node: ids, weights, router logits (all rows, row-major).
-struct Routing {
-    ids: Vec<i32>,
+pub(super) struct Routing {
+    pub(super) ids: Vec<i32>,
     weights: Vec<f32>,
     logits: Vec<f32>,
 }
 
 /// Captures every top-k node's routing on the reference run.
 fn capture_routing(plan: &Plan) -> Capture {
+    capture_topk(plan, true)
+}
+
+/// Captures every top-k node's expert ids, with `all` its weights and router logits too
+/// ([`routing_of`] reads them back; `tally run --routing` takes the ids alone).
+pub(super) fn capture_topk(plan: &Plan, all: bool) -> Capture {
     let mut points = Vec::new();
     for (i, n) in plan.nodes.iter().enumerate() {
         if matches!(n.op, Op::TopK { .. }) {
             points.push((i, n.outputs[0], format!("{i}:ids")));
-            points.push((i, n.outputs[1], format!("{i}:weights")));
-            points.push((i, n.inputs[0], format!("{i}:logits")));
+            if all {
+                points.push((i, n.outputs[1], format!("{i}:weights")));
+                points.push((i, n.inputs[0], format!("{i}:logits")));
+            }
         }
     }
     Capture {
@@ -102,7 +109,8 @@ fn capture_routing(plan: &Plan) -> Capture {
     }
 }
 
-fn routing_of(c: &Capture) -> HashMap<usize, Routing> {
+/// Each captured top-k node's routing, by node index.
+pub(super) fn routing_of(c: &Capture) -> HashMap<usize, Routing> {
     let mut out: HashMap<usize, Routing> = HashMap::new();
     for (label, v) in &c.values {
         let Some((i, what)) = label.split_once(':') else {
@@ -271,7 +279,10 @@ fn compare(
     let t_cpu = top_k(cpu.0, 10);
     let t_dut = top_k(dut.0, 10);
     let top1 = t_cpu.first().map(|x| x.0) == t_dut.first().map(|x| x.0);
-    let gap = top1_gap(cpu.0, dut.0);
+    let gap = match (t_cpu.first(), t_dut.first()) {
+        (Some(a), Some(b)) => top1_gap(cpu.0, a.0, b.0),
+        _ => None,
+    };
     let overlap = t_dut
         .iter()
         .filter(|(id, _)| t_cpu.iter().any(|(c, _)| c == id))
@@ -516,14 +527,18 @@ mod tests {
 
     #[test]
     fn a_top1_flip_is_a_tie_only_within_the_f16_rounding_of_the_logits() {
+        // The top-1 ids as compare() finds them (top_k of each side's logits).
+        let gap = |reference: &[f32], got: &[f32]| {
+            top1_gap(reference, top_k(reference, 1)[0].0, top_k(got, 1)[0].0)
+        };
         let reference = [1.0f32, 10.0, -3.0, 9.0];
-        assert_eq!(top1_gap(&reference, &[1.0, 10.1, -3.0, 9.0]), None);
+        assert_eq!(gap(&reference, &[1.0, 10.1, -3.0, 9.0]), None);
         // Token 3 one part in 10^4 below token 1 in the reference: the backend picking it is a tie.
         let near = [1.0f32, 10.0, -3.0, 9.999];
-        let g = top1_gap(&near, &[1.0, 10.0, -3.0, 10.001]).expect("flip");
+        let g = gap(&near, &[1.0, 10.0, -3.0, 10.001]).expect("flip");
         assert!((g - 1e-4).abs() < 1e-6 && g <= TOP1_TIE, "{g}");
         // One part in 10 below: a real disagreement.
-        let g = top1_gap(&reference, &[1.0, 10.0, -3.0, 11.0]).expect("flip");
+        let g = gap(&reference, &[1.0, 10.0, -3.0, 11.0]).expect("flip");
         assert!((g - 0.1).abs() < 1e-6 && g > TOP1_TIE, "{g}");
     }
 

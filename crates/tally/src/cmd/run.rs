@@ -6,7 +6,6 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 use tally_engine::Session;
-use tally_engine::exec::Capture;
 use tally_engine::finite::first_non_finite;
 use tally_ledger::routing::{ExpertHistogram, expert_histogram, route};
 use tally_ledger::schema::Routing;
@@ -103,25 +102,19 @@ fn routing_report(
     plan: &Plan,
     experts: usize,
 ) -> Result<(Vec<f32>, RoutingReport)> {
-    let mut k = 0;
-    let mut cap = Capture {
-        points: Vec::new(),
-        values: Vec::new(),
-    };
-    for (i, n) in plan.nodes.iter().enumerate() {
-        if let Op::TopK { k: kk } = n.op {
-            k = kk;
-            cap.points.push((i, n.outputs[0], n.name.clone()));
-        }
-    }
+    let mut cap = super::check::capture_topk(plan, false);
     let (logits, _) = s.prefill_with(prompt, &mut cap)?;
-    let mut layers = Vec::new();
-    for (name, v) in &cap.values {
-        let ids: Vec<u32> = v.iter().map(|&x| x as u32).collect();
-        layers.push(LayerRouting::of(
-            name.clone(),
-            &expert_histogram(&ids, experts)?,
-        ));
+    let by_node = super::check::routing_of(&cap);
+    let mut nodes: Vec<usize> = by_node.keys().copied().collect();
+    nodes.sort_unstable();
+    let (mut k, mut layers) = (0, Vec::new());
+    for i in nodes {
+        if let Op::TopK { k: kk } = plan.nodes[i].op {
+            k = kk;
+        }
+        let ids: Vec<u32> = by_node[&i].ids.iter().map(|&x| x as u32).collect();
+        let name = plan.nodes[i].name.clone();
+        layers.push(LayerRouting::of(name, &expert_histogram(&ids, experts)?));
     }
     let uniform = route(prompt.len(), experts, k.max(1), Routing::Realistic, 1)?;
     let uniform = LayerRouting::of("uniform".into(), &expert_histogram(&uniform, experts)?);
