@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use tally_ledger::Category;
 use tally_ledger::subject::{CategorySet, RunMode};
-use tally_model::{Plan, View};
+use tally_model::{Op, Plan, View};
 
 use crate::EngineError;
 use crate::backend::{Backend, Target};
@@ -182,6 +182,27 @@ impl Capture {
                 .enumerate()
                 .map(|(l, (i, v))| (*i, *v, format!("hidden.{}", l + 1)))
                 .collect(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl Capture {
+    /// Captures every top-k node's expert ids (output 0, labelled `"{node}:ids"`); with `all`
+    /// also its weights (`"{node}:weights"`) and router logits (`"{node}:logits"`).
+    pub fn topk(plan: &Plan, all: bool) -> Capture {
+        let mut points = Vec::new();
+        for (i, n) in plan.nodes.iter().enumerate() {
+            if matches!(n.op, Op::TopK { .. }) {
+                points.push((i, n.outputs[0], format!("{i}:ids")));
+                if all {
+                    points.push((i, n.outputs[1], format!("{i}:weights")));
+                    points.push((i, n.inputs[0], format!("{i}:logits")));
+                }
+            }
+        }
+        Capture {
+            points,
             values: Vec::new(),
         }
     }

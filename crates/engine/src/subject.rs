@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tally_ledger::routing::route;
-use tally_ledger::schema::{EngineInfo, GraphExport, ModelFacts, Routing};
+use tally_ledger::routing::{LayerTable, ModelRouting, table_for};
+use tally_ledger::schema::{EngineInfo, GraphExport, ModelFacts};
 use tally_ledger::subject::{
     OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload,
 };
@@ -14,7 +14,7 @@ use tally_model::{Model, Op, Plan};
 
 use crate::EngineError;
 use crate::backend::{Backend, Target};
-use crate::exec::Instrument;
+use crate::exec::{Capture, Instrument};
 use crate::sample::{SampleStep, SamplingParams};
 use crate::session::Session;
 
@@ -92,28 +92,31 @@ impl<B: Backend> TallySubject<B> {
     }
 
     /// Fills the inputs of node `i` for a standalone timing: the values of a real prefill of the
-    /// same length are already in the buffers; MoE routing is replaced as requested.
+    /// same length are already in the buffers; MoE routing is replaced as requested (under
+    /// `model`, by the recorded table every engine is fed).
     fn impose_routing(
         &mut self,
         plan: &Plan,
         i: usize,
-        routing: Routing,
-        seed: u64,
+        req: &OpTimingRequest<'_>,
     ) -> Result<(), SubjectError> {
         let node = &plan.nodes[i];
         let Op::MoeMatMul { k, .. } = node.op else {
             return Ok(());
         };
-        if routing == Routing::Model {
-            return Ok(()); // the prefill left the model's own routing in place
-        }
         let ids_view = node.inputs[1];
         let n_experts = self.model().config.n_experts;
-        let table = route(ids_view.rows, n_experts, k, routing, seed).map_err(|e| {
-            SubjectError::Engine {
-                engine: "tally".into(),
-                message: e.to_string(),
-            }
+        let table = table_for(
+            req.routing,
+            req.recorded,
+            ids_view.rows,
+            n_experts,
+            k,
+            req.seed,
+        )
+        .map_err(|e| SubjectError::Engine {
+            engine: "tally".into(),
+            message: e.to_string(),
         })?;
         let ids: Vec<i32> = table.into_iter().map(|x| x as i32).collect();
         self.session
@@ -229,6 +232,48 @@ impl<B: Backend> Subject for TallySubject<B> {
         })
     }
 
+    /// One hooked run of `tokens` after `context`, reading every top-k node's ids back.
+    fn model_routing(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+    ) -> Result<Option<ModelRouting>, SubjectError> {
+        let c = &self.model().config;
+        let (n_experts, k) = (c.n_experts, c.n_experts_used);
+        if n_experts == 0 || tokens.is_empty() {
+            return Ok(None);
+        }
+        self.restore_context(context)?;
+        let plan = self.session.plan(tokens.len()).map_err(|e| self.err(e))?;
+        let mut cap = Capture::topk(&plan, false);
+        self.session
+            .append_with(tokens, &mut cap)
+            .map_err(|e| self.err(e))?;
+        let mut layers = Vec::new();
+        for (label, v) in &cap.values {
+            let node = label
+                .strip_suffix(":ids")
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| plan.nodes.get(i));
+            let Some(layer) = node.and_then(|n| n.layer) else {
+                return Err(self.err(EngineError::Internal(format!(
+                    "top-k capture `{label}` names no layer of the plan"
+                ))));
+            };
+            // The ids travel as f32 (exact below 2^24); a value that is not a valid id is an
+            // error for ModelRouting::new to report.
+            let ids: Vec<u32> = v.iter().map(|&x| x as u32).collect();
+            layers.push(LayerTable {
+                layer: layer as u32,
+                n_tokens: ids.len() / k.max(1),
+                ids,
+            });
+        }
+        ModelRouting::new("tally".into(), tokens.len(), n_experts, k, layers)
+            .map(Some)
+            .map_err(|e| self.err(EngineError::Internal(e.to_string())))
+    }
+
     fn busy_reason(&mut self) -> Option<String> {
         if self.session.backend.name() == "cuda" {
             tally_ledger::machine::gpu_busy()
@@ -261,7 +306,7 @@ impl<B: Backend> Subject for TallySubject<B> {
         self.restore_context(context)?;
         self.run_batch(batch, &RunMode::Plain)
             .map_err(|e| self.err(e))?;
-        self.impose_routing(&plan, i, req.routing, req.seed)?;
+        self.impose_routing(&plan, i, req)?;
         time_dispatch(&mut self.session.backend, &plan, i, req.warmup, req.reps)
             .map_err(|e| self.err(e))
     }

@@ -38,6 +38,12 @@ pub enum LedgerError {
     /// Model routing comes from the engine running the model, not from a generator.
     #[error("routing `model` is produced by the engine itself: the ledger cannot generate it")]
     ModelRouting,
+    /// A recorded routing table does not have the shape the op or the prompt needs.
+    #[error("recorded routing: {what}")]
+    RecordedRouting {
+        /// What does not fit.
+        what: String,
+    },
     /// An expert id in a routing table is not a valid expert.
     #[error("expert id {id} at position {position} is out of range for {n_experts} experts")]
     ExpertOutOfRange {

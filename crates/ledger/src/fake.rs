@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::category::Category;
+use crate::routing::ModelRouting;
 use crate::schema::{
     EngineInfo, ExpectedCount, GraphExport, GraphNode, ModelFacts, NodeInput, Routing, RowDep,
     SCHEMA_VERSION, TensorDesc,
@@ -532,6 +533,10 @@ pub struct FakeSubject {
     pub calls: Vec<FakeCall>,
     /// Contexts restored (one before each run of a batch at depth).
     pub restores: usize,
+    /// What `model_routing` answers (`None`: it cannot record one).
+    pub routing: Option<ModelRouting>,
+    /// Every recorded table a standalone timing was fed: (node name, table).
+    pub fed_tables: Vec<(String, Vec<u32>)>,
     prefills: usize,
     /// Inside the `slow_group` fault's group.
     in_slow_group: bool,
@@ -550,6 +555,8 @@ impl FakeSubject {
             faults: FakeFaults::default(),
             calls: Vec::new(),
             restores: 0,
+            routing: None,
+            fed_tables: Vec::new(),
             prefills: 0,
             in_slow_group: false,
             busy_checks: 0,
@@ -712,6 +719,9 @@ impl Subject for FakeSubject {
     fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
         self.calls
             .push(FakeCall::TimeOp(req.node.name.clone(), req.routing));
+        if let Some(t) = req.recorded {
+            self.fed_tables.push((req.node.name.clone(), t.to_vec()));
+        }
         let c = req.node.category;
         let mut ms = self.costs.node_ms.get(&c).copied().unwrap_or(0.0)
             * self.costs.standalone_ratio.get(&c).copied().unwrap_or(1.0);
@@ -719,6 +729,26 @@ impl Subject for FakeSubject {
             ms *= self.costs.first_k_ratio;
         }
         Ok(vec![ms; req.reps.max(1)])
+    }
+
+    fn model_routing(
+        &mut self,
+        _context: &[u32],
+        tokens: &[u32],
+    ) -> Result<Option<ModelRouting>, SubjectError> {
+        if let Some(r) = &self.routing
+            && r.n_tokens != tokens.len()
+        {
+            return Err(SubjectError::Engine {
+                engine: self.graph.engine.engine.clone(),
+                message: format!(
+                    "fake routing is for {} tokens, not {}",
+                    r.n_tokens,
+                    tokens.len()
+                ),
+            });
+        }
+        Ok(self.routing.clone())
     }
 
     fn busy_reason(&mut self) -> Option<String> {

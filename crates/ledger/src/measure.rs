@@ -12,7 +12,9 @@ use crate::graph::{GraphReport, check_graph};
 use crate::noise::NoiseConfig;
 use crate::opbench::{OpbenchConfig, OpbenchReport, opbench};
 use crate::replay::{ReplayConfig, ReplayReport, replay_many};
-use crate::schema::{EngineInfo, GraphExport, MachineInfo, SCHEMA_VERSION};
+use crate::rng::prompt_tokens;
+use crate::routing::ModelRouting;
+use crate::schema::{EngineInfo, GraphExport, MachineInfo, Routing, SCHEMA_VERSION};
 use crate::subject::{RunMode, Subject, Workload};
 
 /// What [`measure`] runs. The sub-configurations' `seed` and `noise` are replaced by the ones
@@ -231,6 +233,10 @@ pub fn measure_many(
         noise: cfg.noise.clone(),
     };
     let e2es = e2e_many(subjects, &e2e_cfg)?;
+    let recorded = match &cfg.opbench {
+        Some(o) if o.routing == Routing::Model => Some(record_routing(subjects, w, cfg.seed)?),
+        _ => None,
+    };
     let mut opbenches = Vec::new();
     for ((s, (g, _)), e) in subjects.iter_mut().zip(&graphs).zip(&e2es) {
         let report = match &cfg.opbench {
@@ -240,7 +246,7 @@ pub fn measure_many(
                     noise: cfg.noise.clone(),
                     ..o.clone()
                 };
-                let mut r = opbench(&mut **s, g, &o)?;
+                let mut r = opbench(&mut **s, g, &o, recorded.as_ref())?;
                 r.set_coverage(e.prefill.stats.median_ms);
                 Some(r)
             }
@@ -297,6 +303,32 @@ pub fn measure_many(
     Ok(out)
 }
 
+/// The model's routing of the measured batch (the prompt every protocol runs), from the first
+/// subject that can record it: one table set, fed to every subject's standalone MoE timings.
+fn record_routing(
+    subjects: &mut [&mut dyn Subject],
+    w: Workload,
+    seed: u64,
+) -> Result<ModelRouting, LedgerError> {
+    let vocab = subjects
+        .iter()
+        .map(|s| s.info().model.n_vocab)
+        .min()
+        .unwrap_or(0);
+    let tokens = prompt_tokens(w.total(), vocab, seed)?;
+    let (context, batch) = tokens.split_at(w.n_past);
+    for s in subjects.iter_mut() {
+        if let Some(r) = s.model_routing(context, batch)? {
+            return Ok(r);
+        }
+    }
+    Err(LedgerError::Config(
+        "routing `model`: no engine here can record the model's routing (use --routing \
+         realistic)"
+            .into(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +364,38 @@ mod tests {
         assert!(m.probe.runs_checked > 20);
         assert_eq!(m.dead_work.partial.len(), 8);
         assert!(m.graph_export.is_none());
+    }
+
+    #[test]
+    fn model_routing_is_recorded_once_and_fed_to_every_subject() {
+        let table: Vec<u32> = (0..16).map(|i| (i * 3) % 16).collect();
+        let rec = ModelRouting::new(
+            "a".into(),
+            8,
+            16,
+            2,
+            vec![crate::routing::LayerTable {
+                layer: 1,
+                n_tokens: 8,
+                ids: table.clone(),
+            }],
+        )
+        .unwrap();
+        let mut a = fake();
+        let mut b = fake();
+        let mut cfg = quiet_config();
+        cfg.replay = None;
+        cfg.opbench.as_mut().unwrap().routing = Routing::Model;
+        // Nobody can record it: a clear error, nothing timed.
+        let e = measure_pair(&mut a, &mut b, &cfg).unwrap_err();
+        assert!(e.to_string().contains("no engine here can record"), "{e}");
+        // B records it (A cannot): both are fed B's table.
+        b.routing = Some(rec);
+        measure_pair(&mut a, &mut b, &cfg).unwrap();
+        for s in [&a, &b] {
+            assert!(!s.fed_tables.is_empty());
+            assert!(s.fed_tables.iter().all(|(_, t)| *t == table));
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::error::LedgerError;
 use crate::gate::{Gate, OpSampleRecord};
 use crate::graph::check_graph;
 use crate::noise::NoiseConfig;
-use crate::routing::{RoutingSummary, routing_summary};
+use crate::routing::{ModelRouting, RoutingSummary, routing_summary};
 use crate::schema::{GraphExport, GraphNode, Routing};
 use crate::stats::Stats;
 use crate::subject::{OpTimingRequest, Subject, SubjectError};
@@ -312,11 +312,15 @@ fn by_category(nodes: &[&GraphNode]) -> Vec<CategoryNodes> {
         .collect()
 }
 
-/// Times every distinct op key of `graph` standalone through `subject`.
+/// Times every distinct op key of `graph` standalone through `subject`. Under
+/// [`Routing::Model`], `recorded` is the model's routing of the measured batch (required when
+/// the graph has routed ops): each routed key is fed the table [`ModelRouting::pick`] chooses
+/// for its nodes' layers.
 pub fn opbench(
     subject: &mut dyn Subject,
     graph: &GraphExport,
     cfg: &OpbenchConfig,
+    recorded: Option<&ModelRouting>,
 ) -> Result<OpbenchReport, LedgerError> {
     let checked = check_graph(graph).into_result()?;
     if checked.work_nodes == 0 {
@@ -330,6 +334,20 @@ pub fn opbench(
             "opbench: reps must be at least 1".into(),
         ));
     }
+    let recorded = if cfg.routing == Routing::Model {
+        let r = recorded.ok_or(LedgerError::ModelRouting)?;
+        if r.n_tokens as u64 != graph.n_tokens {
+            return Err(LedgerError::RecordedRouting {
+                what: format!(
+                    "recorded for {} tokens, the graph has {}",
+                    r.n_tokens, graph.n_tokens
+                ),
+            });
+        }
+        Some(r)
+    } else {
+        None
+    };
     let mut gate = Gate::from_config(&cfg.noise)?;
     let mut keys: BTreeMap<OpKey, Vec<&GraphNode>> = BTreeMap::new();
     for n in graph.nodes.iter().filter(|n| !n.is_view) {
@@ -347,10 +365,19 @@ pub fn opbench(
         if routed && cfg.first_k && cfg.routing != Routing::FirstK {
             routings.push(Routing::FirstK);
         }
+        let layers: Vec<u32> = nodes.iter().filter_map(|n| n.layer).collect();
+        let table = recorded
+            .filter(|_| routed)
+            .map(|r| r.pick(&layers).ids.as_slice());
         for (i, routing) in routings.into_iter().enumerate() {
             let req = OpTimingRequest {
                 node: rep,
                 routing,
+                recorded: if routing == Routing::Model {
+                    table
+                } else {
+                    None
+                },
                 seed: cfg.seed,
                 warmup: cfg.warmup,
                 reps: cfg.reps,
@@ -408,6 +435,9 @@ pub fn opbench(
     let model = &graph.engine.model;
     let mut routing_tables = Vec::new();
     if model.n_experts > 0 && model.n_experts_used > 0 {
+        if let Some(r) = recorded {
+            routing_tables.push(r.summary(&[])?);
+        }
         let mut modes = vec![Routing::Realistic];
         if cfg.first_k || cfg.routing == Routing::FirstK {
             modes.push(Routing::FirstK);
@@ -543,7 +573,7 @@ mod tests {
             noise: quiet(),
             ..OpbenchConfig::default()
         };
-        let mut r = opbench(&mut s, &g, &cfg).unwrap();
+        let mut r = opbench(&mut s, &g, &cfg, None).unwrap();
         // Dense: 12 nodes (every layer computes all rows, so q/k/v/o share one key) x 0.5 ms.
         let dense = r.category(Category::DenseProj).unwrap();
         assert_eq!((dense.nodes, dense.ms, dense.spread_ms), (12, 6.0, 0.0));
@@ -576,7 +606,7 @@ mod tests {
             noise: quiet(),
             ..OpbenchConfig::default()
         };
-        let r = opbench(&mut s, &g, &cfg).unwrap();
+        let r = opbench(&mut s, &g, &cfg, None).unwrap();
         let timed: Vec<&FakeCall> = s
             .calls
             .iter()
@@ -604,6 +634,81 @@ mod tests {
         assert_eq!(top.tflops, Some(65536.0 / 0.5 / 1e9));
     }
 
+    /// 8 tokens x top-2 of 16 experts in layers 0, 1, 2 whose busiest experts take 8, 2 and 5
+    /// tokens: the median layer is 2.
+    fn recorded() -> ModelRouting {
+        let spread = |t: u32| [(2 * t) % 16, (2 * t + 1) % 16];
+        let table = |busy: u32| -> Vec<u32> {
+            (0..8u32)
+                .flat_map(|t| {
+                    // The first `busy` tokens share expert 15 as their second expert.
+                    let [a, b] = spread(t);
+                    if t < busy { [a % 14, 15] } else { [a, b % 14] }
+                })
+                .collect()
+        };
+        let layers = [(0, 8), (1, 2), (2, 5)]
+            .into_iter()
+            .map(|(layer, busy)| crate::routing::LayerTable {
+                layer,
+                n_tokens: 8,
+                ids: table(busy),
+            })
+            .collect();
+        ModelRouting::new("toy".into(), 8, 16, 2, layers).unwrap()
+    }
+
+    #[test]
+    fn model_routing_feeds_the_median_layers_table_to_every_routed_key() {
+        let mut s = fake();
+        let g = s.graph.clone();
+        let cfg = OpbenchConfig {
+            routing: Routing::Model,
+            first_k: true,
+            noise: quiet(),
+            ..OpbenchConfig::default()
+        };
+        let rec = recorded();
+        let r = opbench(&mut s, &g, &cfg, Some(&rec)).unwrap();
+        let median = rec.layers[2].ids.clone();
+        let fed: Vec<&str> = s.fed_tables.iter().map(|(n, _)| n.as_str()).collect();
+        // gate/up, down and the router's key: the routed categories; nothing else.
+        assert_eq!(fed.len(), 3, "{fed:?}");
+        assert!(s.fed_tables.iter().all(|(_, t)| *t == median));
+        let gu = r
+            .ops
+            .iter()
+            .find(|o| o.by_category[0].category == Category::MoeGateUp)
+            .unwrap();
+        assert_eq!(gu.routing, Routing::Model);
+        // first-k is still timed beside it, with a generated table.
+        assert!(r.first_k_ops.iter().all(|o| o.routing == Routing::FirstK));
+        let t = &r.routing_tables[0];
+        assert_eq!((t.routing, t.layer), (Routing::Model, Some(2)));
+        assert_eq!(t.recorded_by.as_deref(), Some("toy"));
+        assert_eq!(t.histogram.max_tokens_per_expert, 5);
+    }
+
+    #[test]
+    fn model_routing_needs_a_recorded_table_of_the_graphs_tokens() {
+        let mut s = fake();
+        let g = s.graph.clone();
+        let cfg = OpbenchConfig {
+            routing: Routing::Model,
+            noise: quiet(),
+            ..OpbenchConfig::default()
+        };
+        let e = opbench(&mut s, &g, &cfg, None).unwrap_err();
+        assert!(e.to_string().contains("routing `model`"), "{e}");
+        let mut rec = recorded();
+        rec.n_tokens = 7;
+        let e = opbench(&mut s, &g, &cfg, Some(&rec)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "recorded routing: recorded for 7 tokens, the graph has 8"
+        );
+    }
+
     #[test]
     fn bad_config_and_graph_are_errors() {
         let mut s = fake();
@@ -614,11 +719,11 @@ mod tests {
             ..OpbenchConfig::default()
         };
         assert_eq!(
-            opbench(&mut s, &g, &cfg).unwrap_err().to_string(),
+            opbench(&mut s, &g, &cfg, None).unwrap_err().to_string(),
             "invalid configuration: opbench: reps must be at least 1"
         );
         g.expected[0].expected = 99;
-        let err = opbench(&mut s, &g, &OpbenchConfig::default()).unwrap_err();
+        let err = opbench(&mut s, &g, &OpbenchConfig::default(), None).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("graph check failed for toy: dense projections: expected 99")

@@ -46,6 +46,172 @@ pub fn route(
     Ok(out)
 }
 
+/// The routing the model itself chose for one prompt: each MoE layer's router output,
+/// token-major (`n_tokens * k` expert ids; token t's at `t * k..(t + 1) * k`). Recorded by an
+/// engine running the model ([`crate::subject::Subject::model_routing`]) and fed to every
+/// engine's standalone MoE timings alike under [`Routing::Model`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRouting {
+    /// Engine that recorded it.
+    pub recorded_by: String,
+    /// Tokens routed (the measured batch).
+    pub n_tokens: usize,
+    /// Experts in a layer.
+    pub n_experts: usize,
+    /// Experts per token.
+    pub k: usize,
+    /// One table per MoE layer, in layer order.
+    pub layers: Vec<LayerTable>,
+}
+
+/// One MoE layer's recorded routing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerTable {
+    /// The layer.
+    pub layer: u32,
+    /// Tokens the layer routed: the batch's, or fewer where the engine computes only the rows
+    /// it needs (the last layer of a prefill routes the last token only).
+    pub n_tokens: usize,
+    /// `n_tokens * k` expert ids, token-major.
+    pub ids: Vec<u32>,
+}
+
+impl ModelRouting {
+    /// Checks the tables (at least one of all `n_tokens` tokens; distinct layers, sorted; each
+    /// of at most `n_tokens` tokens with `k` ids a token, every id below `n_experts`, a token's
+    /// ids distinct) and returns the routing.
+    pub fn new(
+        recorded_by: String,
+        n_tokens: usize,
+        n_experts: usize,
+        k: usize,
+        mut layers: Vec<LayerTable>,
+    ) -> Result<ModelRouting, LedgerError> {
+        if k == 0 || k > n_experts || u32::try_from(n_experts).is_err() {
+            return Err(LedgerError::RoutingK { k, n_experts });
+        }
+        let bad = |what: String| Err(LedgerError::RecordedRouting { what });
+        if layers.is_empty() {
+            return bad("no MoE layer was recorded".into());
+        }
+        layers.sort_by_key(|t| t.layer);
+        if let Some(w) = layers.windows(2).find(|w| w[0].layer == w[1].layer) {
+            return bad(format!("layer {} was recorded twice", w[0].layer));
+        }
+        for t in &layers {
+            if t.n_tokens > n_tokens {
+                return bad(format!(
+                    "layer {} routed {} tokens, the batch has {n_tokens}",
+                    t.layer, t.n_tokens
+                ));
+            }
+            if t.ids.len() != t.n_tokens * k {
+                return bad(format!(
+                    "layer {} has {} ids, {} tokens x {k} experts need {}",
+                    t.layer,
+                    t.ids.len(),
+                    t.n_tokens,
+                    t.n_tokens * k
+                ));
+            }
+            expert_histogram(&t.ids, n_experts)?;
+            if let Some(tok) = t.ids.chunks(k).position(|c| {
+                let mut v = c.to_vec();
+                v.sort_unstable();
+                v.windows(2).any(|w| w[0] == w[1])
+            }) {
+                return bad(format!(
+                    "layer {}: token {tok} is routed to one expert twice",
+                    t.layer
+                ));
+            }
+        }
+        if !layers.iter().any(|t| t.n_tokens == n_tokens) {
+            return bad(format!("no layer routed all {n_tokens} tokens"));
+        }
+        Ok(ModelRouting {
+            recorded_by,
+            n_tokens,
+            n_experts,
+            k,
+            layers,
+        })
+    }
+
+    /// The table a standalone timing of nodes in `layers` feeds: of those layers' tables (of
+    /// every whole-batch table when none of them has one), the one whose busiest expert is the
+    /// median, ties to the lower layer. A standalone key stands for all its layers (which share
+    /// the op's shapes, so their tables the token count) but is timed with one table; the
+    /// median layer's load is the fairest single choice (the busiest expert sets how many row
+    /// tiles an expert needs, the quantity that moved the MoE kernels' times most).
+    pub fn pick(&self, layers: &[u32]) -> &LayerTable {
+        let mut cand: Vec<&LayerTable> = self
+            .layers
+            .iter()
+            .filter(|t| layers.contains(&t.layer))
+            .collect();
+        if cand.is_empty() {
+            cand = self
+                .layers
+                .iter()
+                .filter(|t| t.n_tokens == self.n_tokens)
+                .collect();
+        }
+        let busiest = |t: &LayerTable| {
+            let mut c = vec![0u32; self.n_experts];
+            for &e in &t.ids {
+                c[e as usize] += 1;
+            }
+            c.into_iter().max().unwrap_or(0)
+        };
+        let mut keyed: Vec<(u32, u32, &LayerTable)> =
+            cand.into_iter().map(|t| (busiest(t), t.layer, t)).collect();
+        keyed.sort_by_key(|&(b, l, _)| (b, l));
+        keyed[(keyed.len() - 1) / 2].2
+    }
+
+    /// The recorded table of node `layers`, summarised as [`routing_summary`] does for a
+    /// generated one.
+    pub fn summary(&self, layers: &[u32]) -> Result<RoutingSummary, LedgerError> {
+        let t = self.pick(layers);
+        Ok(RoutingSummary {
+            routing: Routing::Model,
+            n_tokens: t.n_tokens,
+            k: self.k,
+            histogram: expert_histogram(&t.ids, self.n_experts)?,
+            layer: Some(t.layer),
+            recorded_by: Some(self.recorded_by.clone()),
+        })
+    }
+}
+
+/// The table a standalone MoE timing feeds for `n_tokens` tokens of `k` experts: under
+/// [`Routing::Model`] the recorded one (`recorded`, its shape and ids checked), else a generated
+/// one ([`route`]).
+pub fn table_for(
+    routing: Routing,
+    recorded: Option<&[u32]>,
+    n_tokens: usize,
+    n_experts: usize,
+    k: usize,
+    seed: u64,
+) -> Result<Vec<u32>, LedgerError> {
+    if routing != Routing::Model {
+        return route(n_tokens, n_experts, k, routing, seed);
+    }
+    let ids = recorded.ok_or(LedgerError::ModelRouting)?;
+    if ids.len() != n_tokens * k {
+        return Err(LedgerError::RecordedRouting {
+            what: format!(
+                "{} ids recorded, the op routes {n_tokens} tokens x {k} experts",
+                ids.len()
+            ),
+        });
+    }
+    expert_histogram(ids, n_experts)?;
+    Ok(ids.to_vec())
+}
+
 /// How a routing table spreads tokens over experts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExpertHistogram {
@@ -111,6 +277,12 @@ pub struct RoutingSummary {
     pub k: usize,
     /// The resulting load.
     pub histogram: ExpertHistogram,
+    /// `model`: the MoE layer whose recorded table this is ([`ModelRouting::pick`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<u32>,
+    /// `model`: the engine that recorded the routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_by: Option<String>,
 }
 
 /// Builds the table for `routing` and summarises it.
@@ -127,6 +299,8 @@ pub fn routing_summary(
         n_tokens,
         k,
         histogram: expert_histogram(&ids, n_experts)?,
+        layer: None,
+        recorded_by: None,
     })
 }
 
@@ -174,6 +348,106 @@ mod tests {
         let a = route(64, 32, 4, Routing::Realistic, 9).unwrap();
         assert_eq!(a, route(64, 32, 4, Routing::Realistic, 9).unwrap());
         assert_ne!(a, route(64, 32, 4, Routing::Realistic, 10).unwrap());
+    }
+
+    fn layer(layer: u32, ids: &[u32]) -> LayerTable {
+        LayerTable {
+            layer,
+            n_tokens: ids.len() / 2,
+            ids: ids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn recorded_tables_are_checked_with_clear_text() {
+        let new = |layers| {
+            ModelRouting::new("t".into(), 2, 4, 2, layers)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(new(vec![]), "recorded routing: no MoE layer was recorded");
+        let odd = LayerTable {
+            n_tokens: 2,
+            ..layer(0, &[0, 1, 2])
+        };
+        assert_eq!(
+            new(vec![odd]),
+            "recorded routing: layer 0 has 3 ids, 2 tokens x 2 experts need 4"
+        );
+        assert_eq!(
+            new(vec![layer(0, &[0, 1, 2, 3, 0, 1])]),
+            "recorded routing: layer 0 routed 3 tokens, the batch has 2"
+        );
+        assert_eq!(
+            new(vec![layer(0, &[0, 1])]),
+            "recorded routing: no layer routed all 2 tokens"
+        );
+        assert_eq!(
+            new(vec![layer(3, &[0, 1, 2, 4])]),
+            "expert id 4 at position 3 is out of range for 4 experts"
+        );
+        assert_eq!(
+            new(vec![layer(1, &[0, 1, 2, 2])]),
+            "recorded routing: layer 1: token 1 is routed to one expert twice"
+        );
+        assert_eq!(
+            new(vec![layer(1, &[0, 1, 2, 3]), layer(1, &[0, 1, 2, 3])]),
+            "recorded routing: layer 1 was recorded twice"
+        );
+    }
+
+    #[test]
+    fn pick_takes_the_median_layer_by_busiest_expert() {
+        // Busiest expert: layer 0 -> 3 tokens, layer 4 -> 1, layer 2 -> 2; median is layer 2.
+        // Layer 5 routed its last token only (a prefill's last layer): never a fallback.
+        let r = ModelRouting::new(
+            "t".into(),
+            3,
+            6,
+            2,
+            vec![
+                layer(4, &[0, 1, 2, 3, 4, 5]),
+                layer(0, &[0, 1, 0, 2, 0, 3]),
+                layer(2, &[0, 1, 0, 2, 3, 4]),
+                layer(5, &[4, 5]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(r.pick(&[5]).layer, 5);
+        assert_eq!(r.layers[0].layer, 0, "sorted by layer");
+        assert_eq!(r.pick(&[]).layer, 2);
+        assert_eq!(r.pick(&[0, 4]).layer, 4, "of two, the lower load");
+        assert_eq!(r.pick(&[0]).layer, 0);
+        assert_eq!(
+            r.pick(&[7]).layer,
+            2,
+            "no table of the key's layers: all layers"
+        );
+        let s = r.summary(&[]).unwrap();
+        assert_eq!((s.layer, s.histogram.max_tokens_per_expert), (Some(2), 2));
+    }
+
+    #[test]
+    fn table_for_model_routing_is_the_recorded_one() {
+        let rec = [1, 0, 3, 2];
+        assert_eq!(
+            table_for(Routing::Model, Some(&rec), 2, 4, 2, 0).unwrap(),
+            rec
+        );
+        let e = table_for(Routing::Model, None, 2, 4, 2, 0).unwrap_err();
+        assert!(matches!(e, LedgerError::ModelRouting));
+        let e = table_for(Routing::Model, Some(&rec), 3, 4, 2, 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "recorded routing: 4 ids recorded, the op routes 3 tokens x 2 experts"
+        );
+        let e = table_for(Routing::Model, Some(&rec), 2, 3, 2, 0).unwrap_err();
+        assert!(e.to_string().contains("out of range for 3 experts"), "{e}");
+        // Other routings ignore it.
+        assert_eq!(
+            table_for(Routing::Realistic, Some(&rec), 2, 4, 2, 5).unwrap(),
+            route(2, 4, 2, Routing::Realistic, 5).unwrap()
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::category::Category;
+use crate::routing::ModelRouting;
 use crate::schema::{EngineInfo, GraphExport, GraphNode, Routing};
 
 /// A set of categories (ordered, so runs are reproducible).
@@ -182,6 +183,10 @@ pub struct OpTimingRequest<'a> {
     pub node: &'a GraphNode,
     /// Routing for MoE ops (ignored by others).
     pub routing: Routing,
+    /// Under [`Routing::Model`], the recorded table a MoE op is fed (token-major, the batch's
+    /// tokens x the op's experts per token; [`crate::routing::table_for`] checks it); `None`
+    /// for other ops and routings.
+    pub recorded: Option<&'a [u32]>,
     /// Seed for generated inputs and routing.
     pub seed: u64,
     /// Untimed calls before the timed ones.
@@ -239,6 +244,18 @@ pub trait Subject {
 
     /// Times one op alone (inputs generated, MoE routed as requested); per-call samples in ms.
     fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError>;
+
+    /// The routing the model itself chooses for `tokens` after `context` (every MoE layer's
+    /// router output), which standalone timings under [`Routing::Model`] feed to every engine
+    /// alike; `None` when this engine cannot record it. Untimed.
+    fn model_routing(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+    ) -> Result<Option<ModelRouting>, SubjectError> {
+        let _ = (context, tokens);
+        Ok(None)
+    }
 
     /// Why the machine looks busy right now, if it does (other GPU processes, clock drops).
     /// The generic CPU-load check is done by the noise gate itself.

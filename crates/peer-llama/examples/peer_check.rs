@@ -190,6 +190,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let req = OpTimingRequest {
                 node,
                 routing,
+                recorded: None,
                 seed: 5,
                 warmup: 2,
                 reps,

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use llama_cpp_sys_2 as sys;
 use tally_ledger::rng::SplitMix64;
-use tally_ledger::schema::{GraphNode, Routing};
+use tally_ledger::schema::GraphNode;
 use tally_ledger::subject::OpTimingRequest;
 
 use crate::PeerError;
@@ -135,12 +135,6 @@ impl OpBench {
         if r.noop {
             return Err(unsupported(r, "view ops do no work"));
         }
-        if r.op_name == "MUL_MAT_ID" && req.routing == Routing::Model {
-            return Err(unsupported(
-                r,
-                "model routing exists only inside a run of the model; use in-graph replay",
-            ));
-        }
         if let Some(s) = r.srcs.iter().find(|s| {
             // SAFETY: pure type-traits lookup.
             s.is_weight && unsafe { sys::ggml_quantize_requires_imatrix(s.type_) }
@@ -258,11 +252,18 @@ fn fill(
             ("MUL_MAT_ID", 2) => {
                 let n_expert = r.srcs[0].ne[2].max(1) as usize;
                 let (k_used, tokens) = (s.ne[0].max(1) as usize, s.ne[1].max(1) as usize);
-                tally_ledger::routing::route(tokens, n_expert, k_used, req.routing, req.seed)
-                    .map_err(|e| unsupported(r, e.to_string()))?
-                    .into_iter()
-                    .map(i64::from)
-                    .collect()
+                tally_ledger::routing::table_for(
+                    req.routing,
+                    req.recorded,
+                    tokens,
+                    n_expert,
+                    k_used,
+                    req.seed,
+                )
+                .map_err(|e| PeerError::Engine(format!("standalone `{}`: {e}", r.name)))?
+                .into_iter()
+                .map(i64::from)
+                .collect()
             }
             ("GET_ROWS", 1) => {
                 let rows = r.srcs[0].ne[1].max(1) as u64;

@@ -357,6 +357,7 @@ fn standalone_timing_of_matmuls_and_routed_experts() {
     let req = |node, routing| OpTimingRequest {
         node,
         routing,
+        recorded: None,
         seed: 3,
         warmup: 1,
         reps: 3,
@@ -375,10 +376,28 @@ fn standalone_timing_of_matmuls_and_routed_experts() {
             assert_eq!(s.len(), 3);
             assert!(s.iter().all(|&ms| ms.is_finite() && ms > 0.0), "{s:?}");
         }
+        // `model`: the recorded table the ledger hands every engine, checked against the op.
         let e = p.time_op(&req(moe, Routing::Model)).unwrap_err();
+        assert!(e.to_string().contains("routing `model`"), "{e}");
+        let k = g.engine.model.n_experts_used as usize;
+        let n_experts = g.engine.model.n_experts;
+        let table: Vec<u32> = (0..64 * k as u32).map(|i| (i * 5) % n_experts).collect();
+        let whole = OpTimingRequest {
+            recorded: Some(&table),
+            ..req(moe, Routing::Model)
+        };
+        let s = p.time_op(&whole).unwrap();
+        assert_eq!(s.len(), 3);
+        let short = OpTimingRequest {
+            recorded: Some(&table[k..]),
+            ..req(moe, Routing::Model)
+        };
+        let e = p.time_op(&short).unwrap_err();
         assert!(
-            e.to_string()
-                .contains("model routing exists only inside a run"),
+            e.to_string().contains(&format!(
+                "{} ids recorded, the op routes 64 tokens x {k} experts",
+                table.len() - k
+            )),
             "{e}"
         );
     }
@@ -489,6 +508,7 @@ fn bad_inputs_are_errors_with_clear_text() {
     let req = OpTimingRequest {
         node: &node,
         routing: Routing::Realistic,
+        recorded: None,
         seed: 0,
         warmup: 0,
         reps: 1,

@@ -340,6 +340,23 @@ fn ledger_of_tally_against_itself_writes_every_report() {
     // The same ledger from the two measurement files.
     let a = out.join("tally-cpu-pp8.measurement.json");
     let b = out.join("self-cpu-pp8.measurement.json");
+    // By default both sides' routed ops were timed with the model's own routing of the prompt,
+    // recorded once (by the first subject) and fed to both: the same median layer's table.
+    let mut tables = Vec::new();
+    for f in [&a, &b] {
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(f).expect("measurement")).expect("json");
+        let ob = &m["opbench"];
+        assert_eq!(ob["routing"], "model");
+        let t = &ob["routing_tables"][0];
+        assert_eq!(
+            (&t["routing"], &t["recorded_by"]),
+            (&"model".into(), &"tally".into())
+        );
+        assert_eq!(t["n_tokens"], 8);
+        tables.push(t.clone());
+    }
+    assert_eq!(tables[0], tables[1]);
     let o = tally(&[
         "ledger",
         &a.to_string_lossy(),

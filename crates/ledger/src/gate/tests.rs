@@ -256,6 +256,7 @@ fn op_timing_remeasures_noisy_and_busy_calls() {
     let req = OpTimingRequest {
         node: &g.nodes[2],
         routing: Routing::Realistic,
+        recorded: None,
         seed: 1,
         warmup: 1,
         reps: 10,
@@ -299,6 +300,7 @@ fn negative_times_are_rejected() {
     let req = OpTimingRequest {
         node: &g.nodes[2],
         routing: Routing::Realistic,
+        recorded: None,
         seed: 1,
         warmup: 0,
         reps: 2,

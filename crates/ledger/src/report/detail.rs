@@ -409,14 +409,19 @@ fn measurement(m: &Measurement, md: bool) -> String {
             ));
         }
         for r in &o.routing_tables {
+            let source = match (&r.recorded_by, r.layer) {
+                (Some(by), Some(l)) => format!(", recorded by {by}, layer {l}: the median layer"),
+                _ => String::new(),
+            };
             out.push_str(&format!(
-                "Routing {}: {} tokens x top-{} touch {} of {} experts (max {} tokens per expert)\n",
+                "Routing {}: {} tokens x top-{} touch {} of {} experts (max {} tokens per expert{})\n",
                 r.routing.name(),
                 r.n_tokens,
                 r.k,
                 r.histogram.experts_touched,
                 r.histogram.n_experts,
-                r.histogram.max_tokens_per_expert
+                r.histogram.max_tokens_per_expert,
+                source
             ));
         }
         for u in &o.unsupported {

@@ -85,30 +85,6 @@ pub(super) struct Routing {
     logits: Vec<f32>,
 }
 
-/// Captures every top-k node's routing on the reference run.
-fn capture_routing(plan: &Plan) -> Capture {
-    capture_topk(plan, true)
-}
-
-/// Captures every top-k node's expert ids, with `all` its weights and router logits too
-/// ([`routing_of`] reads them back; `tally run --routing` takes the ids alone).
-pub(super) fn capture_topk(plan: &Plan, all: bool) -> Capture {
-    let mut points = Vec::new();
-    for (i, n) in plan.nodes.iter().enumerate() {
-        if matches!(n.op, Op::TopK { .. }) {
-            points.push((i, n.outputs[0], format!("{i}:ids")));
-            if all {
-                points.push((i, n.outputs[1], format!("{i}:weights")));
-                points.push((i, n.inputs[0], format!("{i}:logits")));
-            }
-        }
-    }
-    Capture {
-        points,
-        values: Vec::new(),
-    }
-}
-
 /// Each captured top-k node's routing, by node index.
 pub(super) fn routing_of(c: &Capture) -> HashMap<usize, Routing> {
     let mut out: HashMap<usize, Routing> = HashMap::new();
@@ -333,7 +309,7 @@ pub fn main(a: Args) -> Result<()> {
         let ids: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
         let plan = cpu.plan(t)?;
         let mut c1 = all_nodes(&plan);
-        let mut r1 = capture_routing(&plan);
+        let mut r1 = Capture::topk(&plan, true);
         let (l1, _) = cpu.prefill_with(&ids, &mut Both(&mut c1, &mut r1))?;
         let reference = routing_of(&r1);
         let run_dut = |dut: &mut Session<Box<dyn Backend>>| -> Result<_> {
@@ -397,7 +373,7 @@ pub fn main(a: Args) -> Result<()> {
         // would carry that difference (seen on tiny q4_k_m: one flip in 100 tokens, decode
         // nodes 2e-2 off while every kernel matched).
         let plan = cpu.plan(longest.len())?;
-        let mut r0 = capture_routing(&plan);
+        let mut r0 = Capture::topk(&plan, true);
         cpu.prefill_with(&longest, &mut r0)?;
         let reference = routing_of(&r0);
         let mut f0 = ForceRouting {
@@ -419,7 +395,7 @@ pub fn main(a: Args) -> Result<()> {
             let id = rng.below(vocab) as u32;
             let plan = cpu.plan(1)?;
             let mut c1 = all_nodes(&plan);
-            let mut r1 = capture_routing(&plan);
+            let mut r1 = Capture::topk(&plan, true);
             let l1 = cpu.decode_with(id, &mut Both(&mut c1, &mut r1))?;
             let reference = routing_of(&r1);
             let mut c2 = all_nodes(&plan);

@@ -56,8 +56,12 @@ pub struct Common {
     /// Timed calls per op in standalone timing.
     #[arg(long, default_value_t = 10)]
     pub op_reps: usize,
-    /// Routing of MoE ops in standalone timing: realistic, first-k, model.
-    #[arg(long, default_value = "realistic")]
+    /// Routing of MoE ops in standalone timing. `model` (default): the routing the model
+    /// itself chooses for the measured prompt, recorded once by tally and fed to both engines
+    /// (each op key timed with its median layer's table); `realistic`: each token's experts
+    /// drawn uniformly; `first-k`: every token on experts 0..k-1 (the naive benchmark, shown
+    /// beside the others in every report).
+    #[arg(long, default_value = "model")]
     pub routing: String,
     /// Cores other processes may keep busy during a timing window before the noise gate
     /// discards and re-measures it.

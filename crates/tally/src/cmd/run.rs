@@ -102,7 +102,7 @@ fn routing_report(
     plan: &Plan,
     experts: usize,
 ) -> Result<(Vec<f32>, RoutingReport)> {
-    let mut cap = super::check::capture_topk(plan, false);
+    let mut cap = tally_engine::exec::Capture::topk(plan, false);
     let (logits, _) = s.prefill_with(prompt, &mut cap)?;
     let by_node = super::check::routing_of(&cap);
     let mut nodes: Vec<usize> = by_node.keys().copied().collect();
