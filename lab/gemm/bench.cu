@@ -492,6 +492,9 @@ static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& r
 }
 
 int main(int argc, char** argv) {
+    if (const RecordedRouting& r = recorded_routing(); r.T > 0)
+        std::printf("routing: MoE cases of %d tokens x top-%d of %d experts take %s (recorded), not a "
+                    "uniform table\n", r.T, r.k, r.E, r.path.c_str());
     bool do_check = true, do_time = true;
     // --decode: the GEMV kernels only (gemv_<t>, mmv_<t>): their correctness cases, then the
     // decode shapes of the 35B model, one x row (and 2, 4, 8 for speculative verification).

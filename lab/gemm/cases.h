@@ -9,6 +9,7 @@
 // the last release).
 #pragma once
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -179,6 +180,59 @@ struct GemmCase {
 inline int mmv_max_blocks = 3;
 inline int gemvr_blocks = 264;  // V_GEMVR's grid cap at 256 threads (2 per SM of the H200)
 
+// LAB_ROUTING=FILE: a routing the model chose (`tally run --routing --routing-table FILE`: `#`
+// comments, a line `tokens k experts`, then k expert ids a token), used instead of a uniform
+// random table by every MoE case of that many tokens, k and experts (first-k cases excepted).
+// Read once; a file that does not parse is fatal (exit 2), so a timing never silently falls
+// back to the uniform table it was meant to replace.
+struct RecordedRouting {
+    int T = 0, k = 0, E = 0;
+    std::vector<int32_t> ids;
+    std::string path;
+};
+inline const RecordedRouting& recorded_routing() {
+    static const RecordedRouting r = [] {
+        RecordedRouting r;
+        const char* p = std::getenv("LAB_ROUTING");
+        if (!p || !*p) return r;
+        r.path = p;
+        FILE* f = std::fopen(p, "r");
+        auto fail = [&](const char* why) {
+            std::fprintf(stderr, "LAB_ROUTING=%s: %s\n", p, why);
+            std::exit(2);
+        };
+        if (!f) fail("cannot open");
+        char line[4096];
+        bool head = false;
+        size_t n = 0;
+        while (std::fgets(line, sizeof line, f)) {
+            if (line[0] == '#') continue;
+            char* q = line;
+            if (!head) {
+                if (std::sscanf(line, "%d %d %d", &r.T, &r.k, &r.E) != 3 || r.T <= 0 || r.k <= 0 ||
+                    r.E < r.k)
+                    fail("the first line is not `tokens k experts`");
+                head = true;
+                r.ids.reserve(size_t(r.T) * r.k);
+                continue;
+            }
+            for (;;) {
+                char* end = nullptr;
+                const long v = std::strtol(q, &end, 10);
+                if (end == q) break;
+                if (v < 0 || v >= r.E) fail("an expert id out of range");
+                r.ids.push_back(int32_t(v));
+                q = end;
+                ++n;
+            }
+        }
+        std::fclose(f);
+        if (!head || n != size_t(r.T) * r.k) fail("not tokens x k ids");
+        return r;
+    }();
+    return r;
+}
+
 // Everything a case needs on the host.
 struct Setup {
     GemmCase c;
@@ -216,7 +270,10 @@ inline Setup make_setup(const GemmCase& c, ref::Rng& rng, const std::vector<uint
     }
     s.bm = variant_bm(c.variant);
     if (moe) {
-        s.ids = c.first_k ? ref::route_first_k(c.M, c.topk) : ref::route_random(c.M, c.topk, c.E, rng);
+        const RecordedRouting& rec = recorded_routing();
+        if (c.first_k) s.ids = ref::route_first_k(c.M, c.topk);
+        else if (rec.T == c.M && rec.k == c.topk && rec.E == c.E) s.ids = rec.ids;
+        else s.ids = ref::route_random(c.M, c.topk, c.E, rng);
         // The engine's bound: every expert's rows in ceil(count / bm) tiles, so at most
         // ceil(M / bm) + min(E, M) tiles, and exactly M for one-row tiles (bm = 1: decode).
         s.max_tiles = c.tile_rows1 || c.direct ? s.M : (s.M + s.bm - 1) / s.bm + std::min(c.E, s.M);

@@ -249,29 +249,9 @@ impl<B: Backend> Subject for TallySubject<B> {
         self.session
             .append_with(tokens, &mut cap)
             .map_err(|e| self.err(e))?;
-        let mut layers = Vec::new();
-        for (label, v) in &cap.values {
-            let node = label
-                .strip_suffix(":ids")
-                .and_then(|i| i.parse::<usize>().ok())
-                .and_then(|i| plan.nodes.get(i));
-            let Some(layer) = node.and_then(|n| n.layer) else {
-                return Err(self.err(EngineError::Internal(format!(
-                    "top-k capture `{label}` names no layer of the plan"
-                ))));
-            };
-            // The ids travel as f32 (exact below 2^24); a value that is not a valid id is an
-            // error for ModelRouting::new to report.
-            let ids: Vec<u32> = v.iter().map(|&x| x as u32).collect();
-            layers.push(LayerTable {
-                layer: layer as u32,
-                n_tokens: ids.len() / k.max(1),
-                ids,
-            });
-        }
-        ModelRouting::new("tally".into(), tokens.len(), n_experts, k, layers)
+        model_routing_of(&plan, &cap, n_experts, k)
             .map(Some)
-            .map_err(|e| self.err(EngineError::Internal(e.to_string())))
+            .map_err(|e| self.err(e))
     }
 
     fn busy_reason(&mut self) -> Option<String> {
@@ -310,6 +290,40 @@ impl<B: Backend> Subject for TallySubject<B> {
         time_dispatch(&mut self.session.backend, &plan, i, req.warmup, req.reps)
             .map_err(|e| self.err(e))
     }
+}
+
+/// The model routing a run of `plan` hooked with [`Capture::topk`] read back: one table per
+/// top-k node, by its layer (recorded by "tally").
+pub fn model_routing_of(
+    plan: &Plan,
+    cap: &Capture,
+    n_experts: usize,
+    k: usize,
+) -> Result<ModelRouting, EngineError> {
+    let mut layers = Vec::new();
+    for (label, v) in &cap.values {
+        let Some(i) = label
+            .strip_suffix(":ids")
+            .and_then(|i| i.parse::<usize>().ok())
+        else {
+            continue; // weights or logits of a capture with `all`
+        };
+        let Some(layer) = plan.nodes.get(i).and_then(|n| n.layer) else {
+            return Err(EngineError::Internal(format!(
+                "top-k capture `{label}` names no layer of the plan"
+            )));
+        };
+        // The ids travel as f32 (exact below 2^24); a value that is not a valid id is an
+        // error for ModelRouting::new to report.
+        let ids: Vec<u32> = v.iter().map(|&x| x as u32).collect();
+        layers.push(LayerTable {
+            layer: layer as u32,
+            n_tokens: ids.len() / k.max(1),
+            ids,
+        });
+    }
+    ModelRouting::new("tally".into(), plan.n_tokens, n_experts, k, layers)
+        .map_err(|e| EngineError::Internal(e.to_string()))
 }
 
 /// Times dispatches of node `i` alone (outputs to scratch, a barrier on each side).

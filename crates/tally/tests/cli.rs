@@ -773,6 +773,59 @@ fn run_reports_the_routing_of_each_moe_layer() {
         assert!(l["tiles32"].as_u64() >= touched, "{l}");
     }
     assert_eq!(pairs(&r["uniform"]), 80, "{r}");
+    // --routing-table: the median whole-prompt layer's table (by busiest expert), as text.
+    let table = dir.path().join("routing.txt");
+    let o = tally(&[
+        "run",
+        "--model",
+        &m,
+        "--tokens",
+        "40",
+        "--routing",
+        "--routing-table",
+        &table.to_string_lossy(),
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&table).expect("table written");
+    let mut lines = text.lines().filter(|l| !l.starts_with('#'));
+    assert_eq!(lines.next(), Some("40 2 8"), "{text}");
+    let mut counts = [0u64; 8];
+    let mut rows = 0;
+    for l in lines {
+        let ids: Vec<usize> = l.split(' ').map(|x| x.parse().expect("an id")).collect();
+        assert!(
+            ids.len() == 2 && ids[0] != ids[1] && ids.iter().all(|&e| e < 8),
+            "{l}"
+        );
+        ids.iter().for_each(|&e| counts[e] += 1);
+        rows += 1;
+    }
+    assert_eq!(rows, 40);
+    let mut maxes: Vec<u64> = layers[..layers.len() - 1]
+        .iter()
+        .map(|l| l["max_rows"].as_u64().expect("max"))
+        .collect();
+    maxes.sort_unstable();
+    let median = maxes[(maxes.len() - 1) / 2];
+    assert_eq!(counts.iter().max(), Some(&median), "{text}");
+    assert!(
+        text.contains(&format!("busiest expert: {median} rows")),
+        "{text}"
+    );
+    // Without --routing it is refused (exit 2).
+    let o = tally(&[
+        "run",
+        "--model",
+        &m,
+        "--tokens",
+        "4",
+        "--routing-table",
+        "x.txt",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--routing"), "{}", stderr(&o));
     // Text: a row per layer and the uniform one.
     let o = tally(&["run", "--model", &m, "--tokens", "40", "--routing"]);
     let out = String::from_utf8_lossy(&o.stdout);

@@ -86,7 +86,7 @@ pub(super) struct Routing {
 }
 
 /// Each captured top-k node's routing, by node index.
-pub(super) fn routing_of(c: &Capture) -> HashMap<usize, Routing> {
+fn routing_of(c: &Capture) -> HashMap<usize, Routing> {
     let mut out: HashMap<usize, Routing> = HashMap::new();
     for (label, v) in &c.values {
         let Some((i, what)) = label.split_once(':') else {

@@ -1,13 +1,15 @@
 //! `tally run`: prefill a prompt (and decode) on a backend, print timings and the top logits.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
 use serde::Serialize;
 use tally_engine::Session;
+use tally_engine::exec::Capture;
 use tally_engine::finite::first_non_finite;
-use tally_ledger::routing::{ExpertHistogram, expert_histogram, route};
+use tally_engine::subject::model_routing_of;
+use tally_ledger::routing::{ExpertHistogram, ModelRouting, expert_histogram, route};
 use tally_ledger::schema::Routing;
 use tally_model::rng::Rng;
 use tally_model::{Op, Plan};
@@ -54,6 +56,12 @@ pub struct Args {
     /// observer (whole prompt, one batch): its time includes reading the routing back.
     #[arg(long)]
     routing: bool,
+    /// With --routing: also write the model's routing of the prompt in its median MoE layer
+    /// (by busiest expert, the table the ledger's standalone MoE timings use) to FILE, as text:
+    /// `#` comments, a line `tokens k experts`, then a line of k expert ids per token. The lab
+    /// times its MoE kernels on it (`LAB_ROUTING=FILE`, lab/gemm/README.md).
+    #[arg(long, value_name = "FILE", requires = "routing")]
+    routing_table: Option<PathBuf>,
     /// Report format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     output: Format,
@@ -101,22 +109,21 @@ fn routing_report(
     prompt: &[u32],
     plan: &Plan,
     experts: usize,
-) -> Result<(Vec<f32>, RoutingReport)> {
-    let mut cap = tally_engine::exec::Capture::topk(plan, false);
+    k: usize,
+) -> Result<(Vec<f32>, RoutingReport, ModelRouting)> {
+    let mut cap = Capture::topk(plan, false);
     let (logits, _) = s.prefill_with(prompt, &mut cap)?;
-    let by_node = super::check::routing_of(&cap);
-    let mut nodes: Vec<usize> = by_node.keys().copied().collect();
-    nodes.sort_unstable();
-    let (mut k, mut layers) = (0, Vec::new());
-    for i in nodes {
-        if let Op::TopK { k: kk } = plan.nodes[i].op {
-            k = kk;
-        }
-        let ids: Vec<u32> = by_node[&i].ids.iter().map(|&x| x as u32).collect();
-        let name = plan.nodes[i].name.clone();
-        layers.push(LayerRouting::of(name, &expert_histogram(&ids, experts)?));
+    let rec = model_routing_of(plan, &cap, experts, k)?;
+    let mut layers = Vec::new();
+    for t in &rec.layers {
+        let name = plan
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::TopK { .. }) && n.layer == Some(t.layer as usize))
+            .map_or_else(|| format!("blk.{}", t.layer), |n| n.name.clone());
+        layers.push(LayerRouting::of(name, &expert_histogram(&t.ids, experts)?));
     }
-    let uniform = route(prompt.len(), experts, k.max(1), Routing::Realistic, 1)?;
+    let uniform = route(prompt.len(), experts, k, Routing::Realistic, 1)?;
     let uniform = LayerRouting::of("uniform".into(), &expert_histogram(&uniform, experts)?);
     Ok((
         logits,
@@ -126,7 +133,26 @@ fn routing_report(
             layers,
             uniform,
         },
+        rec,
     ))
+}
+
+/// `--routing-table`: the median layer's table as text (see the option's help).
+fn write_routing_table(path: &Path, rec: &ModelRouting, what: &str) -> Result<()> {
+    let t = rec.pick(&[]);
+    let busiest = expert_histogram(&t.ids, rec.n_experts)?.max_tokens_per_expert;
+    let mut out = format!(
+        "# tally routing table: the model's routing of {what}, layer {} (the median MoE layer by \
+         busiest expert: {busiest} rows)\n# a line `tokens k experts`, then k expert ids a token\n{} {} {}\n",
+        t.layer, t.n_tokens, rec.k, rec.n_experts
+    );
+    for tok in t.ids.chunks(rec.k) {
+        let ids: Vec<String> = tok.iter().map(u32::to_string).collect();
+        out.push_str(&ids.join(" "));
+        out.push('\n');
+    }
+    std::fs::write(path, out)
+        .map_err(|e| InputError(format!("writing {}: {e}", path.display())).into())
 }
 
 #[derive(Serialize)]
@@ -198,7 +224,12 @@ pub fn main(a: Args) -> Result<()> {
     let t0 = Instant::now();
     let (mut logits, routing) = if a.routing {
         let plan = s.plan(prompt.len())?;
-        let (l, r) = routing_report(&mut s, &prompt, &plan, model.config.n_experts)?;
+        let c = &model.config;
+        let (l, r, rec) = routing_report(&mut s, &prompt, &plan, c.n_experts, c.n_experts_used)?;
+        if let Some(path) = &a.routing_table {
+            let what = format!("a {}-token prompt of {}", prompt.len(), a.model.display());
+            write_routing_table(path, &rec, &what)?;
+        }
         (l, Some(r))
     } else {
         (s.prefill(&prompt)?, None)
