@@ -39,7 +39,10 @@ fn model_tagged(preset: Preset, quant: QuantMix, overrides: &[&str], tag: &str) 
         overrides.join("_").replace('=', "-"),
         std::process::id()
     );
-    let path = std::env::temp_dir().join(name);
+    // Under the target directory (cargo's scratch space for integration tests, removed by
+    // `cargo clean`), not /tmp: the files are mapped until the process ends, so no test can
+    // delete them, and each run's would pile up in /tmp.
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let spec = SynthSpec {
         preset,
         config: cfg,
