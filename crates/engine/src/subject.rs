@@ -109,6 +109,7 @@ impl<B: Backend> TallySubject<B> {
         let table = table_for(
             req.routing,
             req.recorded,
+            req.layers,
             ids_view.rows,
             n_experts,
             k,

@@ -84,21 +84,24 @@ fn model_routing_is_the_routers_choice_and_feeds_the_standalone_op() {
         .iter()
         .find(|n| n.category == Category::MoeGateUp && !n.is_view)
         .expect("a gate/up node");
-    let table = rec.pick(&[moe.layer.expect("layer")]).ids.clone();
+    let layers = [moe.layer.expect("layer")];
     let req = |recorded| OpTimingRequest {
         node: moe,
         routing: Routing::Model,
         recorded,
+        layers: &layers,
         seed: 1,
         warmup: 0,
         reps: 2,
     };
-    assert_eq!(subject.time_op(&req(Some(&table))).expect("timed").len(), 2);
-    let e = subject.time_op(&req(Some(&table[k..]))).unwrap_err();
+    assert_eq!(subject.time_op(&req(Some(&rec))).expect("timed").len(), 2);
+    // A routing recorded for another prompt length has no table of the op's 10 tokens.
+    let mut short = rec.clone();
+    short.layers.retain(|t| t.n_tokens != 10);
+    let e = subject.time_op(&req(Some(&short))).unwrap_err();
     assert!(
-        e.to_string().contains(&format!(
-            "ids recorded, the op routes 10 tokens x {k} experts"
-        )),
+        e.to_string()
+            .contains("no recorded layer routed 10 tokens, as the op does"),
         "{e}"
     );
     let e = subject.time_op(&req(None)).unwrap_err();

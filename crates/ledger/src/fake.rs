@@ -719,8 +719,22 @@ impl Subject for FakeSubject {
     fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
         self.calls
             .push(FakeCall::TimeOp(req.node.name.clone(), req.routing));
-        if let Some(t) = req.recorded {
-            self.fed_tables.push((req.node.name.clone(), t.to_vec()));
+        if let Some(rec) = req.recorded {
+            // The fake's MoE ops route the whole batch.
+            let t = crate::routing::table_for(
+                req.routing,
+                Some(rec),
+                req.layers,
+                self.graph.n_tokens as usize,
+                rec.n_experts,
+                rec.k,
+                req.seed,
+            )
+            .map_err(|e| SubjectError::Engine {
+                engine: self.graph.engine.engine.clone(),
+                message: e.to_string(),
+            })?;
+            self.fed_tables.push((req.node.name.clone(), t));
         }
         let c = req.node.category;
         let mut ms = self.costs.node_ms.get(&c).copied().unwrap_or(0.0)

@@ -13,7 +13,7 @@ use crate::noise::NoiseConfig;
 use crate::opbench::{OpbenchConfig, OpbenchReport, opbench};
 use crate::replay::{ReplayConfig, ReplayReport, replay_many};
 use crate::rng::prompt_tokens;
-use crate::routing::ModelRouting;
+use crate::routing::{ModelRouting, RoutingAgreement, agreement};
 use crate::schema::{EngineInfo, GraphExport, MachineInfo, Routing, SCHEMA_VERSION};
 use crate::subject::{RunMode, Subject, Workload};
 
@@ -233,9 +233,12 @@ pub fn measure_many(
         noise: cfg.noise.clone(),
     };
     let e2es = e2e_many(subjects, &e2e_cfg)?;
-    let recorded = match &cfg.opbench {
-        Some(o) if o.routing == Routing::Model => Some(record_routing(subjects, w, cfg.seed)?),
-        _ => None,
+    let (recorded, agreement) = match &cfg.opbench {
+        Some(o) if o.routing == Routing::Model => {
+            let (r, a) = record_routing(subjects, w, cfg.seed)?;
+            (Some(r), a)
+        }
+        _ => (None, Vec::new()),
     };
     let mut opbenches = Vec::new();
     for ((s, (g, _)), e) in subjects.iter_mut().zip(&graphs).zip(&e2es) {
@@ -247,6 +250,7 @@ pub fn measure_many(
                     ..o.clone()
                 };
                 let mut r = opbench(&mut **s, g, &o, recorded.as_ref())?;
+                r.routing_agreement = agreement.clone();
                 r.set_coverage(e.prefill.stats.median_ms);
                 Some(r)
             }
@@ -304,12 +308,13 @@ pub fn measure_many(
 }
 
 /// The model's routing of the measured batch (the prompt every protocol runs), from the first
-/// subject that can record it: one table set, fed to every subject's standalone MoE timings.
+/// subject that can record it: one table set, fed to every subject's standalone MoE timings;
+/// with each later subject's own routing compared against it.
 fn record_routing(
     subjects: &mut [&mut dyn Subject],
     w: Workload,
     seed: u64,
-) -> Result<ModelRouting, LedgerError> {
+) -> Result<(ModelRouting, Vec<RoutingAgreement>), LedgerError> {
     let vocab = subjects
         .iter()
         .map(|s| s.info().model.n_vocab)
@@ -317,10 +322,18 @@ fn record_routing(
         .unwrap_or(0);
     let tokens = prompt_tokens(w.total(), vocab, seed)?;
     let (context, batch) = tokens.split_at(w.n_past);
+    let mut first: Option<ModelRouting> = None;
+    let mut agreements = Vec::new();
     for s in subjects.iter_mut() {
         if let Some(r) = s.model_routing(context, batch)? {
-            return Ok(r);
+            match &first {
+                None => first = Some(r),
+                Some(f) => agreements.push(agreement(f, &r)),
+            }
         }
+    }
+    if let Some(f) = first {
+        return Ok((f, agreements));
     }
     Err(LedgerError::Config(
         "routing `model`: no engine here can record the model's routing (use --routing \
@@ -395,6 +408,59 @@ mod tests {
         for s in [&a, &b] {
             assert!(!s.fed_tables.is_empty());
             assert!(s.fed_tables.iter().all(|(_, t)| *t == table));
+        }
+    }
+
+    /// Two engines that both record: A's tables are fed, B's are compared with them, and a
+    /// ledger of the two warns when B's router disagrees.
+    #[test]
+    fn a_second_recording_is_compared_and_disagreement_warned() {
+        let table = |shift: u32| -> Vec<u32> {
+            (0..8u32)
+                .flat_map(|t| [(t + shift) % 16, (t + shift + 8) % 16])
+                .collect()
+        };
+        let rec = |by: &str, ids: Vec<u32>| {
+            ModelRouting::new(
+                by.into(),
+                8,
+                16,
+                2,
+                vec![crate::routing::LayerTable {
+                    layer: 1,
+                    n_tokens: 8,
+                    ids,
+                }],
+            )
+            .unwrap()
+        };
+        let mut cfg = quiet_config();
+        cfg.replay = None;
+        cfg.opbench.as_mut().unwrap().routing = Routing::Model;
+        for (shift, warned) in [(0, false), (1, true)] {
+            let mut a = fake();
+            let mut b = fake();
+            a.routing = Some(rec("a", table(0)));
+            b.routing = Some(rec("b", table(shift)));
+            let (ma, mb) = measure_pair(&mut a, &mut b, &cfg).unwrap();
+            assert!(b.fed_tables.iter().all(|(_, t)| *t == table(0)));
+            let g = &ma.opbench.as_ref().unwrap().routing_agreement;
+            assert_eq!(g, &mb.opbench.as_ref().unwrap().routing_agreement);
+            assert_eq!(
+                (g[0].sets, g[0].equal_sets),
+                (8, if warned { 0 } else { 8 })
+            );
+            let l = crate::ledger::build_ledger(&ma, &mb);
+            let w = l
+                .warnings
+                .iter()
+                .any(|w| w.contains("b's own routing of the prompt differs"));
+            assert_eq!(w, warned, "{:?}", l.warnings);
+            assert!(
+                l.notes
+                    .iter()
+                    .any(|n| n.starts_with("routing agreement: b's own router"))
+            );
         }
     }
 

@@ -19,7 +19,7 @@ use crate::error::LedgerError;
 use crate::gate::{Gate, OpSampleRecord};
 use crate::graph::check_graph;
 use crate::noise::NoiseConfig;
-use crate::routing::{ModelRouting, RoutingSummary, routing_summary};
+use crate::routing::{ModelRouting, RoutingAgreement, RoutingSummary, routing_summary};
 use crate::schema::{GraphExport, GraphNode, Routing};
 use crate::stats::Stats;
 use crate::subject::{OpTimingRequest, Subject, SubjectError};
@@ -274,6 +274,10 @@ pub struct OpbenchReport {
     pub total_first_k_ms: Option<f64>,
     /// What each routing mode's table exercises at this prompt length.
     pub routing_tables: Vec<RoutingSummary>,
+    /// Under `model`: how each other engine's own routing of the prompt agrees with the
+    /// recorded tables the timings used (empty when no other engine could record one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routing_agreement: Vec<RoutingAgreement>,
     /// Against the end-to-end time, once known.
     pub coverage: Option<Coverage>,
     /// Discarded attempts over all keys.
@@ -366,18 +370,12 @@ pub fn opbench(
             routings.push(Routing::FirstK);
         }
         let layers: Vec<u32> = nodes.iter().filter_map(|n| n.layer).collect();
-        let table = recorded
-            .filter(|_| routed)
-            .map(|r| r.pick(&layers).ids.as_slice());
         for (i, routing) in routings.into_iter().enumerate() {
             let req = OpTimingRequest {
                 node: rep,
                 routing,
-                recorded: if routing == Routing::Model {
-                    table
-                } else {
-                    None
-                },
+                recorded: recorded.filter(|_| routed && routing == Routing::Model),
+                layers: &layers,
                 seed: cfg.seed,
                 warmup: cfg.warmup,
                 reps: cfg.reps,
@@ -469,6 +467,7 @@ pub fn opbench(
         total_ms,
         total_first_k_ms,
         routing_tables,
+        routing_agreement: Vec::new(),
         coverage: None,
     })
 }

@@ -138,24 +138,30 @@ impl ModelRouting {
         })
     }
 
-    /// The table a standalone timing of nodes in `layers` feeds: of those layers' tables (of
-    /// every whole-batch table when none of them has one), the one whose busiest expert is the
-    /// median, ties to the lower layer. A standalone key stands for all its layers (which share
-    /// the op's shapes, so their tables the token count) but is timed with one table; the
-    /// median layer's load is the fairest single choice (the busiest expert sets how many row
-    /// tiles an expert needs, the quantity that moved the MoE kernels' times most).
-    pub fn pick(&self, layers: &[u32]) -> &LayerTable {
+    /// The table a standalone timing of an op of `n_tokens` rows in `layers` feeds: of those
+    /// layers' tables of `n_tokens` tokens (of every layer's of that many when none of them has
+    /// one; `None` when no layer routed that many), the one whose busiest expert is the median,
+    /// ties to the lower layer. A standalone key stands for all its layers but is timed with one
+    /// table; the median layer's load is the fairest single choice (the busiest expert sets how
+    /// many row tiles an expert needs, the quantity that moved the MoE kernels' times most).
+    /// The token count is the op's, not the key's layers': engines differ in which layers they
+    /// prune to the last token (tally prunes a prefill's last MoE layer, llama.cpp does not),
+    /// so one engine's key may hold a layer the recording engine routed with fewer tokens.
+    pub fn pick(&self, layers: &[u32], n_tokens: usize) -> Option<&LayerTable> {
         let mut cand: Vec<&LayerTable> = self
             .layers
             .iter()
-            .filter(|t| layers.contains(&t.layer))
+            .filter(|t| t.n_tokens == n_tokens && layers.contains(&t.layer))
             .collect();
         if cand.is_empty() {
             cand = self
                 .layers
                 .iter()
-                .filter(|t| t.n_tokens == self.n_tokens)
+                .filter(|t| t.n_tokens == n_tokens)
                 .collect();
+        }
+        if cand.is_empty() {
+            return None;
         }
         let busiest = |t: &LayerTable| {
             let mut c = vec![0u32; self.n_experts];
@@ -167,13 +173,17 @@ impl ModelRouting {
         let mut keyed: Vec<(u32, u32, &LayerTable)> =
             cand.into_iter().map(|t| (busiest(t), t.layer, t)).collect();
         keyed.sort_by_key(|&(b, l, _)| (b, l));
-        keyed[(keyed.len() - 1) / 2].2
+        Some(keyed[(keyed.len() - 1) / 2].2)
     }
 
-    /// The recorded table of node `layers`, summarised as [`routing_summary`] does for a
-    /// generated one.
+    /// The whole-batch table the pick gives for `layers`, summarised as [`routing_summary`]
+    /// does for a generated one.
     pub fn summary(&self, layers: &[u32]) -> Result<RoutingSummary, LedgerError> {
-        let t = self.pick(layers);
+        let t = self
+            .pick(layers, self.n_tokens)
+            .ok_or_else(|| LedgerError::RecordedRouting {
+                what: format!("no layer routed all {} tokens", self.n_tokens),
+            })?;
         Ok(RoutingSummary {
             routing: Routing::Model,
             n_tokens: t.n_tokens,
@@ -185,12 +195,79 @@ impl ModelRouting {
     }
 }
 
-/// The table a standalone MoE timing feeds for `n_tokens` tokens of `k` experts: under
-/// [`Routing::Model`] the recorded one (`recorded`, its shape and ids checked), else a generated
-/// one ([`route`]).
+/// How two engines' routings of one prompt agree (each recorded by its own engine): the
+/// cross-check that feeding one engine's table to both is fair. On the same file both routers
+/// should choose the same experts except at near-ties, where the engines' roundings differ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RoutingAgreement {
+    /// The engine whose tables the standalone timings use.
+    pub a: String,
+    /// The engine compared with it.
+    pub b: String,
+    /// MoE layers both recorded.
+    pub layers: usize,
+    /// (layer, token) expert sets compared: tokens both routed in those layers.
+    pub sets: usize,
+    /// Sets with the same k experts in both (order aside).
+    pub equal_sets: usize,
+    /// Token-expert pairs compared (`sets * k`).
+    pub pairs: usize,
+    /// Pairs of A's that B chose too.
+    pub shared_pairs: usize,
+}
+
+impl RoutingAgreement {
+    /// Share of equal sets (1 when nothing was compared).
+    pub fn equal_share(&self) -> f64 {
+        if self.sets == 0 {
+            1.0
+        } else {
+            self.equal_sets as f64 / self.sets as f64
+        }
+    }
+}
+
+/// Compares two recorded routings layer by layer, token by token.
+pub fn agreement(a: &ModelRouting, b: &ModelRouting) -> RoutingAgreement {
+    let mut r = RoutingAgreement {
+        a: a.recorded_by.clone(),
+        b: b.recorded_by.clone(),
+        layers: 0,
+        sets: 0,
+        equal_sets: 0,
+        pairs: 0,
+        shared_pairs: 0,
+    };
+    if a.k != b.k || a.k == 0 {
+        return r;
+    }
+    let k = a.k;
+    for ta in &a.layers {
+        let Some(tb) = b.layers.iter().find(|t| t.layer == ta.layer) else {
+            continue;
+        };
+        if ta.n_tokens != tb.n_tokens {
+            continue;
+        }
+        r.layers += 1;
+        for (sa, sb) in ta.ids.chunks(k).zip(tb.ids.chunks(k)) {
+            let shared = sa.iter().filter(|e| sb.contains(e)).count();
+            r.sets += 1;
+            r.pairs += k;
+            r.shared_pairs += shared;
+            r.equal_sets += usize::from(shared == k);
+        }
+    }
+    r
+}
+
+/// The table a standalone MoE timing of an op in `layers` feeds for `n_tokens` tokens of `k`
+/// experts: under [`Routing::Model`] the recorded one ([`ModelRouting::pick`] of `recorded`,
+/// its shape and ids checked against the op), else a generated one ([`route`]).
 pub fn table_for(
     routing: Routing,
-    recorded: Option<&[u32]>,
+    recorded: Option<&ModelRouting>,
+    layers: &[u32],
     n_tokens: usize,
     n_experts: usize,
     k: usize,
@@ -199,17 +276,32 @@ pub fn table_for(
     if routing != Routing::Model {
         return route(n_tokens, n_experts, k, routing, seed);
     }
-    let ids = recorded.ok_or(LedgerError::ModelRouting)?;
-    if ids.len() != n_tokens * k {
+    let rec = recorded.ok_or(LedgerError::ModelRouting)?;
+    if rec.k != k || rec.n_experts != n_experts {
         return Err(LedgerError::RecordedRouting {
             what: format!(
-                "{} ids recorded, the op routes {n_tokens} tokens x {k} experts",
-                ids.len()
+                "recorded top-{} of {} experts, the op routes top-{k} of {n_experts}",
+                rec.k, rec.n_experts
             ),
         });
     }
-    expert_histogram(ids, n_experts)?;
-    Ok(ids.to_vec())
+    let t = rec
+        .pick(layers, n_tokens)
+        .ok_or_else(|| LedgerError::RecordedRouting {
+            what: format!("no recorded layer routed {n_tokens} tokens, as the op does"),
+        })?;
+    // What the pick promises, checked where the table is fed: a table of another length would
+    // leave ids unwritten (or be cut) in the op's input.
+    if t.ids.len() != n_tokens * k {
+        return Err(LedgerError::RecordedRouting {
+            what: format!(
+                "layer {}'s {} ids fed to an op of {n_tokens} tokens x {k} experts",
+                t.layer,
+                t.ids.len()
+            ),
+        });
+    }
+    Ok(t.ids.clone())
 }
 
 /// How a routing table spreads tokens over experts.
@@ -413,39 +505,87 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(r.pick(&[5]).layer, 5);
+        let pick = |layers: &[u32], n| r.pick(layers, n).map(|t| t.layer);
         assert_eq!(r.layers[0].layer, 0, "sorted by layer");
-        assert_eq!(r.pick(&[]).layer, 2);
-        assert_eq!(r.pick(&[0, 4]).layer, 4, "of two, the lower load");
-        assert_eq!(r.pick(&[0]).layer, 0);
+        assert_eq!(pick(&[], 3), Some(2));
+        assert_eq!(pick(&[0, 4], 3), Some(4), "of two, the lower load");
+        assert_eq!(pick(&[0], 3), Some(0));
         assert_eq!(
-            r.pick(&[7]).layer,
-            2,
+            pick(&[7], 3),
+            Some(2),
             "no table of the key's layers: all layers"
         );
+        // The op's token count decides: an op of 3 rows in layers 2 and 5 (an engine that
+        // does not prune layer 5) gets layer 2's table, an op of 1 row layer 5's.
+        assert_eq!(pick(&[2, 5], 3), Some(2));
+        assert_eq!(pick(&[2, 5], 1), Some(5));
+        assert_eq!(pick(&[0], 2), None, "no layer routed 2 tokens");
         let s = r.summary(&[]).unwrap();
         assert_eq!((s.layer, s.histogram.max_tokens_per_expert), (Some(2), 2));
     }
 
     #[test]
+    fn agreement_counts_sets_and_pairs_by_hand() {
+        let rec = |by: &str, layers| ModelRouting::new(by.into(), 3, 6, 2, layers).unwrap();
+        let a = rec(
+            "a",
+            vec![
+                layer(0, &[0, 1, 2, 3, 4, 5]),
+                layer(1, &[0, 1, 2, 3, 4, 5]),
+                layer(3, &[0, 1]),
+            ],
+        );
+        // Layer 0: token 1 swaps order (equal), token 2 differs in one expert; layer 1 only in
+        // A; layer 3 (one token) equal; layer 4 only in B.
+        let b = rec(
+            "b",
+            vec![
+                layer(0, &[0, 1, 3, 2, 4, 0]),
+                layer(3, &[1, 0]),
+                layer(4, &[0, 1, 2, 3, 4, 5]),
+            ],
+        );
+        let g = agreement(&a, &b);
+        assert_eq!((g.a.as_str(), g.b.as_str()), ("a", "b"));
+        assert_eq!((g.layers, g.sets, g.equal_sets), (2, 4, 3));
+        assert_eq!((g.pairs, g.shared_pairs), (8, 7));
+        assert_eq!(g.equal_share(), 0.75);
+    }
+
+    #[test]
     fn table_for_model_routing_is_the_recorded_one() {
-        let rec = [1, 0, 3, 2];
+        let rec = ModelRouting::new(
+            "t".into(),
+            2,
+            4,
+            2,
+            vec![
+                layer(0, &[1, 0, 3, 2]),
+                layer(1, &[0, 1, 0, 2]),
+                layer(3, &[3, 1]),
+            ],
+        )
+        .unwrap();
+        let t = |layers: &[u32], n, e, k| table_for(Routing::Model, Some(&rec), layers, n, e, k, 0);
+        assert_eq!(t(&[0], 2, 4, 2).unwrap(), [1, 0, 3, 2]);
         assert_eq!(
-            table_for(Routing::Model, Some(&rec), 2, 4, 2, 0).unwrap(),
-            rec
+            t(&[1, 3], 1, 4, 2).unwrap(),
+            [3, 1],
+            "the op's token count decides"
         );
-        let e = table_for(Routing::Model, None, 2, 4, 2, 0).unwrap_err();
+        let e = table_for(Routing::Model, None, &[0], 2, 4, 2, 0).unwrap_err();
         assert!(matches!(e, LedgerError::ModelRouting));
-        let e = table_for(Routing::Model, Some(&rec), 3, 4, 2, 0).unwrap_err();
         assert_eq!(
-            e.to_string(),
-            "recorded routing: 4 ids recorded, the op routes 3 tokens x 2 experts"
+            t(&[0], 3, 4, 2).unwrap_err().to_string(),
+            "recorded routing: no recorded layer routed 3 tokens, as the op does"
         );
-        let e = table_for(Routing::Model, Some(&rec), 2, 3, 2, 0).unwrap_err();
-        assert!(e.to_string().contains("out of range for 3 experts"), "{e}");
+        assert_eq!(
+            t(&[0], 2, 8, 2).unwrap_err().to_string(),
+            "recorded routing: recorded top-2 of 4 experts, the op routes top-2 of 8"
+        );
         // Other routings ignore it.
         assert_eq!(
-            table_for(Routing::Realistic, Some(&rec), 2, 4, 2, 5).unwrap(),
+            table_for(Routing::Realistic, Some(&rec), &[0], 2, 4, 2, 5).unwrap(),
             route(2, 4, 2, Routing::Realistic, 5).unwrap()
         );
     }

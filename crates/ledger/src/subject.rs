@@ -183,10 +183,12 @@ pub struct OpTimingRequest<'a> {
     pub node: &'a GraphNode,
     /// Routing for MoE ops (ignored by others).
     pub routing: Routing,
-    /// Under [`Routing::Model`], the recorded table a MoE op is fed (token-major, the batch's
-    /// tokens x the op's experts per token; [`crate::routing::table_for`] checks it); `None`
-    /// for other ops and routings.
-    pub recorded: Option<&'a [u32]>,
+    /// Under [`Routing::Model`], the model's recorded routing of the batch, from which a MoE op
+    /// is fed the table [`crate::routing::table_for`] picks for `layers` and the op's token
+    /// count; `None` for other ops and routings.
+    pub recorded: Option<&'a ModelRouting>,
+    /// The layers of the nodes this op key stands for (the pick's candidates).
+    pub layers: &'a [u32],
     /// Seed for generated inputs and routing.
     pub seed: u64,
     /// Untimed calls before the timed ones.

@@ -191,6 +191,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 node,
                 routing,
                 recorded: None,
+                layers: &[],
                 seed: 5,
                 warmup: 2,
                 reps,

@@ -31,6 +31,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
+use tally_ledger::routing::{LayerTable, ModelRouting};
 use tally_ledger::schema::{EngineInfo, GraphExport, ModelFacts, SCHEMA_VERSION};
 use tally_ledger::subject::{
     OpTimingRequest, RunMode, RunOutcome, Subject, SubjectError, Workload,
@@ -428,6 +429,64 @@ impl LlamaPeer {
         })
     }
 
+    /// The routing llama.cpp's router chooses for `tokens` after `context`: one instrumented
+    /// run that stops after each MoE layer's top-k (`ffn_moe_topk-<layer>`) and reads its ids;
+    /// a layer's ids of consecutive ubatches are joined in order.
+    pub fn routing_after(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+    ) -> Result<ModelRouting, PeerError> {
+        if tokens.is_empty() {
+            return Err(PeerError::Param("a prefill needs at least 1 token".into()));
+        }
+        let total = context.len() + tokens.len();
+        let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
+        self.probe_mut().start(ProbeMode::Idle);
+        timing::restore_context(self.context(true, total)?, context, n_batch, n_vocab, 0)?;
+        if let Some(e) = self.probe_mut().error.take() {
+            return Err(PeerError::Engine(format!("context prefill failed: {e}")));
+        }
+        self.probe_mut().start(ProbeMode::Routing);
+        let run = timing::run_batch(
+            self.context(true, total)?,
+            tokens,
+            context.len(),
+            n_batch,
+            n_vocab,
+        );
+        let probe = self.probe_mut();
+        probe.mode = ProbeMode::Idle;
+        let error = probe.error.take();
+        let read = std::mem::take(&mut probe.routing);
+        run?;
+        if let Some(e) = error {
+            return Err(PeerError::Engine(format!("routing capture failed: {e}")));
+        }
+        let mut by_layer: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+        let mut k = 0;
+        for (layer, kk, ids) in read {
+            k = kk;
+            by_layer.entry(layer).or_default().extend(ids);
+        }
+        let layers = by_layer
+            .into_iter()
+            .map(|(layer, ids)| LayerTable {
+                layer,
+                n_tokens: ids.len() / k.max(1),
+                ids,
+            })
+            .collect();
+        ModelRouting::new(
+            "llama.cpp".into(),
+            tokens.len(),
+            self.config.n_expert as usize,
+            k,
+            layers,
+        )
+        .map_err(|e| PeerError::Engine(format!("routing capture: {e}")))
+    }
+
     /// One prefill of `tokens` from a fresh state.
     pub fn run(&mut self, tokens: &[u32], mode: &RunMode) -> Result<RunOutcome, PeerError> {
         self.run_after(&[], tokens, mode)
@@ -613,6 +672,14 @@ impl Subject for LlamaPeer {
 
     fn time_op(&mut self, req: &OpTimingRequest<'_>) -> Result<Vec<f64>, SubjectError> {
         Ok(self.time_node(req)?)
+    }
+
+    fn model_routing(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+    ) -> Result<Option<ModelRouting>, SubjectError> {
+        Ok(Some(self.routing_after(context, tokens)?))
     }
 
     fn busy_reason(&mut self) -> Option<String> {

@@ -255,6 +255,7 @@ fn fill(
                 tally_ledger::routing::table_for(
                     req.routing,
                     req.recorded,
+                    req.layers,
                     tokens,
                     n_expert,
                     k_used,

@@ -35,7 +35,14 @@ pub(crate) enum ProbeMode {
         categories: BTreeSet<Category>,
         times: u32,
     },
+    /// Split at each MoE layer's top-k ids (`ffn_moe_topk-<layer>`) and read them back into
+    /// [`Probe::routing`].
+    Routing,
 }
+
+/// The name prefix llama.cpp gives the router's chosen experts (`cb(.., "ffn_moe_topk", il)`:
+/// `ffn_moe_topk-<il>`), a `[n_expert_used, n_tokens]` i32 view of the argsort.
+const TOPK_PREFIX: &[u8] = b"ffn_moe_topk-";
 
 /// One captured node with the graph execution it belongs to.
 #[derive(Debug, Clone)]
@@ -79,6 +86,9 @@ struct CacheEntry {
 pub(crate) struct Probe {
     pub mode: ProbeMode,
     pub captured: Vec<Captured>,
+    /// `Routing` mode: each top-k node's ids as read, in execution order: (layer, experts per
+    /// token, token-major ids).
+    pub routing: Vec<(u32, usize, Vec<u32>)>,
     pub counts: ProbeCounts,
     /// First failure inside the callback (the callback cannot return errors).
     pub error: Option<String>,
@@ -96,6 +106,7 @@ impl Probe {
         Probe {
             mode: ProbeMode::Idle,
             captured: Vec::new(),
+            routing: Vec::new(),
             counts: ProbeCounts::default(),
             error: None,
             replay: ReplayEngine::new(threads),
@@ -111,6 +122,7 @@ impl Probe {
     pub(crate) fn start(&mut self, mode: ProbeMode) {
         self.mode = mode;
         self.captured.clear();
+        self.routing.clear();
         self.counts = ProbeCounts::default();
         self.error = None;
         self.graph_index = 0;
@@ -196,6 +208,12 @@ impl Probe {
                     self.counts.work_nodes += u64::from(!noop);
                     false
                 }
+                ProbeMode::Routing => {
+                    // SAFETY: as above.
+                    let (_, noop, _) = unsafe { self.classify_live(t) };
+                    self.counts.work_nodes += u64::from(!noop);
+                    name.to_bytes().starts_with(TOPK_PREFIX)
+                }
                 ProbeMode::Capture => {
                     // SAFETY: as above.
                     let snap = unsafe { ffi::snapshot(t) };
@@ -229,6 +247,17 @@ impl Probe {
                 self.counts.in_node_ms += t.elapsed().as_secs_f64() * 1e3;
             }
             self.counts.observed += 1;
+            if self.mode == ProbeMode::Routing {
+                // SAFETY: the node was just computed and its backend synchronised.
+                match unsafe { read_topk(t) } {
+                    Ok(r) => self.routing.push(r),
+                    Err(e) => {
+                        self.error = Some(e);
+                        return false;
+                    }
+                }
+                return true;
+            }
             if let ProbeMode::Replay { times, .. } = self.mode {
                 // SAFETY: the node was just computed and its backend synchronised; it and its
                 // sources are live until the callback returns.
@@ -242,6 +271,53 @@ impl Probe {
             true
         }
     }
+}
+
+/// Reads a computed `ffn_moe_topk-<layer>` node: (layer, k, token-major ids), through its
+/// strides (it is a view of the argsort's wider rows).
+///
+/// # Safety
+/// `t` must be a live, computed node whose backend has been synchronised.
+unsafe fn read_topk(t: *const sys::ggml_tensor) -> Result<(u32, usize, Vec<u32>), String> {
+    // SAFETY: guaranteed by the caller; the name is a NUL-terminated array.
+    let (name, ty, ne, nb) = unsafe {
+        (
+            std::ffi::CStr::from_ptr((*t).name.as_ptr())
+                .to_string_lossy()
+                .into_owned(),
+            (*t).type_,
+            (*t).ne,
+            (*t).nb,
+        )
+    };
+    let layer = name
+        .as_bytes()
+        .strip_prefix(TOPK_PREFIX)
+        .and_then(|l| std::str::from_utf8(l).ok())
+        .and_then(|l| l.parse::<u32>().ok())
+        .ok_or_else(|| format!("top-k node `{name}` names no layer"))?;
+    if ty != sys::GGML_TYPE_I32 || ne[2] != 1 || ne[3] != 1 || ne[0] < 1 {
+        return Err(format!(
+            "top-k node `{name}` is not a [k, tokens] i32 tensor"
+        ));
+    }
+    let (k, tokens) = (ne[0] as usize, ne[1].max(0) as usize);
+    if tokens == 0 {
+        return Ok((layer, k, Vec::new()));
+    }
+    let bytes = crate::ggml::read_bytes(t);
+    let mut ids = Vec::with_capacity(k * tokens);
+    for tok in 0..tokens {
+        for j in 0..k {
+            let off = j * nb[0] + tok * nb[1];
+            let b = bytes
+                .get(off..off + 4)
+                .ok_or_else(|| format!("top-k node `{name}`: strides past its bytes"))?;
+            let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            ids.push(u32::try_from(v).map_err(|_| format!("top-k node `{name}`: expert {v}"))?);
+        }
+    }
+    Ok((layer, k, ids))
 }
 
 /// Classifies a snapshotted node with the mapping table.

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use tally_ledger::Category;
 use tally_ledger::deadwork::dead_work;
@@ -348,6 +348,36 @@ fn replay_leaves_the_outputs_bit_identical() {
     );
 }
 
+/// llama.cpp's own routing of a prompt, read from its `ffn_moe_topk-<layer>` nodes (a strided
+/// view of the argsort), equals the routing tally's CPU reference records for the same file
+/// and prompt, after a context and over several ubatches: the cross-check the ledger makes
+/// before feeding tally's tables to both engines.
+#[test]
+fn llama_cpp_routing_equals_tally_reference_routing() {
+    let path = tiny();
+    let mut p = peer(
+        path,
+        PeerParams {
+            n_ubatch: 16,
+            ..params()
+        },
+    );
+    let tokens = prompt(&p, 45, 21);
+    let (context, batch) = tokens.split_at(5);
+    let got = p.routing_after(context, batch).unwrap();
+    assert_eq!((got.recorded_by.as_str(), got.n_tokens), ("llama.cpp", 40));
+    let model = Arc::new(tally_model::Model::open(path).unwrap());
+    let cpu = tally_engine::cpu::CpuBackend::new(model.clone(), 1).unwrap();
+    let session = tally_engine::Session::new(model, cpu, 64).unwrap();
+    let mut tally = tally_engine::subject::TallySubject::new(session, "test".into());
+    let want = tally.model_routing(context, batch).unwrap().unwrap();
+    let a = tally_ledger::routing::agreement(&want, &got);
+    // Every whole-batch layer compared (llama.cpp may route its last layer's rows unpruned).
+    let whole = want.layers.iter().filter(|t| t.n_tokens == 40).count();
+    assert!(a.layers >= whole && whole >= 3, "{a:?}");
+    assert_eq!(a.equal_sets, a.sets, "{a:?}");
+}
+
 #[test]
 fn standalone_timing_of_matmuls_and_routed_experts() {
     let mut p = peer(tiny(), params());
@@ -361,6 +391,7 @@ fn standalone_timing_of_matmuls_and_routed_experts() {
         node,
         routing,
         recorded: None,
+        layers: &[],
         seed: 3,
         warmup: 1,
         reps: 3,
@@ -379,28 +410,42 @@ fn standalone_timing_of_matmuls_and_routed_experts() {
             assert_eq!(s.len(), 3);
             assert!(s.iter().all(|&ms| ms.is_finite() && ms > 0.0), "{s:?}");
         }
-        // `model`: the recorded table the ledger hands every engine, checked against the op.
+        // `model`: the recorded routing the ledger hands every engine, its table checked
+        // against the op.
         let e = p.time_op(&req(moe, Routing::Model)).unwrap_err();
         assert!(e.to_string().contains("routing `model`"), "{e}");
         let k = g.engine.model.n_experts_used as usize;
         let n_experts = g.engine.model.n_experts;
         let table: Vec<u32> = (0..64 * k as u32).map(|i| (i * 5) % n_experts).collect();
-        let whole = OpTimingRequest {
-            recorded: Some(&table),
+        let layer = |n_tokens, ids: &[u32]| tally_ledger::routing::LayerTable {
+            layer: moe.layer.unwrap(),
+            n_tokens,
+            ids: ids.to_vec(),
+        };
+        let whole = tally_ledger::routing::ModelRouting::new(
+            "t".into(),
+            64,
+            n_experts as usize,
+            k,
+            vec![layer(64, &table)],
+        )
+        .unwrap();
+        let fed = OpTimingRequest {
+            recorded: Some(&whole),
             ..req(moe, Routing::Model)
         };
-        let s = p.time_op(&whole).unwrap();
-        assert_eq!(s.len(), 3);
-        let short = OpTimingRequest {
-            recorded: Some(&table[k..]),
+        assert_eq!(p.time_op(&fed).unwrap().len(), 3);
+        // A routing of another prompt length has no table of the op's 64 tokens.
+        let mut other = whole.clone();
+        other.layers[0] = layer(63, &table[k..]);
+        let fed = OpTimingRequest {
+            recorded: Some(&other),
             ..req(moe, Routing::Model)
         };
-        let e = p.time_op(&short).unwrap_err();
+        let e = p.time_op(&fed).unwrap_err();
         assert!(
-            e.to_string().contains(&format!(
-                "{} ids recorded, the op routes 64 tokens x {k} experts",
-                table.len() - k
-            )),
+            e.to_string()
+                .contains("no recorded layer routed 64 tokens, as the op does"),
             "{e}"
         );
     }
@@ -512,6 +557,7 @@ fn bad_inputs_are_errors_with_clear_text() {
         node: &node,
         routing: Routing::Realistic,
         recorded: None,
+        layers: &[],
         seed: 0,
         warmup: 0,
         reps: 1,

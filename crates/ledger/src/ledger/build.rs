@@ -249,6 +249,10 @@ pub(crate) fn over_peak(s: &Side) -> bool {
     s.gbps_of_peak_ratio.is_some_and(|x| x > 1.0) || s.tflops_of_peak_ratio.is_some_and(|x| x > 1.0)
 }
 
+/// The share of equal (layer, token) expert sets below which two engines' routings of one
+/// prompt are said to differ (near-ties flip a few sets: f16 and f32 roundings of the router).
+pub(crate) const ROUTING_AGREEMENT_MIN: f64 = 0.95;
+
 fn warnings(
     a: &Measurement,
     b: &Measurement,
@@ -298,6 +302,25 @@ fn warnings(
             w.push(format!(
                 "{name} noise gate ran out of retries: some figures come from a busy or noisy machine"
             ));
+        }
+    }
+    // Both sides' standalone MoE ops were fed one engine's routing: fair only where the other
+    // engine's own router agrees (near-ties aside).
+    let mut seen = Vec::new();
+    for m in [a, b] {
+        for g in m.opbench.iter().flat_map(|o| &o.routing_agreement) {
+            if g.equal_share() < ROUTING_AGREEMENT_MIN && !seen.contains(&(&g.a, &g.b)) {
+                seen.push((&g.a, &g.b));
+                w.push(format!(
+                    "{}'s own routing of the prompt differs from {}'s (the table both engines' \
+                     standalone MoE ops were fed) in {} of {} token expert sets: the standalone \
+                     MoE rows compare the engines on a routing one of them does not choose",
+                    g.b,
+                    g.a,
+                    g.sets - g.equal_sets,
+                    g.sets
+                ));
+            }
         }
     }
     // A rate above the measured ceiling means the ceiling is wrong, not that the code beats it.
@@ -428,14 +451,43 @@ pub fn build_ledger_with(a: &Measurement, b: &Measurement, cfg: &LedgerConfig) -
     }
     for (name, m) in [("A", a), ("B", b)] {
         if let Some(o) = &m.opbench {
+            let recorded = o
+                .routing_tables
+                .iter()
+                .find_map(|t| Some((t.recorded_by.as_ref()?, t.layer?)))
+                .map_or_else(String::new, |(by, layer)| {
+                    format!(" (recorded by {by}; each op with its layers' median table, e.g. layer {layer})")
+                });
             notes.push(format!(
-                "{name} standalone routed (MoE) ops timed with {} routing{}",
+                "{name} standalone routed (MoE) ops timed with {} routing{recorded}{}",
                 o.routing.name(),
                 if o.first_k_ops.is_empty() {
                     ""
                 } else {
                     "; first-k figures shown beside them"
                 }
+            ));
+        }
+    }
+    // The cross-check of the recorded routing (the same in both measurements when measured
+    // together: shown once).
+    let mut shown = Vec::new();
+    for g in [a, b]
+        .into_iter()
+        .filter_map(|m| m.opbench.as_ref())
+        .flat_map(|o| &o.routing_agreement)
+    {
+        if !shown.contains(&g) {
+            shown.push(g);
+            notes.push(format!(
+                "routing agreement: {}'s own router chose the same experts as {}'s in {} of {} \
+                 token sets ({:.2}%) over {} MoE layers",
+                g.b,
+                g.a,
+                g.equal_sets,
+                g.sets,
+                100.0 * g.equal_share(),
+                g.layers
             ));
         }
     }

@@ -424,6 +424,20 @@ fn measurement(m: &Measurement, md: bool) -> String {
                 source
             ));
         }
+        for g in &o.routing_agreement {
+            out.push_str(&format!(
+                "Routing agreement: {}'s own router chose the same experts as {}'s in {} of {} \
+                 token sets ({:.2}%, {} MoE layers; {} of {} token-expert pairs)\n",
+                g.b,
+                g.a,
+                g.equal_sets,
+                g.sets,
+                100.0 * g.equal_share(),
+                g.layers,
+                g.shared_pairs,
+                g.pairs
+            ));
+        }
         for u in &o.unsupported {
             out.push_str(&format!(
                 "Not timed: {} ({} nodes): {}\n",

@@ -139,7 +139,9 @@ fn routing_report(
 
 /// `--routing-table`: the median layer's table as text (see the option's help).
 fn write_routing_table(path: &Path, rec: &ModelRouting, what: &str) -> Result<()> {
-    let t = rec.pick(&[]);
+    let t = rec
+        .pick(&[], rec.n_tokens)
+        .ok_or_else(|| anyhow::anyhow!("no MoE layer routed the whole prompt"))?;
     let busiest = expert_histogram(&t.ids, rec.n_experts)?.max_tokens_per_expert;
     let mut out = format!(
         "# tally routing table: the model's routing of {what}, layer {} (the median MoE layer by \
