@@ -121,6 +121,13 @@ ab_start() {
     D=/tmp
     [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
 }
+# synth_35b MIX: after ab_start, the 35B-A3B synth file of MIX (seed 1, pool fill) at $D/MIX.gguf,
+# written unless a call before this one on the same machine left it there; F is its path.
+synth_35b() {
+    F=$D/$1.gguf
+    [ -f "$F" ] || "$N" synth --preset 35b-a3b --quant "$1" --seed 1 --fill pool --out "$F" > "$OUT/synth-$1.log" 2>&1
+    row "synth $1" "$(el)"
+}
 # ab TAG FILE BENCH-ARGS...: `tally bench` of FILE, base ($B) / new ($N) (/ arm3: $N with ARM3's
 # settings, e.g. ARM3="TALLY_X32=off") alternated twice, into $OUT/TAG-<v>-<round>.json, a row
 # each; runs other than TAG pp start only while the call is under AB_UNTIL seconds (480).

@@ -18,9 +18,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s43 s43a
-F=$D/q4km.gguf
-"$N" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out "$F" > "$OUT/synth.log" 2>&1
-row "synth q4_k_m" "$(el)"
+synth_35b q4_k_m
 R=$OUT/routing-512.txt
 "$N" run --model "$F" --backend cuda --tokens 512 --routing --routing-table "$R" -o json > "$OUT/run-routing-512.json" 2> "$OUT/run-routing-512.err"
 row "run --routing-table 512" "rc=$? $(sed -n 1p "$R" | cut -c1-150) ($(el))"

@@ -8,9 +8,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s43b s43a
-F=$D/q4km.gguf
-[ -f "$F" ] || "$N" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out "$F" > "$OUT/synth.log" 2>&1
-row "synth q4_k_m" "$(el)"
+synth_35b q4_k_m
 timeout 200 "$N" ledger --model "$F" --backend cuda --peer self -p 512 -r 3 --routing realistic \
     --out-dir "$OUT/ledger-pp512-realistic" > "$OUT/ledger-pp512-realistic.log" 2>&1
 row "ledger pp512 self, routing realistic" "rc=$? ($(el))"

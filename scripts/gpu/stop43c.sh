@@ -9,8 +9,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s43c s43a
-F=$D/q4km.gguf
-[ -f "$F" ] || "$N" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --out "$F" > "$OUT/synth.log" 2>&1
+synth_35b q4_k_m
 R=/tmp/s43/routing-512.txt
 [ -f "$R" ] || { R=$OUT/routing-512.txt; "$N" run --model "$F" --backend cuda --tokens 512 --routing --routing-table "$R" > /dev/null 2>&1; }
 row "routing table" "$R ($(el))"

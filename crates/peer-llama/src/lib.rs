@@ -440,26 +440,12 @@ impl LlamaPeer {
         if tokens.is_empty() {
             return Err(PeerError::Param("a prefill needs at least 1 token".into()));
         }
-        let total = context.len() + tokens.len();
-        let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
-        self.probe_mut().start(ProbeMode::Idle);
-        timing::restore_context(self.context(true, total)?, context, n_batch, n_vocab, 0)?;
-        if let Some(e) = self.probe_mut().error.take() {
-            return Err(PeerError::Engine(format!("context prefill failed: {e}")));
-        }
-        self.probe_mut().start(ProbeMode::Routing);
-        let run = timing::run_batch(
-            self.context(true, total)?,
-            tokens,
-            context.len(),
-            n_batch,
-            n_vocab,
-        );
+        let run = self.probed_batch(context, tokens, ProbeMode::Routing, 0);
         let probe = self.probe_mut();
         probe.mode = ProbeMode::Idle;
         let error = probe.error.take();
         let read = std::mem::take(&mut probe.routing);
-        run?;
+        run??;
         if let Some(e) = error {
             return Err(PeerError::Engine(format!("routing capture failed: {e}")));
         }
@@ -485,6 +471,34 @@ impl LlamaPeer {
             layers,
         )
         .map_err(|e| PeerError::Engine(format!("routing capture: {e}")))
+    }
+
+    /// In the instrumented context: restores the state `context` leaves with the probe idle
+    /// (untimed; `tail` as `timing::restore_context` takes it), then runs `tokens` with the
+    /// probe in `mode`. The outer error is the restore's; the inner one the run's, returned for
+    /// the caller to report after it has read (and reset) the probe.
+    fn probed_batch(
+        &mut self,
+        context: &[u32],
+        tokens: &[u32],
+        mode: ProbeMode,
+        tail: usize,
+    ) -> Result<Result<(f64, u64), PeerError>, PeerError> {
+        let total = context.len() + tokens.len();
+        let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
+        self.probe_mut().start(ProbeMode::Idle);
+        timing::restore_context(self.context(true, total)?, context, n_batch, n_vocab, tail)?;
+        if let Some(e) = self.probe_mut().error.take() {
+            return Err(PeerError::Engine(format!("context prefill failed: {e}")));
+        }
+        self.probe_mut().start(mode);
+        Ok(timing::run_batch(
+            self.context(true, total)?,
+            tokens,
+            context.len(),
+            n_batch,
+            n_vocab,
+        ))
     }
 
     /// One prefill of `tokens` from a fresh state.
@@ -515,36 +529,25 @@ impl LlamaPeer {
         if tokens.is_empty() {
             return Err(PeerError::Param("a prefill needs at least 1 token".into()));
         }
-        let total = context.len() + tokens.len();
-        let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
-        if probed {
-            self.probe_mut().start(ProbeMode::Idle);
-        }
         let tail = if tokens.len() == 1 {
             timing::STEP_WARMUP
         } else {
             0
         };
-        timing::restore_context(
-            self.context(probed, total)?,
-            context,
-            n_batch,
-            n_vocab,
-            tail,
-        )?;
-        if probed {
-            if let Some(e) = self.probe_mut().error.take() {
-                return Err(PeerError::Engine(format!("context prefill failed: {e}")));
-            }
-            self.probe_mut().start(probe_mode);
-        }
-        let run = timing::run_batch(
-            self.context(probed, total)?,
-            tokens,
-            context.len(),
-            n_batch,
-            n_vocab,
-        );
+        let run = if probed {
+            self.probed_batch(context, tokens, probe_mode, tail)?
+        } else {
+            let total = context.len() + tokens.len();
+            let (n_batch, n_vocab) = (self.params.n_batch, self.config.n_vocab);
+            timing::restore_context(self.context(false, total)?, context, n_batch, n_vocab, tail)?;
+            timing::run_batch(
+                self.context(false, total)?,
+                tokens,
+                context.len(),
+                n_batch,
+                n_vocab,
+            )
+        };
         if !probed {
             let (wall_ms, digest) = run?;
             let w = Workload {

@@ -771,6 +771,9 @@ fn run_reports_the_routing_of_each_moe_layer() {
     let m = synth(dir.path(), "t.gguf", &[])
         .to_string_lossy()
         .into_owned();
+    // With --routing-table: the median whole-prompt layer's table (by busiest expert) as text,
+    // checked below against the JSON's layers.
+    let table = dir.path().join("routing.txt");
     let o = tally(&[
         "run",
         "--model",
@@ -778,6 +781,8 @@ fn run_reports_the_routing_of_each_moe_layer() {
         "--tokens",
         "40",
         "--routing",
+        "--routing-table",
+        &table.to_string_lossy(),
         "-o",
         "json",
     ]);
@@ -806,21 +811,6 @@ fn run_reports_the_routing_of_each_moe_layer() {
         assert!(l["tiles32"].as_u64() >= touched, "{l}");
     }
     assert_eq!(pairs(&r["uniform"]), 80, "{r}");
-    // --routing-table: the median whole-prompt layer's table (by busiest expert), as text.
-    let table = dir.path().join("routing.txt");
-    let o = tally(&[
-        "run",
-        "--model",
-        &m,
-        "--tokens",
-        "40",
-        "--routing",
-        "--routing-table",
-        &table.to_string_lossy(),
-        "-o",
-        "json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&table).expect("table written");
     let mut lines = text.lines().filter(|l| !l.starts_with('#'));
     assert_eq!(lines.next(), Some("40 2 8"), "{text}");
