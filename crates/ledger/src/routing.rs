@@ -217,10 +217,11 @@ pub struct RoutingAgreement {
 }
 
 impl RoutingAgreement {
-    /// Share of equal sets (1 when nothing was compared).
+    /// Share of equal sets (0 when nothing could be compared: a different k, or no layer of
+    /// the same token count, is no agreement).
     pub fn equal_share(&self) -> f64 {
         if self.sets == 0 {
-            1.0
+            0.0
         } else {
             self.equal_sets as f64 / self.sets as f64
         }
@@ -550,6 +551,14 @@ mod tests {
         assert_eq!((g.layers, g.sets, g.equal_sets), (2, 4, 3));
         assert_eq!((g.pairs, g.shared_pairs), (8, 7));
         assert_eq!(g.equal_share(), 0.75);
+        // A different k compares nothing, and nothing compared is no agreement.
+        let top1 = LayerTable {
+            n_tokens: 3,
+            ..layer(0, &[0, 1, 2])
+        };
+        let c = ModelRouting::new("c".into(), 3, 6, 1, vec![top1]).unwrap();
+        let g = agreement(&a, &c);
+        assert_eq!((g.sets, g.equal_share()), (0, 0.0));
     }
 
     #[test]

@@ -311,6 +311,15 @@ fn warnings(
         for g in m.opbench.iter().flat_map(|o| &o.routing_agreement) {
             if g.equal_share() < ROUTING_AGREEMENT_MIN && !seen.contains(&(&g.a, &g.b)) {
                 seen.push((&g.a, &g.b));
+                if g.sets == 0 {
+                    w.push(format!(
+                        "{}'s own routing of the prompt could not be compared with {}'s (the \
+                         table both engines' standalone MoE ops were fed): no layer with the \
+                         same experts per token and token count",
+                        g.b, g.a
+                    ));
+                    continue;
+                }
                 w.push(format!(
                     "{}'s own routing of the prompt differs from {}'s (the table both engines' \
                      standalone MoE ops were fed) in {} of {} token expert sets: the standalone \
