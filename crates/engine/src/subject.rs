@@ -316,12 +316,8 @@ pub fn model_routing_of(
         };
         // The ids travel as f32 (exact below 2^24); a value that is not a valid id is an
         // error for ModelRouting::new to report.
-        let ids: Vec<u32> = v.iter().map(|&x| x as u32).collect();
-        layers.push(LayerTable {
-            layer: layer as u32,
-            n_tokens: ids.len() / k.max(1),
-            ids,
-        });
+        let ids = v.iter().map(|&x| x as u32).collect();
+        layers.push(LayerTable::of(layer as u32, k, ids));
     }
     ModelRouting::new("tally".into(), plan.n_tokens, n_experts, k, layers)
         .map_err(|e| EngineError::Internal(e.to_string()))

@@ -76,6 +76,18 @@ pub struct LayerTable {
     pub ids: Vec<u32>,
 }
 
+impl LayerTable {
+    /// Layer `layer`'s table of `ids`, `k` a token: its token count follows from them
+    /// ([`ModelRouting::new`] checks that they divide).
+    pub fn of(layer: u32, k: usize, ids: Vec<u32>) -> LayerTable {
+        LayerTable {
+            layer,
+            n_tokens: ids.len() / k.max(1),
+            ids,
+        }
+    }
+}
+
 impl ModelRouting {
     /// Checks the tables (at least one of all `n_tokens` tokens; distinct layers, sorted; each
     /// of at most `n_tokens` tokens with `k` ids a token, every id below `n_experts`, a token's

@@ -457,11 +457,7 @@ impl LlamaPeer {
         }
         let layers = by_layer
             .into_iter()
-            .map(|(layer, ids)| LayerTable {
-                layer,
-                n_tokens: ids.len() / k.max(1),
-                ids,
-            })
+            .map(|(layer, ids)| LayerTable::of(layer, k, ids))
             .collect();
         ModelRouting::new(
             "llama.cpp".into(),

@@ -351,31 +351,34 @@ fn replay_leaves_the_outputs_bit_identical() {
 /// llama.cpp's own routing of a prompt, read from its `ffn_moe_topk-<layer>` nodes (a strided
 /// view of the argsort), equals the routing tally's CPU reference records for the same file
 /// and prompt, after a context and over several ubatches: the cross-check the ledger makes
-/// before feeding tally's tables to both engines.
+/// before feeding tally's tables to both engines. On a tally synth file and on a file made by
+/// llama.cpp's own converter (4 experts top-2, with its MTP block, which a prefill does not run).
 #[test]
 fn llama_cpp_routing_equals_tally_reference_routing() {
-    let path = tiny();
-    let mut p = peer(
-        path,
-        PeerParams {
-            n_ubatch: 16,
-            ..params()
-        },
-    );
-    let tokens = prompt(&p, 45, 21);
-    let (context, batch) = tokens.split_at(5);
-    let got = p.routing_after(context, batch).unwrap();
-    assert_eq!((got.recorded_by.as_str(), got.n_tokens), ("llama.cpp", 40));
-    let model = Arc::new(tally_model::Model::open(path).unwrap());
-    let cpu = tally_engine::cpu::CpuBackend::new(model.clone(), 1).unwrap();
-    let session = tally_engine::Session::new(model, cpu, 64).unwrap();
-    let mut tally = tally_engine::subject::TallySubject::new(session, "test".into());
-    let want = tally.model_routing(context, batch).unwrap().unwrap();
-    let a = tally_ledger::routing::agreement(&want, &got);
-    // Every whole-batch layer compared (llama.cpp may route its last layer's rows unpruned).
-    let whole = want.layers.iter().filter(|t| t.n_tokens == 40).count();
-    assert!(a.layers >= whole && whole >= 3, "{a:?}");
-    assert_eq!(a.equal_sets, a.sets, "{a:?}");
+    let conv = common::converter_fixture("conv-a-mtp-q8_0.gguf");
+    for path in [tiny(), conv.as_path()] {
+        let mut p = peer(
+            path,
+            PeerParams {
+                n_ubatch: 16,
+                ..params()
+            },
+        );
+        let tokens = prompt(&p, 45, 21);
+        let (context, batch) = tokens.split_at(5);
+        let got = p.routing_after(context, batch).unwrap();
+        assert_eq!((got.recorded_by.as_str(), got.n_tokens), ("llama.cpp", 40));
+        let model = Arc::new(tally_model::Model::open(path).unwrap());
+        let cpu = tally_engine::cpu::CpuBackend::new(model.clone(), 1).unwrap();
+        let session = tally_engine::Session::new(model, cpu, 64).unwrap();
+        let mut tally = tally_engine::subject::TallySubject::new(session, "test".into());
+        let want = tally.model_routing(context, batch).unwrap().unwrap();
+        let a = tally_ledger::routing::agreement(&want, &got);
+        // Every whole-batch layer compared (llama.cpp routes its last layer's rows unpruned).
+        let whole = want.layers.iter().filter(|t| t.n_tokens == 40).count();
+        assert!(a.layers >= whole && whole >= 3, "{}: {a:?}", path.display());
+        assert_eq!(a.equal_sets, a.sets, "{}: {a:?}", path.display());
+    }
 }
 
 #[test]
