@@ -99,6 +99,21 @@ pub fn e2e_pair(
     Ok((v.remove(0), rb))
 }
 
+/// The prompt every protocol of workload `w` runs on `subjects`: context and batch, random ids
+/// below the smallest vocabulary among them, from `seed`.
+pub(crate) fn measured_prompt(
+    subjects: &[&mut dyn Subject],
+    w: Workload,
+    seed: u64,
+) -> Result<Vec<u32>, LedgerError> {
+    let vocab = subjects
+        .iter()
+        .map(|s| s.info().model.n_vocab)
+        .min()
+        .unwrap_or(0);
+    prompt_tokens(w.total(), vocab, seed)
+}
+
 /// End-to-end runs of any number of subjects, interleaved.
 pub fn e2e_many(
     subjects: &mut [&mut dyn Subject],
@@ -112,16 +127,11 @@ pub fn e2e_many(
     let n_gen = u32::try_from(cfg.n_gen)
         .map_err(|_| LedgerError::Config("e2e: n_gen does not fit in 32 bits".into()))?;
     let engines: Vec<String> = subjects.iter().map(|s| s.info().engine).collect();
-    let vocab = subjects
-        .iter()
-        .map(|s| s.info().model.n_vocab)
-        .min()
-        .unwrap_or(0);
     let w = Workload {
         n_past: cfg.n_past,
         n_tokens: cfg.n_tokens,
     };
-    let tokens = prompt_tokens(w.total(), vocab, cfg.seed)?;
+    let tokens = measured_prompt(subjects, w, cfg.seed)?;
     let prompt = Prompt::split(&tokens, w.n_past);
     let (what, label) = if w.is_prefill() {
         ("e2e: prefill".to_string(), "prefill".to_string())

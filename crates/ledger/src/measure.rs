@@ -5,14 +5,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::deadwork::{DeadWorkReport, dead_work};
-use crate::e2e::{E2eConfig, E2eReport, e2e_many};
+use crate::e2e::{E2eConfig, E2eReport, e2e_many, measured_prompt};
 use crate::error::LedgerError;
 use crate::gate::{Action, GroupRecord};
 use crate::graph::{GraphReport, check_graph};
 use crate::noise::NoiseConfig;
 use crate::opbench::{OpbenchConfig, OpbenchReport, opbench};
 use crate::replay::{ReplayConfig, ReplayReport, replay_many};
-use crate::rng::prompt_tokens;
 use crate::routing::{ModelRouting, RoutingAgreement, agreement};
 use crate::schema::{EngineInfo, GraphExport, MachineInfo, Routing, SCHEMA_VERSION};
 use crate::subject::{RunMode, Subject, Workload};
@@ -315,12 +314,7 @@ fn record_routing(
     w: Workload,
     seed: u64,
 ) -> Result<(ModelRouting, Vec<RoutingAgreement>), LedgerError> {
-    let vocab = subjects
-        .iter()
-        .map(|s| s.info().model.n_vocab)
-        .min()
-        .unwrap_or(0);
-    let tokens = prompt_tokens(w.total(), vocab, seed)?;
+    let tokens = measured_prompt(subjects, w, seed)?;
     let (context, batch) = tokens.split_at(w.n_past);
     let mut first: Option<ModelRouting> = None;
     let mut agreements = Vec::new();
