@@ -31,6 +31,11 @@ c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/s
     lab/gemm/emu/emu_test.cpp -o target/gemm_emu
 target/gemm_emu pieces
 target/delta_emu
+# The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
+# loop forms against norm_rows at 128 threads; lab/norm/emu_test.cpp; a second to build and run).
+c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+    lab/norm/emu_test.cpp -o target/norm_emu
+target/norm_emu
 # The server's load tests (N concurrent streams for T seconds): what they measured.
 for f in target/serve-e2e/*.json; do
     if [ -f "$f" ]; then echo "serve load test ($f): $(tr -d '\n ' < "$f")"; fi

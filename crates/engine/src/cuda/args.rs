@@ -35,6 +35,8 @@ pub struct NormArgs {
     pub cols2: i32,
     pub scale2: f32,
     pub blocks1: i32,
+    /// 1: `norm_rows_w`'s loop form where its register form would run (`TALLY_NORM=warp-loop`).
+    pub no_regs: i32,
 }
 
 impl NormArgs {
@@ -69,6 +71,7 @@ impl NormArgs {
             cols2: 0,
             scale2: 0.0,
             blocks1: 0,
+            no_regs: 0,
         }
     }
 }
@@ -545,7 +548,7 @@ pub fn layout_asserts(source: &str) -> String {
         "norm" => [
             layout!(NormArgs {
                 x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2, gate, ldgate, x2, ldx2, y2, ldy2,
-                rows2, cols2, scale2, blocks1
+                rows2, cols2, scale2, blocks1, no_regs
             }),
             layout!(AddNormArgs {
                 a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, skip_a, gx,

@@ -73,6 +73,10 @@ pub struct CudaOptions {
     /// bit the same outputs); `TALLY_NORM=block` runs them one block each (`norm_rows`), for
     /// A/B runs and digest checks.
     pub norm_warp: bool,
+    /// `norm_rows_w`'s register form (groups of at most 256 columns: every input of a lane
+    /// loaded before the reduction, x read once; bit for bit the loop form); off with
+    /// `TALLY_NORM=warp-loop`, for A/B runs.
+    pub norm_warp_regs: bool,
     /// `add_rms_norm`'s register form (rows of at most 4 values a thread at 1,024 threads, 8 at
     /// 256: every input loaded before any output is written, bit for bit the loop form); off
     /// with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
@@ -198,6 +202,7 @@ impl Default for CudaOptions {
             prefetch: true,
             gemv_blocks: [2; 4],
             norm_warp: true,
+            norm_warp_regs: true,
             add_norm_regs: true,
             gemvr: true,
             wgx: true,
@@ -310,7 +315,12 @@ impl CudaOptions {
                 _ => return Err(bad("TALLY_GEMV_BLOCKS", &v, want)),
             }
         }
-        o.norm_warp = !either("TALLY_NORM", "warp", "block")?;
+        match get("TALLY_NORM").as_deref() {
+            None | Some("") | Some("warp") => {}
+            Some("warp-loop") => o.norm_warp_regs = false,
+            Some("block") => o.norm_warp = false,
+            Some(v) => return Err(bad("TALLY_NORM", v, "warp, warp-loop or block")),
+        }
         match get("TALLY_ADD_NORM").as_deref() {
             None | Some("") | Some("skip") => {}
             Some("regs") => o.add_norm_skip = false,
@@ -434,7 +444,14 @@ impl CudaOptions {
                 "gemv_blocks={}",
                 self.gemv_blocks.map(|b| b.to_string()).join(",")
             ),
-            format!("norm={}", if self.norm_warp { "warp" } else { "block" }),
+            format!(
+                "norm={}",
+                match (self.norm_warp, self.norm_warp_regs) {
+                    (false, _) => "block",
+                    (true, true) => "warp",
+                    (true, false) => "warp-loop",
+                }
+            ),
             format!(
                 "add_norm={}",
                 match (self.add_norm_regs, self.add_norm_skip) {
@@ -610,6 +627,11 @@ mod tests {
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())
         );
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
+        let n = opts(&[("TALLY_NORM", "warp-loop")]).expect("options");
+        assert!(
+            n.norm_warp && !n.norm_warp_regs && n.describe().contains(&"norm=warp-loop".into())
+        );
+        assert!(opts(&[]).expect("defaults").norm_warp_regs);
         let d = opts(&[("TALLY_NO_FUSE", "delta")]).expect("options");
         assert!(d.fuse && !d.fuse_delta);
         assert!(d.describe().contains(&"fuse=on-but-delta".to_string()));

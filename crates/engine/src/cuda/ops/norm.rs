@@ -95,6 +95,8 @@ pub(crate) unsafe fn launch_norm_rows(
     // One warp a group pays where the groups are many (prefill: tens of thousands); at decode
     // (a few dozen) a block each spreads their loads over more multiprocessors.
     let many = blocks >= 4 * b.props.sm_count;
+    let mut a = *a;
+    a.no_regs = i32::from(!b.options.norm_warp_regs);
     let (kernel, grid, block) = if threads == 128 && many && b.options.norm_warp {
         let per = NORM_W_GROUPS as u32;
         (b.kernels.norm_rows_w, blocks.div_ceil(per), 32 * per)
@@ -104,5 +106,5 @@ pub(crate) unsafe fn launch_norm_rows(
     // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build); the caller
     // vouches for the memory it points at; norm_rows_w's warps past the last (row, group)
     // return (norm_job), as norm_rows' blocks do.
-    unsafe { launch(kernel, (grid, 1, 1), (block, 1, 1), 0, b.cu_stream(), a) }
+    unsafe { launch(kernel, (grid, 1, 1), (block, 1, 1), 0, b.cu_stream(), &a) }
 }
