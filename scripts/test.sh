@@ -32,10 +32,14 @@ c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/s
 target/gemm_emu pieces
 target/delta_emu
 # The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
-# loop forms against norm_rows at 128 threads; lab/norm/emu_test.cpp; a second to build and run).
-c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
-    lab/norm/emu_test.cpp -o target/norm_emu
-target/norm_emu
+# loop forms against norm_rows at 128 threads; add_rms_norm's register form, its loads as the
+# engine builds it by default and with TALLY_ADD_NORM_LOADS=early and =late, against its loop
+# form; lab/norm/emu_test.cpp; seconds to build and run).
+for d in -DTALLY_ADD_NORM_DEFAULT -DTALLY_ADD_NORM_DECODE_EARLY -DTALLY_ADD_NORM_LATE; do
+    c++ -O2 -std=c++17 -ffp-contract=off -pthread "$d" -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+        lab/norm/emu_test.cpp -o target/norm_emu
+    target/norm_emu
+done
 # The server's load tests (N concurrent streams for T seconds): what they measured.
 for f in target/serve-e2e/*.json; do
     if [ -f "$f" ]; then echo "serve load test ($f): $(tr -d '\n ' < "$f")"; fi

@@ -5,7 +5,11 @@
 //     loop form (`no_regs`, TALLY_NORM=warp-loop) against norm_rows at 128 threads (TALLY_NORM=block),
 //     for RMS and L2 norms, with and without the fused gate and the second norm, at group widths
 //     the model uses (128, 256) and others (32, 96, 200, 320: the loop form past 256);
-//   - every output written (outputs are NaN-poisoned first) and nothing past the view's columns.
+//   - every output written (outputs are NaN-poisoned first) and nothing past the view's columns;
+//   - add_rms_norm (1,024 threads: decode) and add_rms_norm_256 (prefill): the register form
+//     (as built by default, or with -DTALLY_ADD_NORM_DECODE_EARLY / -DTALLY_ADD_NORM_LATE)
+//     against the loop form (`no_regs`, what the unfused launches equal), with the MoE combine
+//     (8 and 6 experts), the shared-expert gate, the second add, and partial rows.
 // Build and run (from the repository root; a few seconds):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/norm/emu_test.cpp -o /tmp/norm_emu && /tmp/norm_emu
@@ -97,6 +101,102 @@ size_t differ(const std::vector<float>& a, const std::vector<float>& b) {
     return n;
 }
 
+struct AddCase {
+    int threads, rows, cols, ek;
+    bool gate, c, mid, skip_a;
+};
+
+// One add_rms_norm launch (the register form unless loop) over copies of the inputs: every
+// buffer it may write, as written.
+struct AddOut {
+    std::vector<float> a, mid, sum, y, gb;
+};
+
+AddOut run_add(const AddCase& t, bool loop, const std::vector<float>& a0, const std::vector<float>& b,
+               const std::vector<float>& c, const std::vector<float>& w, const std::vector<float>& gx,
+               const std::vector<float>& gw, const std::vector<float>& ey, const std::vector<float>& ew, int ld) {
+    AddOut o;
+    o.a = a0;  // the combine's output a (written unless skipped), or an input
+    std::vector<float> bd = b, cd = c, wd = w, gxd = gx, gwd = gw, eyd = ey, ewd = ew;
+    o.mid.assign(size_t(t.rows) * ld, NAN);
+    o.sum.assign(size_t(t.rows) * ld, NAN);
+    o.y.assign(size_t(t.rows) * ld, NAN);
+    o.gb.assign(size_t(t.rows) * ld, NAN);
+    AddNormArgs p{};
+    p.a = o.a.data();
+    p.lda = ld;
+    p.b = bd.data();
+    p.ldb = ld;
+    p.c = t.c ? cd.data() : nullptr;
+    p.ldc = ld;
+    p.mid = t.c && t.mid ? o.mid.data() : nullptr;
+    p.ldm = ld;
+    p.sum = o.sum.data();
+    p.lds = ld;
+    p.w = wd.data();
+    p.y = o.y.data();
+    p.ldy = ld;
+    p.rows = t.rows;
+    p.cols = t.cols;
+    p.eps = 1e-6f;
+    p.skip_a = t.skip_a ? 1 : 0;
+    p.gx = t.gate ? gxd.data() : nullptr;
+    p.ldgx = ld;
+    p.gw = gwd.data();
+    p.gb = t.gate && t.mid ? o.gb.data() : nullptr;
+    p.ldgb = ld;
+    p.ey = t.ek ? eyd.data() : nullptr;
+    p.ldey = ld;
+    p.ew = ewd.data();
+    p.ldew = 8;
+    p.ek = t.ek;
+    p.no_regs = loop ? 1 : 0;
+    if (t.threads == 1024)
+        emu::launch({unsigned(t.rows), 1, 1}, {1024, 1, 1}, [&] { add_rms_norm(p); });
+    else
+        emu::launch({unsigned(t.rows), 1, 1}, {256, 1, 1}, [&] { add_rms_norm_256(p); });
+    return o;
+}
+
+int add_norm_cases(std::mt19937_64& g) {
+    const AddCase cases[] = {
+        {1024, 3, 2048, 8, true, true, false, true},  // decode: combine, gate, two adds, skips
+        {1024, 3, 2048, 0, false, false, false, false},  // decode: attention output add + norm
+        {256, 5, 2048, 8, true, true, false, true},   // prefill: the same
+        {256, 5, 2048, 0, false, false, false, false},
+        {256, 4, 2048, 6, true, true, true, false},   // 6 experts, every output stored
+        {256, 4, 1000, 8, false, true, true, false},  // a partial last element round
+        {1024, 2, 3000, 5, true, false, false, false},
+    };
+    int fails = 0;
+    for (const AddCase& t : cases) {
+        const int ld = t.cols + 4;
+        const size_t n = size_t(t.rows) * ld;
+        const auto a0 = random_vec(g, n, -2.0f, 2.0f), b = random_vec(g, n, -2.0f, 2.0f);
+        const auto c = random_vec(g, n, -4.0f, 4.0f), w = random_vec(g, t.cols, 0.5f, 1.5f);
+        const auto gx = random_vec(g, n, -1.0f, 1.0f), gw = random_vec(g, t.cols, -0.05f, 0.05f);
+        const auto ey = random_vec(g, size_t(t.rows) * 8 * ld, -3.0f, 3.0f);
+        const auto ew = random_vec(g, size_t(t.rows) * 8, 0.0f, 0.3f);
+        emu::st().order_rng.seed(3u);
+        const AddOut ref = run_add(t, true, a0, b, c, w, gx, gw, ey, ew, ld);
+        emu::st().order_rng.seed(5u);
+        const AddOut got = run_add(t, false, a0, b, c, w, gx, gw, ey, ew, ld);
+        // The loop form stores a whatever skip_a says; the register form leaves it when skipped.
+        const size_t d = differ(ref.sum, got.sum) + differ(ref.y, got.y) + differ(ref.mid, got.mid) +
+                         differ(ref.gb, got.gb) + (t.ek && t.skip_a ? 0 : differ(ref.a, got.a));
+        size_t unwritten = 0;
+        for (int r = 0; r < t.rows; r++)
+            for (int i = 0; i < t.cols; i++)
+                unwritten += !std::isfinite(got.sum[size_t(r) * ld + i]) + !std::isfinite(got.y[size_t(r) * ld + i]);
+        const bool ok = d == 0 && unwritten == 0;
+        fails += !ok;
+        std::printf("%s add_rms_norm%s rows %d cols %d experts %d%s%s%s%s: register form against the loop form: %zu floats differ, %zu unwritten\n",
+                    ok ? "ok  " : "FAIL", t.threads == 256 ? "_256" : "", t.rows, t.cols, t.ek, t.gate ? " +gate" : "",
+                    t.c ? " +second add" : "", t.mid ? " +mid" : "", t.skip_a ? " skip_a" : "", d, unwritten);
+    }
+    return fails;
+}
+
 }  // namespace
 
 int main() {
@@ -140,6 +240,8 @@ int main() {
                     ok ? "ok  " : "FAIL", c.rows, c.cols, c.group, c.l2 ? "l2" : "rms", c.gate ? " +gate" : "",
                     c.second ? " +second norm" : "", d_regs, d_loop, unwritten, padding);
     }
-    std::printf("%s: %d of %zu norm cases failed\n", fails ? "FAIL" : "ok", fails, sizeof(cases) / sizeof(cases[0]));
-    return fails ? 1 : 0;
+    const int add_fails = add_norm_cases(g);
+    std::printf("%s: %d of %zu norm cases and %d add + norm cases failed\n", fails + add_fails ? "FAIL" : "ok", fails,
+                sizeof(cases) / sizeof(cases[0]), add_fails);
+    return fails + add_fails ? 1 : 0;
 }

@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# 2026-12-06, stop 44, call 2: prefill's memory-bound kernels against their byte floor, and
-# norm_rows_w's register form. Carry .carry/s44b.tar.xz (bin/tally: this tree, norm_rows_w loads
-# every input of a lane before its reduction and reads x once; bin/tally-base: 422e8f8's; kcache).
+# 2026-12-06, stop 44, call 2: prefill's memory-bound kernels against their byte floor,
+# norm_rows_w's register form and add_rms_norm's loads issued first. Carry .carry/s44c.tar.xz
+# (bin/tally: this tree: norm_rows_w loads every input of a lane before its reduction and reads
+# x once; add_rms_norm's register form issues every load, the MoE combine's eight expert rows
+# included, before the first use (the SASS of 422e8f8's waits for each element's eight rows
+# before loading the next element's); bin/tally-base: 422e8f8's; kcache with the variants).
 #   1. ncu sections (speed of light, memory workload, occupancy, warp states, launch; DRAM bytes)
 #      of add_rms_norm_256, norm_rows_w, conv_silu, the casts, x_f16_perm and binary_map in one
 #      8,192-token prefill of the 4-layer file (the 35B shapes), base and new;
-#   2. logits digests (37-token prefill + 6 steps; and 300 tokens): new == new TALLY_NORM=warp-loop
-#      == TALLY_NORM=block == base, on mid q4_k_m and the 4-layer file;
-#   3. A/B base/new, 35B-A3B Q4_K_M: pp512 and pp8192.
+#   2. logits digests (37-token prefill + 6 steps): new == TALLY_NORM=warp-loop == TALLY_NORM=block
+#      == TALLY_ADD_NORM_LOADS=late == TALLY_ADD_NORM_BLOCKS=2 == base, mid q4_k_m and the 4-layer file;
+#   3. A/B, 35B-A3B Q4_K_M: base / new / new with TALLY_ADD_NORM_BLOCKS=2 (128 registers, two
+#      blocks a multiprocessor, where the default's 184 fit one): pp512 and pp8192; then base /
+#      new / TALLY_ADD_NORM_LOADS=late-decode (the decode kernel spills 20 bytes early): tg128.
 # Prediction (written before): (1) DRAM bytes near the counted ones (no re-reads), DRAM
 # throughput 45-60% of peak in the norms, stalls mostly long scoreboard (too few bytes in flight:
 # 4-byte loads, one row or group a warp/block, a reduction before the stores); the new
-# norm_rows_w: gated norm 236 -> ~150 us, q/k L2 155 -> ~100 us at 8,192 tokens. (2) same.
-# (3) pp8192 +1.5-2.5%, pp512 +1-2%.
+# norm_rows_w: gated norm 236 -> ~150 us, q/k L2 155 -> ~100 us at 8,192 tokens;
+# add_rms_norm_256 with the combine 462 -> ~330 us, without 114 -> ~95. (2) same.
+# (3) pp8192 +4-5% (~10 ms of 222), pp512 +2-3%; blocks=2 a little more; tg128 +1-2%.
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
-ab_start s44b s44b
+ab_start s44b s44c
 L4=/tmp/l4-pool.gguf
 [ -f "$L4" ] || "$N" synth --preset 35b-a3b --quant q4_k_m --seed 1 --fill pool --set n_layers=4 --out "$L4" > "$OUT/synth.log" 2>&1
 command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
@@ -51,11 +57,12 @@ mid_l4_files
 for f in $MID $L4; do
     run_json base "$f" "$B"; run_json new "$f" "$N"
     TALLY_NORM=warp-loop run_json loop "$f" "$N"; TALLY_NORM=block run_json block "$f" "$N"
-    row "digests $(basename $f)" "$(logits_same "$OUT" "$(basename "$f" .gguf)" base new loop block)"
+    TALLY_ADD_NORM_LOADS=late run_json late "$f" "$N"; TALLY_ADD_NORM_BLOCKS=2 run_json b2 "$f" "$N"
+    row "digests $(basename $f)" "$(logits_same "$OUT" "$(basename "$f" .gguf)" base new loop block late b2)"
 done
 pack
 synth_35b q4_k_m
-AB_UNTIL=520 ab pp "$F" -p 512,8192 -n 0
+ARM3="TALLY_ADD_NORM_BLOCKS=2" AB_UNTIL=520 ab pp "$F" -p 512,8192 -n 0
+ARM3="TALLY_ADD_NORM_LOADS=late-decode" AB_UNTIL=500 ab tg "$F" -p 1 -n 128
 printf '%s\n' "${summary[@]}"
-head -3 "$OUT/norms-table-base.txt"; grep -E "add_rms|norm_rows_w" "$OUT/norms-table-base.txt" | head -8 | cut -c1-400
-grep -E "norm_rows_w" "$OUT/norms-table-new.txt" | head -4 | cut -c1-400
+head -3 "$OUT/norms-table-base.txt"; for v in base new; do echo "== $v"; grep -E "add_rms|norm_rows_w" "$OUT/norms-table-$v.txt" | head -6 | cut -c1-330; done

@@ -189,9 +189,18 @@ struct Job {
 fn job(src: &Source, arch: &str, defines: &[String], include: &Path) -> Result<Job, EngineError> {
     let text = source_text(src)?;
     let mut opts = options(arch, include);
-    opts.extend_from_slice(defines);
+    opts.extend(defines.iter().filter(|d| mentions(&text, d)).cloned());
     let path = cache_path(src.name, &text, &opts, arch);
     Ok(Job { text, opts, path })
+}
+
+/// Whether `text` mentions the macro that option `-DNAME[=VALUE]` defines. A source gets only
+/// the defines it reads: a switch for one kernel family then leaves every other source's
+/// compilation, and cache entry, as it was (the GEMM source takes minutes to compile).
+fn mentions(text: &str, define: &str) -> bool {
+    let name = define.trim_start_matches("-D");
+    let name = name.split('=').next().unwrap_or(name);
+    !name.is_empty() && text.contains(name)
 }
 
 impl Job {
@@ -389,6 +398,28 @@ mod tests {
         other.push("-DTALLY_NO_PREFETCH".into());
         assert_ne!(key("x", &here), key("x", &other));
         assert_ne!(key("x", &here), cache_path("gemm", "x", &here, "sm_89"));
+    }
+
+    /// A switch's define reaches the sources that read its macro and no other, so their cache
+    /// entries stay valid: the norm switches leave the GEMM source alone, the GEMV block
+    /// switches reach it, and the prefetch switch (common.cuh's) reaches every source.
+    #[test]
+    fn a_source_gets_only_the_defines_it_reads() {
+        let inc = Path::new("/usr/local/cuda/include");
+        let with = |name: &str, d: &str| {
+            let src = SOURCES.iter().find(|s| s.name == name).expect("source");
+            job(src, "sm_90a", &[d.to_string()], inc)
+                .expect("job")
+                .opts
+                .contains(&d.to_string())
+        };
+        for d in ["-DTALLY_ADD_NORM_LATE", "-DADD_NORM_256_MIN_BLOCKS=2"] {
+            assert!(with("norm", d), "{d}");
+            assert!(!with("gemm", d) && !with("delta", d), "{d}");
+        }
+        assert!(with("gemm", "-DGEMV_MIN_BLOCKS=3") && !with("norm", "-DGEMV_MIN_BLOCKS=3"));
+        assert!(SOURCES.iter().all(|s| with(s.name, "-DTALLY_NO_PREFETCH")));
+        assert!(!mentions("int x;", "-D") && mentions("#ifdef A_B\n", "-DA_B=1"));
     }
 
     #[test]

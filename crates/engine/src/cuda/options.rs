@@ -81,6 +81,16 @@ pub struct CudaOptions {
     /// 256: every input loaded before any output is written, bit for bit the loop form); off
     /// with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
     pub add_norm_regs: bool,
+    /// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`): by
+    /// default (`prefill`) every load first in the 256-thread prefill kernel and interleaved
+    /// with the MoE combine's sums element by element (the form before stop 44) in the
+    /// 1,024-thread decode kernel; `early` in both (`-DTALLY_ADD_NORM_DECODE_EARLY`), `late` in
+    /// both (`-DTALLY_ADD_NORM_LATE`).
+    pub add_norm_loads: AddNormLoads,
+    /// `TALLY_ADD_NORM_BLOCKS=N` (1 to 4): the blocks per multiprocessor that
+    /// `add_rms_norm_256`'s launch bounds ask ptxas to fit (default 2; compiled in:
+    /// `-DADD_NORM_256_MIN_BLOCKS=N`). An experiment switch: a lower register budget can spill.
+    pub add_norm_blocks: u8,
     /// Dense integer GEMVs of up to `GEMVR_MAX_M` x rows (the output head at one token; every
     /// dense GEMV of a verification batch) on the persistent multi-row `gemvr_<t>` /
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
@@ -180,6 +190,18 @@ pub struct CudaOptions {
 }
 
 /// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
+/// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddNormLoads {
+    /// Every load before the first use in the 256-thread prefill kernel, interleaved in the
+    /// 1,024-thread decode kernel (the default since stop 44).
+    Prefill,
+    /// Every load first in both kernels.
+    Early,
+    /// Interleaved with the MoE combine's sums element by element in both (before stop 44).
+    Late,
+}
+
 const GEMV_BLOCK_MACROS: [&str; 4] = [
     "GEMV_MIN_BLOCKS",
     "GEMV4_MIN_BLOCKS",
@@ -204,6 +226,8 @@ impl Default for CudaOptions {
             norm_warp: true,
             norm_warp_regs: true,
             add_norm_regs: true,
+            add_norm_loads: AddNormLoads::Prefill,
+            add_norm_blocks: 2,
             gemvr: true,
             wgx: true,
             f16_keep: true,
@@ -330,6 +354,20 @@ impl CudaOptions {
             }
             Some(v) => return Err(bad("TALLY_ADD_NORM", v, "skip, regs or loop")),
         }
+        o.add_norm_loads = match get("TALLY_ADD_NORM_LOADS").as_deref() {
+            None | Some("") | Some("prefill") => AddNormLoads::Prefill,
+            Some("early") => AddNormLoads::Early,
+            Some("late") => AddNormLoads::Late,
+            Some(v) => return Err(bad("TALLY_ADD_NORM_LOADS", v, "prefill, early or late")),
+        };
+        if let Some(v) = get("TALLY_ADD_NORM_BLOCKS").filter(|v| !v.is_empty()) {
+            o.add_norm_blocks = v
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|n| (1..=4).contains(n))
+                .ok_or_else(|| bad("TALLY_ADD_NORM_BLOCKS", &v, "1 to 4"))?;
+        }
         o.gemvr = on_off("TALLY_GEMVR", o.gemvr)?;
         o.wgx = on_off("TALLY_WGX", o.wgx)?;
         o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
@@ -396,6 +434,17 @@ impl CudaOptions {
         if self.wgx_clear {
             d.push("-DTALLY_WGX_CLEAR".to_string());
         }
+        match self.add_norm_loads {
+            AddNormLoads::Prefill => {}
+            AddNormLoads::Early => d.push("-DTALLY_ADD_NORM_DECODE_EARLY".to_string()),
+            AddNormLoads::Late => d.push("-DTALLY_ADD_NORM_LATE".to_string()),
+        }
+        if self.add_norm_blocks != 2 {
+            d.push(format!(
+                "-DADD_NORM_256_MIN_BLOCKS={}",
+                self.add_norm_blocks
+            ));
+        }
         for (m, &b) in GEMV_BLOCK_MACROS.iter().zip(&self.gemv_blocks) {
             if b != 2 {
                 d.push(format!("-D{m}={b}"));
@@ -460,6 +509,15 @@ impl CudaOptions {
                     (true, false) => "regs",
                 }
             ),
+            format!(
+                "add_norm_loads={}",
+                match self.add_norm_loads {
+                    AddNormLoads::Prefill => "prefill",
+                    AddNormLoads::Early => "early",
+                    AddNormLoads::Late => "late",
+                }
+            ),
+            format!("add_norm_blocks={}", self.add_norm_blocks),
             format!("gemvr={}", on(self.gemvr)),
             format!("wgx={}", on(self.wgx)),
             format!("f16_keep={}", on(self.f16_keep)),
@@ -521,6 +579,8 @@ mod tests {
                 "gemv_blocks=2,2,2,2",
                 "norm=warp",
                 "add_norm=skip",
+                "add_norm_loads=prefill",
+                "add_norm_blocks=2",
                 "gemvr=on",
                 "wgx=on",
                 "f16_keep=on",
@@ -627,6 +687,21 @@ mod tests {
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())
         );
         assert!(opts(&[("TALLY_NORM", "x")]).is_err());
+        let l = opts(&[
+            ("TALLY_ADD_NORM_LOADS", "late"),
+            ("TALLY_ADD_NORM_BLOCKS", "1"),
+        ])
+        .expect("options");
+        assert!(l.add_norm_loads == AddNormLoads::Late && l.add_norm_blocks == 1);
+        let d = opts(&[("TALLY_ADD_NORM_LOADS", "early")]).expect("options");
+        assert_eq!(d.defines(), ["-DTALLY_ADD_NORM_DECODE_EARLY"]);
+        assert_eq!(
+            l.defines(),
+            ["-DTALLY_ADD_NORM_LATE", "-DADD_NORM_256_MIN_BLOCKS=1"]
+        );
+        assert!(l.describe().contains(&"add_norm_loads=late".into()));
+        assert!(opts(&[("TALLY_ADD_NORM_BLOCKS", "5")]).is_err());
+        assert!(opts(&[("TALLY_ADD_NORM_LOADS", "first")]).is_err());
         let n = opts(&[("TALLY_NORM", "warp-loop")]).expect("options");
         assert!(
             n.norm_warp && !n.norm_warp_regs && n.describe().contains(&"norm=warp-loop".into())

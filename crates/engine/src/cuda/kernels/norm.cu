@@ -217,7 +217,9 @@ struct AddNormArgs {
 // calls), so every output is its bit for bit. Reading every input first is safe where the loop
 // form is: the only values read across elements (gx, gw, ew) are never outputs of this launch
 // (each buffer it writes is read at most at the writing thread's own elements).
-template <int NE>
+// EARLY picks the load phase: every load first (the default), or (false) the form before stop
+// 44; which kernel takes which: ADD_NORM_EARLY_1024 / _256 below.
+template <int NE, bool EARLY>
 __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row, float* red) {
     const int nt = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
     const float* a = p.a + (i64)row * p.lda;
@@ -229,6 +231,10 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
     float ewv[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) ewv[j] = ew && j < p.ek ? ew[j] : 0.0f;
+    if constexpr (!EARLY) {
+    // The form before stop 44 (TALLY_ADD_NORM_LOADS=late): loads and the combine's sums
+    // interleaved element by element, so the compiler waits for each element's eight expert
+    // rows before loading the next element's (eight dependent rounds of loads a thread).
 #pragma unroll
     for (int k = 0; k < NE; k++) {
         const int i = tid + k * nt;
@@ -251,6 +257,41 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
         } else {
             av[k] = a[i];
         }
+    }
+    } else {
+    // Every load first, in branch-free (predicated) form, and no use before the last of them
+    // (stop 44: interleaved, the prefill launch with the combine read at 1.8x its byte floor,
+    // 462 us at 8,192 tokens on an H100).
+    bool on[NE];
+#pragma unroll
+    for (int k = 0; k < NE; k++) on[k] = tid + k * nt < p.cols;
+#pragma unroll
+    for (int k = 0; k < NE; k++) {
+        const int i = tid + k * nt;
+        bv[k] = on[k] ? b[i] : 0.0f;
+        cv[k] = c && on[k] ? c[i] : 0.0f;
+        wv[k] = on[k] ? p.w[i] : 0.0f;
+        gxv[k] = gx && on[k] ? gx[i] : 0.0f;
+        gwv[k] = gx && on[k] ? p.gw[i] : 0.0f;
+        av[k] = !p.ey && on[k] ? a[i] : 0.0f;
+    }
+    if (p.ey) {  // moe_combine's expression for element i, its loads all issued first
+        const float* ey = p.ey + (i64)row * p.ek * p.ldey;
+        float eyv[NE][8];
+#pragma unroll
+        for (int k = 0; k < NE; k++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                eyv[k][j] = on[k] && j < p.ek ? ey[(i64)j * p.ldey + tid + k * nt] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < NE; k++) {
+            float sm = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                if (j < p.ek) sm += ewv[j] * eyv[k][j];
+            av[k] = on[k] ? sm : 0.0f;
+        }
+    }
     }
     if (p.ey && !p.skip_a) {
         float* ao = const_cast<float*>(a);
@@ -304,22 +345,43 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
 
 __device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row, float* red);
 
+// The load phase of each kernel's register form (TALLY_ADD_NORM_LOADS): early in the 256-thread
+// prefill kernel and late in the 1,024-thread decode kernel (default; at 64 registers a thread
+// the early form spills there, and tg128 read 3% slower on an H100, stop 44), early in both
+// (-DTALLY_ADD_NORM_DECODE_EARLY), or late in both (-DTALLY_ADD_NORM_LATE: before stop 44).
+#if defined(TALLY_ADD_NORM_LATE)
+#define ADD_NORM_EARLY_1024 false
+#define ADD_NORM_EARLY_256 false
+#elif defined(TALLY_ADD_NORM_DECODE_EARLY)
+#define ADD_NORM_EARLY_1024 true
+#define ADD_NORM_EARLY_256 true
+#else
+#define ADD_NORM_EARLY_1024 false
+#define ADD_NORM_EARLY_256 true
+#endif
+
 extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(AddNormArgs p) {
     pdl_enter();
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= p.rows) return;
-    if (p.cols <= 4 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<4>(p, row, red);
+    if (p.cols <= 4 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<4, ADD_NORM_EARLY_1024>(p, row, red);
     else add_rms_norm_loop(p, row, red);
 }
 
-// The same at most 256 threads a block (prefill's rows: 2048 columns over 256 threads).
-extern "C" __global__ void __launch_bounds__(256) add_rms_norm_256(AddNormArgs p) {
+// The same at most 256 threads a block (prefill's rows: 2048 columns over 256 threads), at
+// least ADD_NORM_256_MIN_BLOCKS blocks a multiprocessor (TALLY_ADD_NORM_BLOCKS; default 2: the
+// early loads at 128 registers, two rows a multiprocessor, where the 184 registers ptxas takes
+// unbounded fit one; pp8192 +3% on an H100, stop 44).
+#ifndef ADD_NORM_256_MIN_BLOCKS
+#define ADD_NORM_256_MIN_BLOCKS 2
+#endif
+extern "C" __global__ void __launch_bounds__(256, ADD_NORM_256_MIN_BLOCKS) add_rms_norm_256(AddNormArgs p) {
     pdl_enter();
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= p.rows) return;
-    if (p.cols <= 8 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<8>(p, row, red);
+    if (p.cols <= 8 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<8, ADD_NORM_EARLY_256>(p, row, red);
     else add_rms_norm_loop(p, row, red);
 }
 
