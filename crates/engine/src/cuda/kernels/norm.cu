@@ -365,7 +365,12 @@ extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(AddNormArgs p) {
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= p.rows) return;
-    if (p.cols <= 4 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<4, ADD_NORM_EARLY_1024>(p, row, red);
+    // Two values a thread cover the model's rows (2048 columns at 1,024 threads) in half the
+    // registers of four, where the early loads fit the 64 a thread without spilling; wider rows
+    // (up to 4 values a thread) keep the interleaved form, which fits.
+    const int nt = static_cast<int>(blockDim.x);
+    if (p.cols <= 2 * nt && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<2, ADD_NORM_EARLY_1024>(p, row, red);
+    else if (p.cols <= 4 * nt && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<4, false>(p, row, red);
     else add_rms_norm_loop(p, row, red);
 }
 
