@@ -97,6 +97,17 @@ extern "C" __global__ void norm_rows(NormArgs a) {
 // read again, so a warp pays one round of loads instead of two (x, then x again with the gate and
 // weight after the sums); the same operations in the same order.
 // Grid: ceil(blocks / NORM_W_GROUPS) blocks of 32 NORM_W_GROUPS threads.
+// norm_rows_w's scale from the four running sums a lane kept for the block threads it plays:
+// each reduced over the warp as that warp would, then the four as block_sum's second stage.
+__device__ __forceinline__ float norm_w_scale(const NormArgs& a, const NormJob& j, float (&ss)[4], int lane) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) ss[w] = warp_sum(ss[w]);
+    float t = lane == 0 ? ss[0] : lane == 1 ? ss[1] : lane == 2 ? ss[2] : lane == 3 ? ss[3] : 0.0f;
+    t = warp_sum(t);
+    const float denom = a.l2 ? t : t / (float)a.group;
+    return rsqrtf(denom + a.eps) * (a.l2 ? j.scale : 1.0f);
+}
+
 template <int R>
 __device__ __forceinline__ void norm_w_regs(const NormArgs& a, const NormJob& j, int lane) {
     // Element i = 32 w + lane + 128 r: thread 32 w + lane's r-th element at 128 threads.
@@ -119,12 +130,7 @@ __device__ __forceinline__ void norm_w_regs(const NormArgs& a, const NormJob& j,
         for (int r = 0; r < R; r++)
             if (32 * w + lane + 128 * r < a.group) ss[w] += xv[w][r] * xv[w][r];
     }
-#pragma unroll
-    for (int w = 0; w < 4; w++) ss[w] = warp_sum(ss[w]);
-    float t = lane == 0 ? ss[0] : lane == 1 ? ss[1] : lane == 2 ? ss[2] : lane == 3 ? ss[3] : 0.0f;
-    t = warp_sum(t);
-    const float denom = a.l2 ? t : t / (float)a.group;
-    const float s = rsqrtf(denom + a.eps) * (a.l2 ? j.scale : 1.0f);
+    const float s = norm_w_scale(a, j, ss, lane);
 #pragma unroll
     for (int w = 0; w < 4; w++)
 #pragma unroll
@@ -160,12 +166,7 @@ extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(Nor
             ss[w] += v * v;
         }
     }
-#pragma unroll
-    for (int w = 0; w < 4; w++) ss[w] = warp_sum(ss[w]);
-    float t = lane == 0 ? ss[0] : lane == 1 ? ss[1] : lane == 2 ? ss[2] : lane == 3 ? ss[3] : 0.0f;
-    t = warp_sum(t);
-    const float denom = a.l2 ? t : t / (float)a.group;
-    const float s = rsqrtf(denom + a.eps) * (a.l2 ? j.scale : 1.0f);
+    const float s = norm_w_scale(a, j, ss, lane);
     for (int i = lane; i < a.group; i += 32) {
         const float v = j.x[i] * s;
         const float n = j.w ? v * j.w[i] : v;
