@@ -98,11 +98,11 @@ fn a_wrong_offset_fails_the_kernel_build() {
         "{e}"
     );
     // The same for a wrong size, and for a host geometry that differs from the kernel's.
-    let right = format!("sizeof(NormArgs) == {}", 128);
-    assert!(text.contains(&right), "NormArgs is 128 bytes");
+    let right = format!("sizeof(NormArgs) == {}", 136);
+    assert!(text.contains(&right), "NormArgs is 136 bytes");
     let e = compile_uncached(
         "norm",
-        &text.replace(&right, "sizeof(NormArgs) == 136"),
+        &text.replace(&right, "sizeof(NormArgs) == 144"),
         &opts,
     )
     .expect_err("a wrong size must not compile");
