@@ -7,7 +7,7 @@
 //     the model uses (128, 256) and others (32, 96, 200, 320: the loop form past 256);
 //   - every output written (outputs are NaN-poisoned first) and nothing past the view's columns;
 //   - add_rms_norm (1,024 threads: decode) and add_rms_norm_256 (prefill): the register form
-//     (as built by default, or with -DTALLY_ADD_NORM_DECODE_EARLY / -DTALLY_ADD_NORM_LATE)
+//     (as built by default, or with -DTALLY_ADD_NORM_PREFILL_EARLY / -DTALLY_ADD_NORM_LATE)
 //     against the loop form (`no_regs`, what the unfused launches equal), with the MoE combine
 //     (8 and 6 experts), the shared-expert gate, the second add, and partial rows.
 // Build and run (from the repository root; a few seconds):

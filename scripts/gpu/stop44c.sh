@@ -47,7 +47,7 @@ timeout 90 "$N" bench -m "$F" --backend cuda -p 1 -n 128 -r 3 --spec mtp --draft
 row "spec k=3 a=0.8" "rc=$? $(bench_row "$OUT/spec.json") ($(el))"
 pack
 for v in def f16 def f16; do
-    [ "$(( $(date +%s) - t0 ))" -lt 520 ] || continue
+    [ "$(( $(date +%s) - t0 ))" -lt 430 ] || continue
     e=(); [ $v = f16 ] && e=(TALLY_EXPERT_F16=on)
     env "${e[@]}" timeout 100 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/xf16-$v-$(date +%s).json" 2> "$OUT/xf16-$v.err"
     row "expert f16 $v" "rc=$? $(bench_row "$(ls -t "$OUT"/xf16-$v-*.json | head -1)") ($(el))"

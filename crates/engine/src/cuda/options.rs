@@ -82,10 +82,10 @@ pub struct CudaOptions {
     /// with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
     pub add_norm_regs: bool,
     /// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`): by
-    /// default (`prefill`) every load first in the 256-thread prefill kernel and interleaved
-    /// with the MoE combine's sums element by element (the form before stop 44) in the
-    /// 1,024-thread decode kernel; `early` in both (`-DTALLY_ADD_NORM_DECODE_EARLY`), `late` in
-    /// both (`-DTALLY_ADD_NORM_LATE`).
+    /// default (`early`) every load before the first use in both kernels; `prefill` in the
+    /// 256-thread prefill kernel only, the 1,024-thread decode kernel interleaving them with the
+    /// MoE combine's sums element by element (`-DTALLY_ADD_NORM_PREFILL_EARLY`); `late`
+    /// interleaved in both, the form before stop 44 (`-DTALLY_ADD_NORM_LATE`).
     pub add_norm_loads: AddNormLoads,
     /// `TALLY_ADD_NORM_BLOCKS=N` (1 to 4): the blocks per multiprocessor that
     /// `add_rms_norm_256`'s launch bounds ask ptxas to fit (default 2; compiled in:
@@ -193,11 +193,11 @@ pub struct CudaOptions {
 /// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddNormLoads {
-    /// Every load before the first use in the 256-thread prefill kernel, interleaved in the
-    /// 1,024-thread decode kernel (the default since stop 44).
-    Prefill,
-    /// Every load first in both kernels.
+    /// Every load before the first use in both kernels (the default since stop 44).
     Early,
+    /// Every load first in the 256-thread prefill kernel, interleaved in the 1,024-thread
+    /// decode kernel.
+    Prefill,
     /// Interleaved with the MoE combine's sums element by element in both (before stop 44).
     Late,
 }
@@ -226,7 +226,7 @@ impl Default for CudaOptions {
             norm_warp: true,
             norm_warp_regs: true,
             add_norm_regs: true,
-            add_norm_loads: AddNormLoads::Prefill,
+            add_norm_loads: AddNormLoads::Early,
             add_norm_blocks: 2,
             gemvr: true,
             wgx: true,
@@ -355,8 +355,8 @@ impl CudaOptions {
             Some(v) => return Err(bad("TALLY_ADD_NORM", v, "skip, regs or loop")),
         }
         o.add_norm_loads = match get("TALLY_ADD_NORM_LOADS").as_deref() {
-            None | Some("") | Some("prefill") => AddNormLoads::Prefill,
-            Some("early") => AddNormLoads::Early,
+            None | Some("") | Some("early") => AddNormLoads::Early,
+            Some("prefill") => AddNormLoads::Prefill,
             Some("late") => AddNormLoads::Late,
             Some(v) => return Err(bad("TALLY_ADD_NORM_LOADS", v, "prefill, early or late")),
         };
@@ -435,8 +435,8 @@ impl CudaOptions {
             d.push("-DTALLY_WGX_CLEAR".to_string());
         }
         match self.add_norm_loads {
-            AddNormLoads::Prefill => {}
-            AddNormLoads::Early => d.push("-DTALLY_ADD_NORM_DECODE_EARLY".to_string()),
+            AddNormLoads::Early => {}
+            AddNormLoads::Prefill => d.push("-DTALLY_ADD_NORM_PREFILL_EARLY".to_string()),
             AddNormLoads::Late => d.push("-DTALLY_ADD_NORM_LATE".to_string()),
         }
         if self.add_norm_blocks != 2 {
@@ -579,7 +579,7 @@ mod tests {
                 "gemv_blocks=2,2,2,2",
                 "norm=warp",
                 "add_norm=skip",
-                "add_norm_loads=prefill",
+                "add_norm_loads=early",
                 "add_norm_blocks=2",
                 "gemvr=on",
                 "wgx=on",
@@ -693,8 +693,8 @@ mod tests {
         ])
         .expect("options");
         assert!(l.add_norm_loads == AddNormLoads::Late && l.add_norm_blocks == 1);
-        let d = opts(&[("TALLY_ADD_NORM_LOADS", "early")]).expect("options");
-        assert_eq!(d.defines(), ["-DTALLY_ADD_NORM_DECODE_EARLY"]);
+        let d = opts(&[("TALLY_ADD_NORM_LOADS", "prefill")]).expect("options");
+        assert_eq!(d.defines(), ["-DTALLY_ADD_NORM_PREFILL_EARLY"]);
         assert_eq!(
             l.defines(),
             ["-DTALLY_ADD_NORM_LATE", "-DADD_NORM_256_MIN_BLOCKS=1"]

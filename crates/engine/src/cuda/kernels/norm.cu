@@ -346,18 +346,18 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
 
 __device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row, float* red);
 
-// The load phase of each kernel's register form (TALLY_ADD_NORM_LOADS): early in the 256-thread
-// prefill kernel and late in the 1,024-thread decode kernel (default; at 64 registers a thread
-// the early form spills there, and tg128 read 3% slower on an H100, stop 44), early in both
-// (-DTALLY_ADD_NORM_DECODE_EARLY), or late in both (-DTALLY_ADD_NORM_LATE: before stop 44).
+// The load phase of each kernel's register form (TALLY_ADD_NORM_LOADS): early in both kernels
+// (default; at decode with two values a thread, which fits the 1,024-thread kernel's 64
+// registers: tg128 +2.6-2.9% on an H100, stop 44), early in the 256-thread prefill kernel only
+// (-DTALLY_ADD_NORM_PREFILL_EARLY), or late in both (-DTALLY_ADD_NORM_LATE: before stop 44).
 #if defined(TALLY_ADD_NORM_LATE)
 #define ADD_NORM_EARLY_1024 false
 #define ADD_NORM_EARLY_256 false
-#elif defined(TALLY_ADD_NORM_DECODE_EARLY)
-#define ADD_NORM_EARLY_1024 true
+#elif defined(TALLY_ADD_NORM_PREFILL_EARLY)
+#define ADD_NORM_EARLY_1024 false
 #define ADD_NORM_EARLY_256 true
 #else
-#define ADD_NORM_EARLY_1024 false
+#define ADD_NORM_EARLY_1024 true
 #define ADD_NORM_EARLY_256 true
 #endif
 
