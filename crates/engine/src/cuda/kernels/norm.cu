@@ -86,17 +86,6 @@ extern "C" __global__ void norm_rows(NormArgs a) {
     }
 }
 
-// norm_rows at its 128-thread block size, one warp per (row, group): many short groups (prefill's
-// per-head q/k L2 norms and gated norms: 8,192 tokens x 32 heads of 128) made that many tiny
-// blocks, each mostly launch and barriers. Lane l plays the block's threads l, l + 32, l + 64 and
-// l + 96 (warp w's lane l): it keeps each one's running sum apart, reduces each over the warp as
-// that warp would (warp_sum), then the four as block_sum's second stage does (lanes 0..3 hold the
-// warp sums, the rest 0), so every output is norm_rows' bit for bit at 128 threads.
-// Groups of at most 128 R columns (R = 1, 2: the model's 128 and 256) take the register form:
-// every input of the lane (x, the gate, the weight) is loaded before the reduction and x is not
-// read again, so a warp pays one round of loads instead of two (x, then x again with the gate and
-// weight after the sums); the same operations in the same order.
-// Grid: ceil(blocks / NORM_W_GROUPS) blocks of 32 NORM_W_GROUPS threads.
 // norm_rows_w's scale from the four running sums a lane kept for the block threads it plays:
 // each reduced over the warp as that warp would, then the four as block_sum's second stage.
 __device__ __forceinline__ float norm_w_scale(const NormArgs& a, const NormJob& j, float (&ss)[4], int lane) {
@@ -143,6 +132,17 @@ __device__ __forceinline__ void norm_w_regs(const NormArgs& a, const NormJob& j,
         }
 }
 
+// norm_rows at its 128-thread block size, one warp per (row, group): many short groups (prefill's
+// per-head q/k L2 norms and gated norms: 8,192 tokens x 32 heads of 128) made that many tiny
+// blocks, each mostly launch and barriers. Lane l plays the block's threads l, l + 32, l + 64 and
+// l + 96 (warp w's lane l): it keeps each one's running sum apart, reduces each over the warp as
+// that warp would (warp_sum), then the four as block_sum's second stage does (lanes 0..3 hold the
+// warp sums, the rest 0), so every output is norm_rows' bit for bit at 128 threads.
+// Groups of at most 128 R columns (R = 1, 2: the model's 128 and 256) take the register form:
+// every input of the lane (x, the gate, the weight) is loaded before the reduction and x is not
+// read again, so a warp pays one round of loads instead of two (x, then x again with the gate and
+// weight after the sums); the same operations in the same order.
+// Grid: ceil(blocks / NORM_W_GROUPS) blocks of 32 NORM_W_GROUPS threads.
 extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(NormArgs a) {
     pdl_enter();
     const int lane = threadIdx.x & 31;
