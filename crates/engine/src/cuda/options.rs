@@ -77,7 +77,7 @@ pub struct CudaOptions {
     /// loaded before the reduction, x read once; bit for bit the loop form); off with
     /// `TALLY_NORM=warp-loop`, for A/B runs.
     pub norm_warp_regs: bool,
-    /// `add_rms_norm`'s register form (rows of at most 4 values a thread at 1,024 threads, 8 at
+    /// `add_rms_norm`'s register form (rows of at most 2 or 4 values a thread at 1,024 threads, 8 at
     /// 256: every input loaded before any output is written, bit for bit the loop form); off
     /// with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
     pub add_norm_regs: bool,
@@ -189,7 +189,6 @@ pub struct CudaOptions {
     pub ws: bool,
 }
 
-/// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
 /// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddNormLoads {
@@ -202,6 +201,7 @@ pub enum AddNormLoads {
     Late,
 }
 
+/// The launch-bound macros of [`CudaOptions::gemv_blocks`], in its order.
 const GEMV_BLOCK_MACROS: [&str; 4] = [
     "GEMV_MIN_BLOCKS",
     "GEMV4_MIN_BLOCKS",
