@@ -77,9 +77,9 @@ pub struct CudaOptions {
     /// loaded before the reduction, x read once; bit for bit the loop form); off with
     /// `TALLY_NORM=warp-loop`, for A/B runs.
     pub norm_warp_regs: bool,
-    /// `add_rms_norm`'s register form (rows of at most 2 or 4 values a thread at 1,024 threads, 8 at
-    /// 256: every input loaded before any output is written, bit for bit the loop form); off
-    /// with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
+    /// `add_rms_norm`'s register form (rows of at most 2 or 4 values a thread at 1,024
+    /// threads, 8 at 256: every input loaded before any output is written, bit for bit the loop
+    /// form); off with `TALLY_ADD_NORM=loop` (which also stores every output, as `regs` does).
     pub add_norm_regs: bool,
     /// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`): by
     /// default (`early`) every load before the first use in both kernels; `prefill` in the
