@@ -107,11 +107,13 @@ ncu_prefill() {
     gzip -f "$OUT/ncu-pp$2.csv"
 }
 # ab_start JOB TAR: the start of an A/B script: .carry/TAR.tar.xz unpacked into .carry (bin/tally
-# the change, bin/tally-base the base, kcache), TALLY and TALLY_NOPEER the change, gpu_job JOB,
-# B and N the two binaries, the GPU's row, D the folder for the 35B files (/dev/shm when it has
-# 45 GB free: the device's disk wrote 0.28-0.9 GB/s; else /tmp).
+# the change, bin/tally-base the base, kcache; llama-lib, llama.cpp's libraries for a tally built
+# with the dynamic-link peer, put on LD_LIBRARY_PATH when it came), TALLY and TALLY_NOPEER the
+# change, gpu_job JOB, B and N the two binaries, the GPU's row, D the folder for the 35B files
+# (/dev/shm when it has 45 GB free: the device's disk wrote 0.28-0.9 GB/s; else /tmp).
 ab_start() {
     [ -f ".carry/$2.tar.xz" ] && tar xJf ".carry/$2.tar.xz" -C .carry
+    [ -d .carry/llama-lib ] && export LD_LIBRARY_PATH="$PWD/.carry/llama-lib:$LD_LIBRARY_PATH"
     B=$PWD/.carry/bin/tally-base
     N=$PWD/.carry/bin/tally
     export TALLY=$N TALLY_NOPEER=$N

@@ -18,18 +18,11 @@
 # (3) pp8192 +2-3%, pp32768 +2%, pp512 +1% (stop 35: +1.3 / +3.3% at 512 / 8192).
 set -u
 cd "$(dirname "$0")/../.."
-tar xJf .carry/s44sbs.tar.xz -C .carry
-export LD_LIBRARY_PATH="$PWD/.carry/llama-lib:${LD_LIBRARY_PATH:-}"
 . scripts/gpu/env.sh
-P=$PWD/.carry/bin/tally
-N=$P
-B=$P
-export TALLY=$N TALLY_NOPEER=$N
-gpu_job s44c
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp
-[ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+ab_start s44c s44sbs
+# One build: the A/B below is of switches, "base" and "new" both the default.
+P=$N
+B=$N
 mid_l4_files
 for f in $MID $L4; do
     run_json new "$f" "$N"; TALLY_ADD_NORM_LOADS=early run_json early "$f" "$N"

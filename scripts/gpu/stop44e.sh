@@ -11,16 +11,8 @@
 # stop 32 (5.6k, 5.5k, 237). On an H100: as call 3 with tg128 ~324.
 set -u
 cd "$(dirname "$0")/../.."
-tar xJf .carry/s44final.tar.xz -C .carry
-export LD_LIBRARY_PATH="$PWD/.carry/llama-lib:${LD_LIBRARY_PATH:-}"
 . scripts/gpu/env.sh
-N=$PWD/.carry/bin/tally
-export TALLY=$N TALLY_NOPEER=$N
-gpu_job s44e
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp
-[ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+ab_start s44e s44final
 synth_35b q4_k_m
 pack
 timeout 200 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p "${SBS_P:-512,8192}" -n 128 -d "${SBS_D:-0}" -r 3 \
