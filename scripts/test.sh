@@ -40,6 +40,13 @@ for d in -DTALLY_ADD_NORM_DEFAULT -DTALLY_ADD_NORM_PREFILL_EARLY -DTALLY_ADD_NOR
         lab/norm/emu_test.cpp -o target/norm_emu
     target/norm_emu
 done
+# The wgmma prefill attention (attention_wg.cuh) on the same emulator against a float64
+# reference (lab/attention/wg_emu_test.cpp; seconds), and attention.cu's kernels, the f16 copies
+# with V transposed included, on their own SIMT emulator (lab/attention/emu; the quick set, ~30 s).
+c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+    lab/attention/wg_emu_test.cpp -o target/attn_wg_emu
+target/attn_wg_emu
+TMPDIR=$PWD/target lab/attention/emu/run.sh --quick | tail -n 1
 # The server's load tests (N concurrent streams for T seconds): what they measured.
 for f in target/serve-e2e/*.json; do
     if [ -f "$f" ]; then echo "serve load test ($f): $(tr -d '\n ' < "$f")"; fi

@@ -32,7 +32,8 @@ static const float kSentinel = 7777.0f;
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
-enum Kind { P8 = 0, P4, H8, H4, DEC, NKIND };
+// WG: flash_attn_wg_d256 (attention_wg.cuh; d = 256 only, outside the per-d arrays).
+enum Kind { P8 = 0, P4, H8, H4, DEC, NKIND, WG };
 typedef void (*KFn)(AttnArgs);
 static KFn kfn[NKIND][4] = {
     {flash_attn_d32, flash_attn_d64, flash_attn_d128, flash_attn_d256},
@@ -85,6 +86,20 @@ static void init_device() {
                 std::exit(2);
             }
         }
+    {
+        const int sm = ATTN_WG_SMEM_BYTES(256);
+        CK(cudaFuncSetAttribute(flash_attn_wg_d256, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+        cudaFuncAttributes fa;
+        CK(cudaFuncGetAttributes(&fa, flash_attn_wg_d256));
+        int occ = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, flash_attn_wg_d256, 256, sm));
+        std::printf("%-24s %5d %6zu %8zu %8d %6d %10d\n", "flash_attn_wg_d256", fa.numRegs, fa.localSizeBytes,
+                    fa.sharedSizeBytes, sm, 256, occ);
+        if (occ < 1) {
+            std::printf("FATAL: flash_attn_wg_d256 cannot be resident\n");
+            std::exit(2);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,6 +224,8 @@ static void reference(const Problem& p, const std::vector<int>& rows, std::vecto
 // ---------------------------------------------------------------------------------------------
 // Device buffers and launches
 
+static int round64(long long x) { return (int)((x + 63) / 64 * 64); }
+
 struct DevBuf {
     float *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *ws = nullptr;
     __half *k16 = nullptr, *v16 = nullptr;
@@ -225,7 +242,8 @@ static void upload(const Problem& p, DevBuf& b) {
     CK(cudaMemcpy(b.v, p.v.data(), p.v.size() * 4, cudaMemcpyHostToDevice));
     b.o_elems = (size_t)p.R * p.ldo;
     CK(cudaMalloc(&b.o, (b.o_elems + DevBuf::kGuard) * 4));
-    b.h_elems = (size_t)p.pvis() * p.Hkv * p.d;
+    // The f16 copies: rows of K / V, or V transposed with rows of round64(P) keys (WG).
+    b.h_elems = std::max((size_t)p.pvis() * p.Hkv * p.d, (size_t)p.Hkv * p.d * round64(p.P));
     CK(cudaMalloc(&b.k16, b.h_elems * 2));
     CK(cudaMalloc(&b.v16, b.h_elems * 2));
 }
@@ -245,7 +263,6 @@ struct Launch {
     int n_split, kv_chunk;
 };
 
-static int round64(long long x) { return (int)((x + 63) / 64 * 64); }
 
 // The recommended host plan (mirrored in the header comment of attention.cu).
 static Launch plan(const Problem& p, Kind prefill_kind) {
@@ -288,6 +305,7 @@ static AttnArgs args_for(const Problem& p, const DevBuf& b, const Launch& L, con
     a.k16 = b.k16;  // read by flash_attn_h_*, written by attn_kv_to_f16
     a.v16 = b.v16;
     a.ld16 = (long long)p.Hkv * p.d;
+    a.ldvt = L.kind == WG ? round64(p.P) : 0;  // attn_kv_to_f16 writes V transposed for WG
     return a;
 }
 
@@ -302,6 +320,14 @@ static void ensure_ws(DevBuf& b, const Problem& p, const Launch& L) {
 
 static void launch(const Problem& p, const AttnArgs& a, const Launch& L, cudaStream_t st) {
     const int di = dix(p.d);
+    if (L.kind == WG) {
+        const long long n8 = (long long)std::min(p.P, p.pvis()) * p.Hkv * p.d / 8;
+        attn_kv_to_f16<<<dim3((unsigned)((n8 + 255) / 256), 2), 256, 0, st>>>(a);
+        CK(cudaGetLastError());
+        flash_attn_wg_d256<<<dim3((p.rows() + ATTN_WG_BM - 1) / ATTN_WG_BM, p.Hkv), 256, ATTN_WG_SMEM_BYTES(256), st>>>(a);
+        CK(cudaGetLastError());
+        return;
+    }
     if (is_f16(L.kind)) {
         const long long n8 = (long long)std::min(p.P, p.pvis()) * p.Hkv * p.d / 8;
         attn_kv_to_f16<<<dim3((unsigned)((n8 + 255) / 256), 2), 256, 0, st>>>(a);
@@ -418,6 +444,7 @@ static void check_problem(Problem& p, bool verbose) {
         {"f32-w4 split7x64", {P4, 7, 64}},
         {"auto", plan(p, P8)},
     };
+    if (p.d == 256 && p.rows() > ATTN_DEC_MAXQ) vs.push_back({"wg", {WG, 1, 64}});
     if (p.rows() <= ATTN_DEC_MAXQ) {
         vs.push_back({"decode 1", {DEC, 1, 64}});
         vs.push_back({"decode split2x64", {DEC, 2, 64}});
@@ -515,6 +542,8 @@ static void time_problem(Problem& p, const char* shape, std::vector<TimeRow>& ou
         if (p.R <= 2048) vars.push_back({"f32-w8 split2", {P8, 2, round64((p.pvis() + 1) / 2)}});
         if (p.R <= 2048) vars.push_back({"f32-w4 split2", {P4, 2, round64((p.pvis() + 1) / 2)}});
         vars.push_back({"auto", plan(p, P8)});
+        if (p.R > 8192) vars = {{"f16-w4 +cvt", {H4, 1, 64}}};  // long shapes: the engine's kernel and WG only
+        vars.push_back({"wg +cvt", {WG, 1, 64}});
     }
     const int reps = quick ? 5 : 20, warm = 3;
     cudaEvent_t e0, e1;
@@ -643,7 +672,7 @@ int main(int argc, char** argv) {
         const char* name;
         int R, q0;
     };
-    const TShape ts[] = {{"pp512", 512, 0}, {"pp2048", 2048, 0}, {"pp8192", 8192, 0}, {"tg@64", 1, 63}, {"tg@8192", 1, 8191},
+    const TShape ts[] = {{"pp512", 512, 0}, {"pp2048", 2048, 0}, {"pp8192", 8192, 0}, {"pp8192@24576", 8192, 24576}, {"pp32768", 32768, 0}, {"tg@64", 1, 63}, {"tg@8192", 1, 8191},
                           {"tg@32768", 1, 32767}};
     for (const TShape& t : ts) {
         if (!timing) break;

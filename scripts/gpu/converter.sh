@@ -39,8 +39,9 @@ for f in "$dir"/*.gguf; do
   if ! "$TALLY" info --model "$f" > "$OUT/info_$n.txt" 2>&1; then
     summary+=("$(printf '%-22s %s' "$n" "info FAILED (unexpected)")"); failed=1; continue
   fi
-  # prompts of 1, 7 and 37 random ids, then 8 decode steps (as many as the references have)
-  timeout 300 "$TALLY" check --model "$f" --backend cuda --tokens 1,7,37 -n 8 > "$OUT/check_$n.log" 2>&1; rc=$?
+  # prompts of 1, 7 and 37 random ids (CONV_TOKENS: other lengths; the prefill attention kernels
+  # take prompts of 64 tokens and more), then 8 decode steps (as many as the references have)
+  timeout 300 "$TALLY" check --model "$f" --backend cuda --tokens "${CONV_TOKENS:-1,7,37}" -n 8 > "$OUT/check_$n.log" 2>&1; rc=$?
   printf -- '--- %s (rc %s)\n' "$n" "$rc"; tail -6 "$OUT/check_$n.log"
   if [ -z "$why" ]; then
     if [ $rc = 0 ]; then row="ok (expected to pass)"; else row="FAILED rc=$rc (expected to pass)"; failed=1; fi

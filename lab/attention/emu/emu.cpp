@@ -162,6 +162,42 @@ static void run(const Problem& p, const std::vector<double>& ref, const Variant&
     std::fflush(stdout);
 }
 
+// attn_kv_to_f16 with ldvt > 0 (the wgmma kernel's copies): K rows as before, V transposed with
+// rows of ldvt keys, zero from the visible keys up to a multiple of 64, nothing written after
+// that (NaN stays); the position from the device, the grid capped at 3 blocks (the kernel strides).
+static void check_vt(const Problem& p) {
+    auto r64 = [](long long x) { return (int)((x + 63) / 64 * 64); };
+    const int width = p.Hkv * p.d, nvis = std::min(p.P, p.pvis()), npad = r64(nvis), ldvt = r64(p.P) + 8;
+    const _Float16 hnan = (_Float16)std::nanf("");
+    std::vector<__half> k16((size_t)nvis * width), vt((size_t)width * ldvt);
+    for (auto& x : k16) x.v = hnan;
+    for (auto& x : vt) x.v = hnan;
+    AttnArgs a{};
+    a.q = p.q.data(), a.ldq = p.ldq, a.k = p.k.data(), a.ldk = p.ldk, a.v = p.v.data(), a.ldv = p.ldv;
+    a.R = p.R, a.P = p.P, a.H = p.H, a.Hkv = p.Hkv, a.d = p.d, a.scale = p.scale, a.n_split = 1;
+    a.k16 = k16.data(), a.v16 = vt.data(), a.ld16 = width, a.ldvt = ldvt;
+    a.q_offset = std::min(p.q_offset, 3);
+    int pos = p.q_offset - a.q_offset;
+    a.pos = &pos;
+    emu::launch(attn_kv_to_f16, dim3s{3, 2, 1}, 256, a);
+    long long bad = 0;
+    for (int r = 0; r < nvis; ++r)
+        for (int c = 0; c < width; ++c) {
+            bad += (float)k16[(size_t)r * width + c].v != (float)(_Float16)p.k[(size_t)r * p.ldk + c];
+        }
+    for (int c = 0; c < width; ++c)
+        for (int r = 0; r < ldvt; ++r) {
+            const _Float16 got = vt[(size_t)c * ldvt + r].v;
+            if (r < nvis) bad += (float)got != (float)(_Float16)p.v[(size_t)r * p.ldv + c];
+            else if (r < npad) bad += (float)got != 0.f;
+            else bad += !std::isnan((float)got);
+        }
+    ++checks;
+    if (bad) ++fails;
+    std::printf("%s d%-3d R%-3d q0 %-4d P %-4d H%-2d/%-2d kv_to_f16, V transposed (ldvt %d): %lld wrong values\n",
+                bad ? "FAIL" : "ok  ", p.d, p.R, p.q_offset, p.P, p.H, p.Hkv, ldvt, bad);
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     struct Cfg {
@@ -202,6 +238,7 @@ int main(int argc, char** argv) {
             vs.push_back({"decode pos s3", DEC, 3, 0, true});
             vs.push_back({"decode pos s9", DEC, 9, 0, true});
         }
+        check_vt(p);
         for (const Variant& v : vs) {
             run(p, ref, v, false);
             if (v.kind == H8 || v.kind == H4) run(p, ref, v, true);

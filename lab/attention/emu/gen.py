@@ -24,4 +24,5 @@ if ext not in s:
     sys.exit("dynamic shared declaration not found")
 s = s.replace(ext, "alignas(16) unsigned char attn_smem[232448];")
 s = s.replace("namespace attn {", "namespace attn {\n#include \"emu_helpers.h\"", 1)
+s = "#define TALLY_ATTN_EMU 1\n" + s
 open(dst, "w").write(s)

@@ -305,7 +305,9 @@ pub struct AttnArgs {
     pub scale: f32,
     pub n_split: i32,
     pub kv_chunk: i32,
-    pub pad0: i32,
+    /// Halves a row of the transposed V copy (`flash_attn_wg_d*`; `attn_kv_to_f16` writes V
+    /// transposed into `v16` when it is positive); 0 otherwise.
+    pub ldvt: i32,
     pub ws: DPtr,
     /// The batch position (`[1, 1]` i32), added to `q_offset` on the device.
     pub pos: DPtr,
@@ -583,7 +585,7 @@ pub fn layout_asserts(source: &str) -> String {
         }),
         "attention" => layout!(AttnArgs {
             q, ldq, k, ldk, v, ldv, o, ldo, r as R, p as P, h as H, hkv as Hkv, d, q_offset, scale,
-            n_split, kv_chunk, pad0, ws, pos, k16, v16, ld16
+            n_split, kv_chunk, ldvt, ws, pos, k16, v16, ld16
         }),
         "gemm" => [
             layout!(GemmArgs {

@@ -23,6 +23,11 @@ const HEADERS: &[(&str, &str)] = &[
     ("quant_load.cuh", include_str!("kernels/quant_load.cuh")),
     ("delta_common.cuh", include_str!("kernels/delta_common.cuh")),
     ("wgmma.cuh", include_str!("kernels/wgmma.cuh")),
+    (
+        "attention_args.cuh",
+        include_str!("kernels/attention_args.cuh"),
+    ),
+    ("attention_wg.cuh", include_str!("kernels/attention_wg.cuh")),
     ("gemm_wg.cuh", include_str!("kernels/gemm_wg.cuh")),
     (
         "gemm_operands.cuh",

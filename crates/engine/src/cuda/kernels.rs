@@ -87,7 +87,9 @@ pub struct Kernels {
     pub flash_attn: [Kernel; 4],
     /// `flash_attn_h_w4_d{D}` (f16 K/V copies, 64-row tiles) by [`ATTN_HEAD_DIMS`].
     pub flash_attn_h: [Kernel; 4],
-    /// Writes the f16 copies `flash_attn_h` reads.
+    /// `flash_attn_wg_d256` (wgmma, 128-row tiles; attention_wg.cuh).
+    pub flash_attn_wg: Kernel,
+    /// Writes the f16 copies `flash_attn_h` and `flash_attn_wg` read.
     pub attn_kv_to_f16: Kernel,
     /// `flash_decode_d{D}` by [`ATTN_HEAD_DIMS`].
     pub flash_decode: [Kernel; 4],
@@ -257,6 +259,7 @@ impl Kernels {
             delta_rule_step: delta.get("delta_rule_step")?,
             flash_attn: by_dim("flash_attn")?,
             flash_attn_h: by_dim("flash_attn_h_w4")?,
+            flash_attn_wg: attn.get("flash_attn_wg_d256")?,
             attn_kv_to_f16: attn.get("attn_kv_to_f16")?,
             flash_decode: by_dim("flash_decode")?,
             flash_attn_combine: attn.get("flash_attn_combine")?,

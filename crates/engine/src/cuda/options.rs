@@ -126,8 +126,9 @@ pub struct CudaOptions {
     /// K/V cache made once per attention node (`attn_kv_to_f16`, `flash_attn_h_w4_d*`: 64-key
     /// tiles, 4-warp blocks; 1.5x the f32 kernel at pp8192 in the lab, conversion included,
     /// with the same error; +4.5% at pp8192 in the engine, 2026-12-05); `TALLY_ATTN=f32`:
-    /// `flash_attn_d*`, which rounds K and V to f16 as it stages them.
-    pub attn_f16: bool,
+    /// `flash_attn_d*`, which rounds K and V to f16 as it stages them; `TALLY_ATTN=wg`: head dim
+    /// 256 on `flash_attn_wg_d256` (wgmma, 128-row tiles, V copied transposed), the rest as f16.
+    pub attn: AttnPath,
     /// A prompt's attention whose query tiles would leave most multiprocessors idle (a
     /// speculative verification of a few tokens, a short turn at depth: one block per KV head
     /// walking every key) splits the keys over the device, as decoding does, and merges the
@@ -189,6 +190,27 @@ pub struct CudaOptions {
     pub ws: bool,
 }
 
+/// The prefill attention kernels (`TALLY_ATTN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnPath {
+    /// `flash_attn_d*`: f32 K/V rounded to f16 as they are staged.
+    F32,
+    /// `attn_kv_to_f16` then `flash_attn_h_w4_d*` (mma.sync).
+    F16,
+    /// As `F16`, but head dim 256 on `flash_attn_wg_d256` (wgmma).
+    Wg,
+}
+
+impl AttnPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnPath::F32 => "f32",
+            AttnPath::F16 => "f16",
+            AttnPath::Wg => "wg",
+        }
+    }
+}
+
 /// Where `add_rms_norm`'s register form issues its loads (`TALLY_ADD_NORM_LOADS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddNormLoads {
@@ -234,7 +256,7 @@ impl Default for CudaOptions {
             gated: true,
             add_norm_skip: true,
             wgx_clear: false,
-            attn_f16: true,
+            attn: AttnPath::F16,
             attn_split: true,
             f32_tf32: false,
             f32_cublas: true,
@@ -265,13 +287,6 @@ impl CudaOptions {
             Some("on") => Ok(true),
             Some("off") => Ok(false),
             Some(v) => Err(bad(var, v, "on or off")),
-        };
-        // A switch between two named forms: `base` (also unset or empty) or `alt` (true).
-        let either = |var: &str, base: &str, alt: &str| match get(var).as_deref() {
-            None | Some("") => Ok(false),
-            Some(v) if v == base => Ok(false),
-            Some(v) if v == alt => Ok(true),
-            Some(v) => Err(bad(var, v, &format!("{base} or {alt}"))),
         };
         let mut o = CudaOptions::default();
         match get("TALLY_GEMM").as_deref() {
@@ -373,7 +388,13 @@ impl CudaOptions {
         o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
         o.wgx_clear = on_off("TALLY_WGX_CLEAR", o.wgx_clear)?;
         o.gated = on_off("TALLY_GATED", o.gated)?;
-        o.attn_f16 = !either("TALLY_ATTN", "f16", "f32")?;
+        o.attn = match get("TALLY_ATTN").as_deref() {
+            None | Some("") => o.attn,
+            Some("f16") => AttnPath::F16,
+            Some("f32") => AttnPath::F32,
+            Some("wg") => AttnPath::Wg,
+            Some(v) => return Err(bad("TALLY_ATTN", v, "wg, f16 or f32")),
+        };
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         match get("TALLY_F32_GEMM").as_deref() {
             // TALLY_GEMM=kernels: the engine's own kernels, the router's too, unless asked.
@@ -523,7 +544,7 @@ impl CudaOptions {
             format!("f16_keep={}", on(self.f16_keep)),
             format!("gated={}", on(self.gated)),
             format!("wgx_clear={}", on(self.wgx_clear)),
-            format!("attn={}", if self.attn_f16 { "f16" } else { "f32" }),
+            format!("attn={}", self.attn.name()),
             format!("attn_split={}", on(self.attn_split)),
             format!(
                 "f32_gemm={}",
@@ -627,13 +648,18 @@ mod tests {
         assert!(c.wgx_clear && c.defines() == ["-DTALLY_WGX_CLEAR"]);
         assert!(opts(&[("TALLY_WGX_CLEAR", "1")]).is_err());
         let a = opts(&[("TALLY_ATTN", "f32")]).expect("options");
-        assert!(!a.attn_f16 && a.describe().contains(&"attn=f32".into()));
-        assert!(opts(&[("TALLY_ATTN", "f16")]).expect("options").attn_f16);
+        assert!(a.attn == AttnPath::F32 && a.describe().contains(&"attn=f32".into()));
+        assert_eq!(
+            opts(&[("TALLY_ATTN", "f16")]).expect("options").attn,
+            AttnPath::F16
+        );
+        let w = opts(&[("TALLY_ATTN", "wg")]).expect("options");
+        assert!(w.attn == AttnPath::Wg && w.describe().contains(&"attn=wg".into()));
         let e = opts(&[("TALLY_ATTN", "half")])
             .expect_err("half")
             .to_string();
         assert!(
-            e.contains("TALLY_ATTN=half") && e.contains("f16 or f32"),
+            e.contains("TALLY_ATTN=half") && e.contains("wg, f16 or f32"),
             "{e}"
         );
         assert!(

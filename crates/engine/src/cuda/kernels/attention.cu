@@ -11,7 +11,10 @@
 //   flash_attn_d{D}      prefill, 128-row tiles (8 warps), f32 K/V converted to f16 as they load.
 //   flash_attn_h_w4_d{D} prefill, 64-row tiles (4 warps, two blocks an SM), K/V read as f16 from the
 //                        copies at AttnArgs.k16 / v16 (cp.async, 64-key tiles).
-//   attn_kv_to_f16       writes those copies: the first min(P, q_offset + R) cache rows, as f16.
+//   attn_kv_to_f16       writes those copies: the first min(P, q_offset + R) cache rows, as f16
+//                        (V transposed for flash_attn_wg_d256 when ldvt > 0).
+//   flash_attn_wg_d256   prefill on wgmma, 128-row tiles (2 warpgroups), f16 K and transposed V
+//                        (attention_wg.cuh, which has its own launch rules).
 //   flash_decode_d{D}    R * (H / Hkv) <= 8 (decode, last token only): f32 CUDA-core flash decoding.
 //   flash_attn_combine   merges split partials (n_split > 1) into o.
 // Variants of the same templates that the engine does not load live in lab/attention/variants.cu:
@@ -55,26 +58,7 @@
 // A kernel whose D differs from d, or with H % Hkv != 0, writes nothing.
 #include "common.cuh"
 
-struct AttnArgs {
-    const float* q;
-    i64 ldq;  // [R, H*d]: query row r is at position q_offset + r
-    const float* k;
-    i64 ldk;  // [P, Hkv*d]: the cache, positions 0..P-1 (P >= q_offset + R)
-    const float* v;
-    i64 ldv;  // [P, Hkv*d]
-    float* o;
-    i64 ldo;  // [R, H*d]
-    i32 R, P, H, Hkv, d, q_offset;
-    float scale;
-    i32 n_split;   // key-range splits (grid.z of flash_attn_*, grid.x of flash_decode_*); <= 1: write o
-    i32 kv_chunk;  // keys per split, rounded up to 64 by the kernels
-    i32 pad0;
-    float* ws;            // split partials, n_split * R * H * (d + 2) floats (n_split > 1)
-    const i32* pos;       // the batch position (n_past), added to q_offset; null: 0
-    __half* k16;          // f16 copies of k and v (flash_attn_h_*, attn_kv_to_f16; else unused)
-    __half* v16;
-    i64 ld16;
-};
+#include "attention_args.cuh"
 
 // The f16 copies as the prefill template reads them (KV16 = true; the f32 kernels get an empty
 // one): [>= P_vis, ld] each, 16-byte aligned, ld a multiple of 8.
@@ -680,6 +664,8 @@ ATTN_DECODE(flash_decode_d128, 128)
 ATTN_DECODE(flash_decode_d256, 256)
 
 // k16/v16[row, c] = half(k/v[row, c]) for rows < min(P, q_offset + R), c < Hkv * d; grid.y 0: K, 1: V.
+// With ldvt > 0, V goes transposed instead (flash_attn_wg_d*): v16[c * ldvt + row], for rows up to
+// the visible ones rounded up to 64, zero past the visible ones (ldvt >= that, a multiple of 8).
 // The blocks of grid.x stride over the chunks of 8 values, so any grid covers the rows the position
 // makes visible (the host sizes it for the cache's capacity, capped).
 extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) {
@@ -688,6 +674,27 @@ extern "C" __global__ void __launch_bounds__(256) attn_kv_to_f16(AttnArgs a_in) 
     const int width = a.Hkv * a.d;
     if (width <= 0 || (width & 7) != 0 || blockIdx.y > 1 || a.ld16 < width || (a.ld16 & 7) != 0) return;
     const bool is_v = blockIdx.y == 1;
+    if (is_v && a.ldvt > 0) {
+        // Thread item i: channel i % width, rows 8 (i / width) .. + 7 (a warp reads 32 channels of
+        // one row at a time, coalesced; each thread writes 16 contiguous bytes of one channel).
+        const int nrow = min(a.P, a.q_offset + a.R), npad = (nrow + 63) & ~63;
+        if ((a.ldvt & 7) != 0 || npad > a.ldvt) return;
+        const i64 n = static_cast<i64>(npad / 8) * width;
+        for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+             i += static_cast<i64>(gridDim.x) * blockDim.x) {
+            const int c = static_cast<int>(i % width), r0 = static_cast<int>(i / width) * 8;
+            float x[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) x[e] = r0 + e < nrow ? __ldg(a.v + static_cast<i64>(r0 + e) * a.ldv + c) : 0.f;
+            uint4 u;
+            u.x = attn::pack_h2(x[0], x[1]);
+            u.y = attn::pack_h2(x[2], x[3]);
+            u.z = attn::pack_h2(x[4], x[5]);
+            u.w = attn::pack_h2(x[6], x[7]);
+            *reinterpret_cast<uint4*>(a.v16 + static_cast<i64>(c) * a.ldvt + r0) = u;
+        }
+        return;
+    }
     const float* base = is_v ? a.v : a.k;
     const i64 ld = is_v ? a.ldv : a.ldk;
     __half* out = is_v ? a.v16 : a.k16;
@@ -783,3 +790,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_COMBINE_THREADS) flash_attn_co
         dst[3] = acc.w * inv;
     }
 }
+
+// The wgmma prefill kernel (sm_90a; the CPU emulator of lab/attention/emu, which runs this file,
+// has no wgmma: lab/attention/wg_emu_test.cpp runs that kernel on lab/gemm/emu's instead).
+#ifndef TALLY_ATTN_EMU
+#include "attention_wg.cuh"
+#endif

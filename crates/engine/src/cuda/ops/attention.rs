@@ -1,7 +1,7 @@
 //! Causal softmax attention (`Op::Attention`, reference `cpu/ops/attention.rs`): flash attention
 //! for prefill (f32 K/V, or with `TALLY_ATTN=f16` f16 copies of them for prompts of at least
-//! [`F16_MIN_ROWS`] tokens), flash decoding with a key split for up to ATTN_DEC_MAXQ query rows
-//! (`kernels/attention.cu`).
+//! [`F16_MIN_ROWS`] tokens, and with `TALLY_ATTN=wg` head dim 256 on wgmma), flash decoding with
+//! a key split for up to ATTN_DEC_MAXQ query rows (`kernels/attention.cu`, `attention_wg.cuh`).
 
 use tally_model::Node;
 
@@ -14,6 +14,7 @@ use crate::cuda::consts::{
 };
 use crate::cuda::kernels::{ATTN_HEAD_DIMS, Kernels};
 use crate::cuda::launch::{blocks, launch};
+use crate::cuda::options::AttnPath;
 
 /// The heads of one attention node.
 #[derive(Debug, Clone, Copy)]
@@ -42,9 +43,25 @@ pub fn smem_bytes(d: i64, nw: i64, kv16: bool) -> u32 {
     ((16 * nw + 2 * bn) * (d + 8) * 2) as u32
 }
 
+/// Packed rows of a `flash_attn_wg_d*` block (`ATTN_WG_BM`: two warpgroups of 64) and the head
+/// dim it serves.
+pub const WG_ROWS: i64 = 128;
+pub const WG_HEAD_DIM: usize = 256;
+
+/// Dynamic shared memory of `flash_attn_wg_d*` (`ATTN_WG_SMEM_BYTES(D)`): 1024 bytes of
+/// alignment slack, the 128-row Q tile and two stages of a 64-key K tile and its transposed V
+/// tile, all f16.
+pub fn wg_smem_bytes(d: i64) -> u32 {
+    (1024 + WG_ROWS * d * 2 + 2 * 2 * 64 * d * 2) as u32
+}
+
 /// The host's sizes asserted equal to attention.cu's own (appended to it at build time).
 pub fn geometry_asserts() -> String {
     let mut s = String::new();
+    s += &format!(
+        "static_assert(ATTN_WG_SMEM_BYTES({WG_HEAD_DIM}) == {} && ATTN_WG_BM == {WG_ROWS}, \"wgmma attention geometry differs from attention.rs\");\n",
+        wg_smem_bytes(WG_HEAD_DIM as i64)
+    );
     for &d in &ATTN_HEAD_DIMS {
         for (nw, kv16, nw_src) in [(ATTN_NW, false, "ATTN_NW"), (F16_NW, true, "4")] {
             s += &format!(
@@ -62,6 +79,12 @@ pub fn geometry_asserts() -> String {
 /// follows it starts aligned).
 fn f16_copy_bytes(cap: usize, hkv: usize, d: usize) -> usize {
     (cap * hkv * d * 2).div_ceil(256) * 256
+}
+
+/// Keys a row of the transposed V copy holds (`ldvt`): the capacity rounded up to the 64-key
+/// tiles `flash_attn_wg_d*` reads whole (`attn_kv_to_f16` zeroes them past the visible keys).
+fn vt_keys(cap: usize) -> usize {
+    cap.div_ceil(64) * 64
 }
 
 /// Key splits over a cache of `cap` positions for a grid of `blocks` blocks a split (flash
@@ -89,8 +112,8 @@ pub struct Choice {
     pub sms: u32,
     /// Flash decoding's splits per multiprocessor (`TALLY_DEC_SPLIT`).
     pub dec_per_sm: u32,
-    /// `TALLY_ATTN=f16`.
-    pub f16: bool,
+    /// `TALLY_ATTN`.
+    pub path: AttnPath,
     /// `TALLY_ATTN_SPLIT=on`: key splits for prompts too short to fill the device.
     pub split: bool,
 }
@@ -100,7 +123,7 @@ impl Choice {
         Choice {
             sms: b.props.sm_count,
             dec_per_sm: b.options.decode_splits_per_sm,
-            f16: b.options.attn_f16,
+            path: b.options.attn,
             split: b.options.attn_split,
         }
     }
@@ -127,6 +150,8 @@ pub enum Kind {
     F32,
     /// `attn_kv_to_f16` then `flash_attn_h_w4_d*`.
     F16,
+    /// `attn_kv_to_f16` (V transposed) then `flash_attn_wg_d256`.
+    Wg,
 }
 
 impl Route {
@@ -166,9 +191,22 @@ pub fn route(c: Choice, r: usize, cap: usize, (h, hkv, d): (usize, usize, usize)
             partial_bytes: part(n_split),
         };
     }
-    let f16 = c.f16 && r >= F16_MIN_ROWS;
-    let nw = if f16 { F16_NW } else { ATTN_NW };
+    let f16 = c.path != AttnPath::F32 && r >= F16_MIN_ROWS;
     let rows = r * (h / hkv.max(1));
+    // The wgmma kernel walks every key of its rows (no key split): it takes a prompt whose
+    // 128-row tiles fill the device, the split f16 kernel any other.
+    if f16 && c.path == AttnPath::Wg && d == WG_HEAD_DIM {
+        let tiles = rows.div_ceil(WG_ROWS as usize);
+        if !c.split || prefill_splits(c.sms, tiles, hkv, cap) == 1 {
+            return Route {
+                kind: Kind::Wg,
+                n_split: 1,
+                copy_bytes: f16_copy_bytes(vt_keys(cap), hkv, d),
+                partial_bytes: 0,
+            };
+        }
+    }
+    let nw = if f16 { F16_NW } else { ATTN_NW };
     let n_split = if c.split {
         prefill_splits(c.sms, rows.div_ceil(16 * nw as usize), hkv, cap)
     } else {
@@ -202,20 +240,23 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         ))
     };
     let rt = route(Choice::of(b), r, p, (h, hkv, d));
+    let by_dim =
+        |ks: &[crate::cuda::launch::Kernel; 4]| Kernels::by_head_dim(ks, d).ok_or_else(unsupported);
     let (kernel, threads, smem) = match rt.kind {
-        Kind::Decode => (&b.kernels.flash_decode, 256, 0),
+        Kind::Decode => (by_dim(&b.kernels.flash_decode)?, 256, 0),
         Kind::F32 => (
-            &b.kernels.flash_attn,
+            by_dim(&b.kernels.flash_attn)?,
             32 * ATTN_NW as u32,
             smem_bytes(d as i64, ATTN_NW, false),
         ),
         Kind::F16 => (
-            &b.kernels.flash_attn_h,
+            by_dim(&b.kernels.flash_attn_h)?,
             32 * F16_NW as u32,
             smem_bytes(d as i64, F16_NW, true),
         ),
+        // route() picks it for WG_HEAD_DIM only.
+        Kind::Wg => (b.kernels.flash_attn_wg, 256, wg_smem_bytes(d as i64)),
     };
-    let kernel = Kernels::by_head_dim(kernel, d).ok_or_else(unsupported)?;
     let n_split = rt.n_split;
     if n_split > 1
         && (n_split as i64 > ATTN_COMBINE_MAX_SPLITS || d / 4 > ATTN_COMBINE_THREADS as usize)
@@ -244,7 +285,7 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         // 0: the kernels split the keys the position makes visible evenly (the grid is fixed
         // by the capacity; splits past them find no key and weigh nothing in the combine).
         kv_chunk: 0,
-        pad0: 0,
+        ldvt: 0,
         ws: 0,
         pos: io.ins[3].0,
         k16: 0,
@@ -256,12 +297,15 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         if rt.copy_bytes > 0 {
             (a.k16, a.v16, a.ld16) = (ws, ws + rt.copy_bytes as u64, (hkv * d) as i64);
         }
+        if rt.kind == Kind::Wg {
+            a.ldvt = vt_keys(p) as i32;
+        }
         if rt.partial_bytes > 0 {
             a.ws = ws + 2 * rt.copy_bytes as u64;
         }
     }
     let s = b.cu_stream();
-    if rt.kind == Kind::F16 {
+    if matches!(rt.kind, Kind::F16 | Kind::Wg) {
         // The conversion's blocks stride over the visible rows (the position is device data),
         // so a grid for the cache's capacity, capped at 8 blocks an SM, covers any position.
         let chunks = (p * hkv * d / 8) as i64;
@@ -269,7 +313,8 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
         // SAFETY: AttnArgs mirrors attention.cu's struct (layout asserted at kernel build);
         // k16 and v16 are two disjoint 256-byte-aligned parts of the workspace (grown above to
         // two copies of p rows of ld16 = hkv * d halves, the most rows the position can make
-        // visible), k and v the node's p-row caches. Grid (any x, 2): y picks K or V.
+        // visible; for Wg each holds hkv * d rows of ldvt >= p keys rounded up to 64, V's
+        // transposed copy), k and v the node's p-row caches. Grid (any x, 2): y picks K or V.
         unsafe {
             launch(
                 b.kernels.attn_kv_to_f16,
@@ -283,6 +328,10 @@ pub fn attention(b: &mut CudaBackend, node: &Node, io: &Io, sh: Shape) -> Result
     }
     let grid = match rt.kind {
         Kind::Decode => (n_split as u32, hkv as u32, 1),
+        Kind::Wg => {
+            let rows = r as i64 * (h / hkv.max(1)) as i64;
+            (blocks(rows, WG_ROWS as u32), hkv as u32, 1)
+        }
         _ => {
             let rows = r as i64 * (h / hkv.max(1)) as i64;
             (blocks(rows, threads / 2), hkv as u32, n_split as u32)
@@ -329,11 +378,11 @@ mod tests {
         assert_eq!(f16_w4, [15360, 27648, 52224, 101376]);
     }
 
-    fn choice(f16: bool, split: bool) -> Choice {
+    fn choice(path: AttnPath, split: bool) -> Choice {
         Choice {
             sms: 132,
             dec_per_sm: 1,
-            f16,
+            path,
             split,
         }
     }
@@ -342,24 +391,30 @@ mod tests {
     fn the_f16_path_takes_long_prompts_only_and_sizes_two_copies() {
         let model = (16, 2, 256);
         // Off by default: a prompt needs no workspace, decoding its split partials.
-        assert_eq!(work_bytes(choice(false, false), 512, 4096, model), 0);
-        let dec = route(choice(false, false), 1, 4096, model);
+        assert_eq!(
+            work_bytes(choice(AttnPath::F32, false), 512, 4096, model),
+            0
+        );
+        let dec = route(choice(AttnPath::F32, false), 1, 4096, model);
         assert_eq!((dec.kind, dec.n_split), (Kind::Decode, 64));
         assert_eq!(dec.work_bytes(), 4 * 64 * 16 * 258);
         // On: prompts of F16_MIN_ROWS tokens and more get two aligned f16 copies of the cache;
         // shorter batches (a verification) and decode keep the f32 kernels.
         let copy = 4097 * 2 * 256 * 2;
-        let f16 = route(choice(true, false), F16_MIN_ROWS, 4097, model);
+        let f16 = route(choice(AttnPath::F16, false), F16_MIN_ROWS, 4097, model);
         assert_eq!(
             (f16.kind, f16.n_split, f16.copy_bytes),
             (Kind::F16, 1, copy)
         );
         assert_eq!(f16.work_bytes(), 2 * copy);
-        let short = route(choice(true, false), F16_MIN_ROWS - 1, 4096, model);
+        let short = route(choice(AttnPath::F16, false), F16_MIN_ROWS - 1, 4096, model);
         assert_eq!((short.kind, short.work_bytes()), (Kind::F32, 0));
-        assert_eq!(route(choice(true, false), 1, 4096, model), dec);
+        assert_eq!(route(choice(AttnPath::F16, false), 1, 4096, model), dec);
         // A copy of 5 rows of 32 halves starts the second copy at 256 bytes, not 320 / 2.
-        assert_eq!(work_bytes(choice(true, false), 64, 5, (4, 1, 32)), 2 * 512);
+        assert_eq!(
+            work_bytes(choice(AttnPath::F16, false), 64, 5, (4, 1, 32)),
+            2 * 512
+        );
     }
 
     #[test]
@@ -367,24 +422,54 @@ mod tests {
         let model = (16, 2, 256);
         // A verification of 4 tokens: 32 packed rows, one query tile per KV head (2 blocks on
         // 132 SMs): 66 splits a head, at most one per 64 keys of the cache.
-        let v = route(choice(false, true), 4, 8192, model);
+        let v = route(choice(AttnPath::F32, true), 4, 8192, model);
         assert_eq!((v.kind, v.n_split), (Kind::F32, 66));
         assert_eq!(v.partial_bytes, 4 * 66 * 4 * 16 * 258);
-        assert_eq!(route(choice(false, true), 4, 200, model).n_split, 4);
-        assert_eq!(route(choice(false, false), 4, 8192, model).n_split, 1);
+        assert_eq!(route(choice(AttnPath::F32, true), 4, 200, model).n_split, 4);
+        assert_eq!(
+            route(choice(AttnPath::F32, false), 4, 8192, model).n_split,
+            1
+        );
         // 256 tokens: 16 tiles of 128 packed rows x 2 heads = 32 blocks, under 4 an SM: 4 splits.
-        assert_eq!(route(choice(false, true), 256, 8192, model).n_split, 4);
+        assert_eq!(
+            route(choice(AttnPath::F32, true), 256, 8192, model).n_split,
+            4
+        );
         // 512 tokens fill the device: no split.
-        assert_eq!(route(choice(false, true), 512, 8192, model).n_split, 1);
+        assert_eq!(
+            route(choice(AttnPath::F32, true), 512, 8192, model).n_split,
+            1
+        );
         // With f16 copies the tiles are 64 rows: 64 tokens = 8 tiles x 2 = 16 blocks: 8 splits,
         // the partials after the two copies.
-        let h = route(choice(true, true), 64, 8192, model);
+        let h = route(choice(AttnPath::F16, true), 64, 8192, model);
         assert_eq!((h.kind, h.n_split), (Kind::F16, 8));
         assert_eq!(h.work_bytes(), 2 * h.copy_bytes + 4 * 8 * 64 * 16 * 258);
         // Decoding keeps its own splits.
         assert_eq!(
-            route(choice(false, true), 1, 8192, model).kind,
+            route(choice(AttnPath::F32, true), 1, 8192, model).kind,
             Kind::Decode
         );
+    }
+
+    #[test]
+    fn the_wgmma_path_takes_head_dim_256_prompts_that_fill_the_device() {
+        let model = (16, 2, 256);
+        let wg = |r, cap, split| route(choice(AttnPath::Wg, split), r, cap, model);
+        // 512 tokens: 4,096 packed rows = 32 tiles of 128 x 2 heads = 64 blocks: no split. Both
+        // copies sized for V transposed: 512 channels x the capacity rounded up to 64 keys.
+        let r = wg(512, 4097, true);
+        assert_eq!((r.kind, r.n_split, r.partial_bytes), (Kind::Wg, 1, 0));
+        assert_eq!(r.copy_bytes, 4160 * 2 * 256 * 2);
+        assert_eq!(r.work_bytes(), 2 * r.copy_bytes);
+        // 64 tokens: 4 tiles x 2 = 8 blocks, under 4 an SM: the split f16 kernel takes it,
+        // unless splits are off.
+        assert_eq!(wg(64, 8192, true).kind, Kind::F16);
+        assert_eq!(wg(64, 8192, false).kind, Kind::Wg);
+        // Short batches and decoding as before; other head dims on the f16 kernel.
+        assert_eq!(wg(F16_MIN_ROWS - 1, 4096, false).kind, Kind::F32);
+        assert_eq!(wg(1, 4096, true).kind, Kind::Decode);
+        let d128 = route(choice(AttnPath::Wg, true), 512, 4096, (16, 2, 128));
+        assert_eq!(d128.kind, Kind::F16);
     }
 }

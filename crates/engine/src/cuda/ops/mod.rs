@@ -251,6 +251,10 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
     for (&f, d) in k.flash_attn_h.iter().zip(ATTN_HEAD_DIMS) {
         max_dynamic_smem(f, attention::smem_bytes(d as i64, attention::F16_NW, true))?;
     }
+    max_dynamic_smem(
+        k.flash_attn_wg,
+        attention::wg_smem_bytes(attention::WG_HEAD_DIM as i64),
+    )?;
     Ok(())
 }
 
