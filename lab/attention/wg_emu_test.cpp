@@ -27,7 +27,7 @@ struct Case {
     int D, H, Hkv, R, q_offset, p_extra, pad;
 };
 
-template <int D>
+template <int D, bool PIPE>
 int run_case(const Case& c, uint64_t seed) {
     ref::Rng rng(seed);
     const int G = c.H / c.Hkv, P = c.q_offset + c.R + c.p_extra, nvis = c.q_offset + c.R;
@@ -74,7 +74,7 @@ int run_case(const Case& c, uint64_t seed) {
     a.n_split = 1, a.kv_chunk = 0, a.ldvt = ldvt;
     a.k16 = k16.data(), a.v16 = vt.data(), a.ld16 = ld16;
     const unsigned nqb = unsigned((c.R * G + ATTN_WG_BM - 1) / ATTN_WG_BM);
-    emu::launch({nqb, unsigned(c.Hkv), 1}, {256, 1, 1}, [&] { attn_wg::prefill<D>(a); });
+    emu::launch({nqb, unsigned(c.Hkv), 1}, {256, 1, 1}, [&] { attn_wg::prefill<D, PIPE>(a); });
 
     // float64 reference.
     double num = 0, den = 0;
@@ -115,13 +115,17 @@ int run_case(const Case& c, uint64_t seed) {
     for (size_t i = size_t(c.R) * ldo; i < o.size(); i++) clobbered += o[i] != sentinel;
     const double err = std::sqrt(num / std::max(den, 1e-300));
     const bool ok = err < 5e-3 && nonfinite == 0 && clobbered == 0;
-    std::printf("  %-4s d=%d H=%d Hkv=%d R=%d q_offset=%d P=%d ld+%d  rel %.2e (worst row %d head %d: %.2e)%s%s\n",
-                ok ? "ok" : "FAIL", D, c.H, c.Hkv, c.R, c.q_offset, P, c.pad, err, wr, wh, worst,
+    std::printf("  %-4s %-6s d=%d H=%d Hkv=%d R=%d q_offset=%d P=%d ld+%d  rel %.2e (worst row %d head %d: %.2e)%s%s\n",
+                ok ? "ok" : "FAIL", PIPE ? "pipe" : "serial", D, c.H, c.Hkv, c.R, c.q_offset, P, c.pad, err, wr, wh, worst,
                 nonfinite ? "  NON-FINITE" : "", clobbered ? "  CLOBBERED" : "");
     return ok ? 0 : 1;
 }
 
-int run(const Case& c, uint64_t seed) { return c.D == 256 ? run_case<256>(c, seed) : run_case<128>(c, seed); }
+// Both forms of the kernel on the same inputs (the engine's, PIPE, and the serial one).
+int run(const Case& c, uint64_t seed) {
+    if (c.D == 256) return run_case<256, true>(c, seed) + run_case<256, false>(c, seed);
+    return run_case<128, true>(c, seed) + run_case<128, false>(c, seed);
+}
 
 }  // namespace
 

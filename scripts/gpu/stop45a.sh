@@ -7,11 +7,12 @@
 #   2. the engine with TALLY_ATTN=wg: `tally check` (node by node against the CPU) on the
 #      35B-A3B shapes with 4 layers at 100 and 700 tokens, and the converter-made fixtures
 #      (scripts/gpu/converter.sh) at 1, 7, 37 and 100 tokens;
-#   3. prefill A/B on the 35B-A3B Q4_K_M file: TALLY_ATTN=f16 (default) / wg, alternated twice,
-#      pp512, pp8192, pp32768.
+#   3. prefill A/B on the 35B-A3B Q4_K_M file: TALLY_ATTN=f16 (default) / wg / wg-serial (the
+#      wgmma kernel without its softmax / P V overlap), alternated twice, pp512, pp8192, pp32768.
 # Prediction (written before): (1) every check passes; wg at pp8192 ~450-500 TFLOP/s against
-# ~285 for h_w4 (1.9 -> ~1.15 ms), pp32768 likewise; pp512 about even (few blocks). (3) H100:
-# pp8192 +4-5% (38.3k -> ~40k), pp32768 +12-15% (30.5k -> ~34.5k), pp512 +-1%.
+# ~285 for h_w4 (1.9 -> ~1.15 ms), pp32768 likewise, wg-serial ~20% below wg; pp512 about even
+# (few blocks). (3) H100: pp8192 +4-5% (38.3k -> ~40k), pp32768 +12-15% (30.5k -> ~34.5k),
+# pp512 +-1%.
 set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
@@ -29,8 +30,8 @@ TALLY_ATTN=wg CONV_TOKENS=1,7,37,100 timeout 200 scripts/gpu/converter.sh > "$OU
 row "converter fixtures wg" "rc=$? ($(el))"
 pack
 synth_35b q4_k_m
-for v in f16 wg f16 wg; do
-    [ "$(( $(date +%s) - t0 ))" -lt 470 ] || continue
+for v in f16 wg wg-serial f16 wg wg-serial; do
+    [ "$(( $(date +%s) - t0 ))" -lt 500 ] || continue
     TALLY_ATTN=$v timeout 110 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/pp-$v-$(date +%s).json" 2> "$OUT/pp-$v.err"
     row "pp $v" "rc=$? $(bench_row "$(ls -t "$OUT"/pp-$v-*.json | head -1)") ($(el))"
     pack

@@ -199,6 +199,9 @@ pub enum AttnPath {
     F16,
     /// As `F16`, but head dim 256 on `flash_attn_wg_d256` (wgmma).
     Wg,
+    /// As `Wg`, that kernel built without its overlap of the softmax and P V
+    /// (`-DTALLY_ATTN_WG_SERIAL`; for comparison).
+    WgSerial,
 }
 
 impl AttnPath {
@@ -207,7 +210,13 @@ impl AttnPath {
             AttnPath::F32 => "f32",
             AttnPath::F16 => "f16",
             AttnPath::Wg => "wg",
+            AttnPath::WgSerial => "wg-serial",
         }
+    }
+
+    /// Whether head dim 256 takes `flash_attn_wg_d256`.
+    pub fn wgmma(self) -> bool {
+        matches!(self, AttnPath::Wg | AttnPath::WgSerial)
     }
 }
 
@@ -393,7 +402,8 @@ impl CudaOptions {
             Some("f16") => AttnPath::F16,
             Some("f32") => AttnPath::F32,
             Some("wg") => AttnPath::Wg,
-            Some(v) => return Err(bad("TALLY_ATTN", v, "wg, f16 or f32")),
+            Some("wg-serial") => AttnPath::WgSerial,
+            Some(v) => return Err(bad("TALLY_ATTN", v, "wg, wg-serial, f16 or f32")),
         };
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         match get("TALLY_F32_GEMM").as_deref() {
@@ -459,6 +469,9 @@ impl CudaOptions {
             AddNormLoads::Early => {}
             AddNormLoads::Prefill => d.push("-DTALLY_ADD_NORM_PREFILL_EARLY".to_string()),
             AddNormLoads::Late => d.push("-DTALLY_ADD_NORM_LATE".to_string()),
+        }
+        if self.attn == AttnPath::WgSerial {
+            d.push("-DTALLY_ATTN_WG_SERIAL".to_string());
         }
         if self.add_norm_blocks != 2 {
             d.push(format!(
@@ -655,11 +668,14 @@ mod tests {
         );
         let w = opts(&[("TALLY_ATTN", "wg")]).expect("options");
         assert!(w.attn == AttnPath::Wg && w.describe().contains(&"attn=wg".into()));
+        assert!(w.defines().is_empty());
+        let ws = opts(&[("TALLY_ATTN", "wg-serial")]).expect("options");
+        assert!(ws.attn.wgmma() && ws.defines() == ["-DTALLY_ATTN_WG_SERIAL"]);
         let e = opts(&[("TALLY_ATTN", "half")])
             .expect_err("half")
             .to_string();
         assert!(
-            e.contains("TALLY_ATTN=half") && e.contains("wg, f16 or f32"),
+            e.contains("TALLY_ATTN=half") && e.contains("wg, wg-serial, f16 or f32"),
             "{e}"
         );
         assert!(

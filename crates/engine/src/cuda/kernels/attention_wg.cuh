@@ -57,7 +57,14 @@ __device__ __forceinline__ float ex2(float x) {
 // Offset of 16-byte chunk c (of 8) of row r inside a [rows][64] swizzled block.
 __device__ __forceinline__ u32 swz(int r, int c) { return static_cast<u32>(r * 128 + ((c ^ (r & 7)) << 4)); }
 
-template <int D>
+// PIPE false: per tile, S then softmax then P V, each MMA batch waited for before the next step.
+// PIPE true (the engine's): tile t's S = Q K^T and tile t - 1's O += P V issued together, the
+// softmax of S_t on the CUDA cores while P V runs on the tensor cores (the rescale of O by
+// tile t's factor after P V completes; P packed to f16 after that, the registers P V read).
+// V then stays in shared memory one tile longer, so K and V have their own two slots: K_{t+1}
+// is copied at the top of iteration t (its slot held K_{t-1}), V_{t+1} after the middle
+// barrier (its slot held V_{t-1}, read by the P V just completed).
+template <int D, bool PIPE>
 __device__ __forceinline__ void prefill(const AttnArgs& a) {
     constexpr int BM = ATTN_WG_BM, BN = ATTN_WG_BN, NT = 256;
     constexpr int NH = D / 128;  // O halves of 128 columns (one m64n128k16 each)
@@ -78,7 +85,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
     const u32 raw_u = smem_u32(smem_raw);
     const u32 base_u = (raw_u + 1023u) & ~1023u;
     u8* const sQ = smem_raw + (base_u - raw_u);
-    u8* const sStage = sQ + Q_BYTES;  // stage s: K at sStage + s * (K_BYTES + V_BYTES), V after it
+    u8* const sK = sQ + Q_BYTES;        // K slot s at sK + s * K_BYTES
+    u8* const sV = sK + 2 * K_BYTES;    // V slot s at sV + s * V_BYTES
 
     const int row0 = qb * BM;
     const int last = min(row0 + BM, rows) - 1;
@@ -122,12 +130,10 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
 
     const __half* gk = a.k16 + static_cast<i64>(kvh) * D;
     const __half* gv = a.v16 + static_cast<i64>(kvh) * D * a.ldvt;
-    // Tile t's copies into stage t & 1: K rows (keys past kv_end zero-filled, never read past the
-    // copy), the transposed V rows (the copy is zero there up to a multiple of 64).
-    auto issue = [&](int t) {
+    // Tile t's K rows into K slot t & 1 (keys past kv_end zero-filled, never read past the copy).
+    auto issue_k = [&](int t) {
         const int k0 = t * BN;
-        u8* sk = sStage + (t & 1) * (K_BYTES + V_BYTES);
-        u8* sv = sk + K_BYTES;
+        u8* sk = sK + (t & 1) * K_BYTES;
 #pragma unroll
         for (int j = 0; j < BN * D / 8 / NT; ++j) {
             const int i = tid + NT * j, r = i / (D / 8), c = i % (D / 8);
@@ -135,12 +141,17 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
             cp_async16z(sk + (c >> 3) * (BN * 128) + swz(r, c & 7), ok ? gk + static_cast<i64>(k0 + r) * a.ld16 + 8 * c : gk,
                         ok ? 16u : 0u);
         }
+    };
+    // Tile t's transposed V rows into V slot t & 1 (the copy is zero past the visible keys up to
+    // a multiple of 64).
+    auto issue_v = [&](int t) {
+        const int k0 = t * BN;
+        u8* sv = sV + (t & 1) * V_BYTES;
 #pragma unroll
         for (int j = 0; j < D * BN / 8 / NT; ++j) {
             const int i = tid + NT * j, r = i >> 3, c = i & 7;
             cp_async16(sv + swz(r, c), gv + static_cast<i64>(r) * a.ldvt + k0 + 8 * c);
         }
-        cp_async_commit();
     };
 
     float o[NH][64];
@@ -149,29 +160,34 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
 #pragma unroll
         for (int i = 0; i < 64; ++i) o[hf][i] = 0.f;
     float m_a = neg_inf(), m_b = neg_inf(), l_a = 0.f, l_b = 0.f;
+    float s[32];
+    u32 p[BN / 16][4];
     const u32 q_u = smem_u32(sQ) + static_cast<u32>(wg * 64 * 128);
+    const u32 k_u = smem_u32(sK), v_u = smem_u32(sV);
 
-    if (ntile > 0) issue(0);
-    for (int t = 0; t < ntile; ++t) {
-        cp_async_wait<0>();
-        fence_proxy_async();  // cp.async writes are generic-proxy; the tensor cores read async-proxy
-        __syncthreads();      // tile t visible to all; every MMA of tile t - 1 is done
-        if (t + 1 < ntile) issue(t + 1);
-        const int k0 = t * BN;
-        if (!wg_rows || k0 > wg_hi) continue;  // warpgroup-uniform: no row of it sees this tile
-        const u32 k_u = smem_u32(sStage) + static_cast<u32>((t & 1) * (K_BYTES + V_BYTES));
-        const u32 v_u = k_u + K_BYTES;
-
-        float s[32];
-        wg_fence();
+    // S (64 x BN, f32) = Q K^T of tile t (not waited for).
+    auto s_gemm = [&](int t) {
+        const u32 kt = k_u + static_cast<u32>((t & 1) * K_BYTES);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             WgmmaSS<64>::mma(s, wg_desc(q_u + (kk >> 2) * (BM * 128) + 32 * (kk & 3)),
-                             wg_desc(k_u + (kk >> 2) * (BN * 128) + 32 * (kk & 3)), kk > 0 ? 1 : 0);
+                             wg_desc(kt + (kk >> 2) * (BN * 128) + 32 * (kk & 3)), kk > 0 ? 1 : 0);
         }
         wg_commit();
-        wg_wait<0>();
-
+    };
+    // O += P V of tile t (P in registers; not waited for).
+    auto pv_gemm = [&](int t) {
+        const u32 vt = v_u + static_cast<u32>((t & 1) * V_BYTES);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+            for (int hf = 0; hf < NH; ++hf) Wgmma<128>::mma(o[hf], p[kk], wg_desc(vt + hf * (128 * 128) + 32 * kk), 1);
+        wg_commit();
+    };
+    // Mask and exponentiate S of the tile at k0 in place; the new maxima; the factors al_a / al_b
+    // that rescale O and l (applied by the caller).
+    float al_a = 1.f, al_b = 1.f;
+    auto softmax = [&](int k0) {
         // s[4j + e]: row gq + 8 (e >> 1) of this warp's 16, key k0 + 8j + 2tq + (e & 1).
         if (k0 + BN - 1 > w_lo) {  // some key of this tile is after some row of this warp
 #pragma unroll
@@ -196,7 +212,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
         const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
         // A row that has seen no key yet keeps max -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
         const float mu_a = mn_a == neg_inf() ? 0.f : mn_a, mu_b = mn_b == neg_inf() ? 0.f : mn_b;
-        const float al_a = ex2((m_a - mu_a) * cs), al_b = ex2((m_b - mu_b) * cs);
+        al_a = ex2((m_a - mu_a) * cs);
+        al_b = ex2((m_b - mu_b) * cs);
         const float nb_a = -mu_a * cs, nb_b = -mu_b * cs;
         float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
@@ -212,6 +229,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
         l_b = l_b * al_b + sum_b;
         m_a = mn_a;
         m_b = mn_b;
+    };
+    auto rescale = [&]() {
 #pragma unroll
         for (int hf = 0; hf < NH; ++hf)
 #pragma unroll
@@ -221,8 +240,9 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
                 o[hf][4 * j + 2] *= al_b;
                 o[hf][4 * j + 3] *= al_b;
             }
-        // P's A fragments of key slice kk: (row g, keys 2t..), (g + 8, 2t..), (g, 8 + 2t..), (g + 8, 8 + 2t..).
-        u32 p[BN / 16][4];
+    };
+    // P's A fragments of key slice kk: (row g, keys 2t..), (g + 8, 2t..), (g, 8 + 2t..), (g + 8, 8 + 2t..).
+    auto pack_p = [&]() {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             p[kk][0] = pack_f16x2(s[8 * kk], s[8 * kk + 1]);
@@ -230,13 +250,81 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
             p[kk][2] = pack_f16x2(s[8 * kk + 4], s[8 * kk + 5]);
             p[kk][3] = pack_f16x2(s[8 * kk + 6], s[8 * kk + 7]);
         }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-            for (int hf = 0; hf < NH; ++hf) Wgmma<128>::mma(o[hf], p[kk], wg_desc(v_u + hf * (128 * 128) + 32 * kk), 1);
-        wg_commit();
-        wg_wait<0>();
+    };
+
+    if (ntile > 0) {
+        issue_k(0);
+        issue_v(0);
+        cp_async_commit();
+    }
+    if constexpr (!PIPE) {
+        for (int t = 0; t < ntile; ++t) {
+            cp_async_wait<0>();
+            fence_proxy_async();  // cp.async writes are generic-proxy; the tensor cores read async-proxy
+            __syncthreads();      // tile t visible to all; every MMA of tile t - 1 is done
+            if (t + 1 < ntile) {
+                issue_k(t + 1);
+                issue_v(t + 1);
+                cp_async_commit();
+            }
+            if (!wg_rows || t * BN > wg_hi) continue;  // warpgroup-uniform: no row of it sees this tile
+            wg_fence();
+            s_gemm(t);
+            wg_wait<0>();
+            softmax(t * BN);
+            rescale();
+            pack_p();
+            wg_fence();
+            pv_gemm(t);
+            wg_wait<0>();
+        }
+    } else {
+        // Copy groups in commit order: (K_0, V_0), K_1, V_1, K_2, V_2, ...: at the top of
+        // iteration t >= 1, K_t must have landed and V_t (committed after it) may still fly; V_t
+        // is read by the P V issued in iteration t + 1, after the next top's wait.
+        bool pact = false;  // this warpgroup has a P V of tile t - 1 to do
+        for (int t = 0; t < ntile; ++t) {
+            if (t == 0) {
+                cp_async_wait<0>();
+            } else {
+                cp_async_wait<1>();
+            }
+            fence_proxy_async();
+            __syncthreads();  // K_t (and V_{t-1}) visible to all; every S of tile t - 1 is done
+            if (t + 1 < ntile) issue_k(t + 1);
+            cp_async_commit();  // (possibly empty: the group count stays one per step)
+            const bool act = wg_rows && t * BN <= wg_hi;  // warpgroup-uniform
+            if (act || pact) wg_fence();
+            if (act) s_gemm(t);
+            if (pact) pv_gemm(t - 1);
+            if (act) {
+                if (pact) {
+                    wg_wait<1>();  // S_t done, P V of tile t - 1 may run on
+                } else {
+                    wg_wait<0>();
+                }
+                softmax(t * BN);
+            }
+            if (pact) wg_wait<0>();
+            if (act) {
+                rescale();
+                pack_p();
+            }
+            pact = act;
+            __syncthreads();  // every P V of tile t - 1 is done: its V slot is free
+            if (t + 1 < ntile) issue_v(t + 1);
+            cp_async_commit();
+        }
+        // The last tile's V was copied after the last top's wait: every thread waits for its part
+        // and a barrier publishes the whole tile.
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (pact) {
+            wg_fence();
+            pv_gemm(ntile - 1);
+            wg_wait<0>();
+        }
     }
 
     // Epilogue: quad-reduce the sums, normalise, write o.
@@ -271,10 +359,17 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
 
 }  // namespace attn_wg
 
+// TALLY_ATTN_WG_SERIAL (TALLY_ATTN=wg-serial): the engine's kernel without the overlap of the
+// softmax and P V (for comparison; the lab has both, lab/attention/variants.cu).
+#ifdef TALLY_ATTN_WG_SERIAL
+#define ATTN_WG_PIPE false
+#else
+#define ATTN_WG_PIPE true
+#endif
 #ifndef TALLY_EMU
 extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_d256(AttnArgs a) {
     pdl_enter();
     if (a.pos) a.q_offset += *a.pos;
-    attn_wg::prefill<256>(a);
+    attn_wg::prefill<256, ATTN_WG_PIPE>(a);
 }
 #endif

@@ -195,7 +195,7 @@ pub fn route(c: Choice, r: usize, cap: usize, (h, hkv, d): (usize, usize, usize)
     let rows = r * (h / hkv.max(1));
     // The wgmma kernel walks every key of its rows (no key split): it takes a prompt whose
     // 128-row tiles fill the device, the split f16 kernel any other.
-    if f16 && c.path == AttnPath::Wg && d == WG_HEAD_DIM {
+    if f16 && c.path.wgmma() && d == WG_HEAD_DIM {
         let tiles = rows.div_ceil(WG_ROWS as usize);
         if !c.split || prefill_splits(c.sms, tiles, hkv, cap) == 1 {
             return Route {
