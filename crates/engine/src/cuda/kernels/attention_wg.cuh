@@ -12,18 +12,18 @@
 // KV head, all its keys (no key split: the host routes split launches elsewhere). Shared memory
 // (wgmma.cuh's K-major 128-byte-swizzled blocks, 1024-byte aligned):
 //   Q: D/64 blocks of [128 rows][64 dims], f16, converted from f32 q once;
-//   two stages, each: K tile, D/64 blocks of [64 keys][64 dims]; V tile transposed,
+//   two slots of a K tile, D/64 blocks of [64 keys][64 dims]; three of a V tile transposed,
 //   [D dims][64 keys] (rows of 128 bytes), copied from the transposed f16 copy of V (v16 with
 //   row stride ldvt: [Hkv * D][ldvt], keys contiguous, zero past the visible keys up to a
 //   multiple of 64, written by attn_kv_to_f16 with ldvt > 0), so both MMAs read K-major
 //   operands (no transposed descriptor).
-// Per 64-key tile t: wait for its cp.async copies, barrier, issue tile t + 1's copies into the
-// other stage (the one tile t - 1 used: its MMAs were waited for before the barrier), then per
-// warpgroup: S (64 x 64, f32) = Q K^T as D/16 wgmma m64n64k16 with both operands in shared
-// memory; mask, online softmax in registers (the accumulator layout is mma.sync's, so P's f16
-// fragments are the A operand of the next MMA as they stand); O (64 x D, f32, D/2 registers a
-// thread) += P V as 4 x D/128 wgmma m64n128k16 with A from registers. The two warpgroups'
-// MMAs and softmaxes interleave on the tensor cores; the copies run a whole tile ahead.
+// Per 64-key tile t: wait for its cp.async copies, barrier, issue tile t + 1's copies into free
+// slots, then per warpgroup: S (64 x 64, f32) = Q K^T as D/16 wgmma m64n64k16 with both
+// operands in shared memory; mask, online softmax in registers (the accumulator layout is
+// mma.sync's, so P's f16 fragments are the A operand of the next MMA as they stand); O (64 x D,
+// f32, D/2 registers a thread) += P V as 4 x D/128 wgmma m64n128k16 with A from registers. One
+// barrier a tile, so the two warpgroups drift apart and their MMAs and softmaxes interleave on
+// the tensor cores; the copies run a whole tile ahead. (prefill's PIPE has the two forms.)
 //
 // Launch: grid (ceil(R * H / Hkv / 128), Hkv), 256 threads, ATTN_WG_SMEM_BYTES(256) bytes of
 // dynamic shared memory (raise the limit first). Requires n_split <= 1, k16 / v16 16-byte
@@ -37,8 +37,9 @@
 
 #define ATTN_WG_BM 128
 #define ATTN_WG_BN 64
-// 1024 bytes of alignment slack, the Q tile, two stages of (K tile, transposed V tile).
-#define ATTN_WG_SMEM_BYTES(D) (1024 + ATTN_WG_BM * (D) * 2 + 2 * 2 * ATTN_WG_BN * (D) * 2)
+// 1024 bytes of alignment slack, the Q tile, two K slots and three transposed V slots (230,400
+// bytes at D = 256, of the 232,448 a block may have).
+#define ATTN_WG_SMEM_BYTES(D) (1024 + ATTN_WG_BM * (D) * 2 + 5 * ATTN_WG_BN * (D) * 2)
 
 namespace attn_wg {
 
@@ -58,12 +59,12 @@ __device__ __forceinline__ float ex2(float x) {
 __device__ __forceinline__ u32 swz(int r, int c) { return static_cast<u32>(r * 128 + ((c ^ (r & 7)) << 4)); }
 
 // PIPE false: per tile, S then softmax then P V, each MMA batch waited for before the next step.
-// PIPE true (the engine's): tile t's S = Q K^T and tile t - 1's O += P V issued together, the
-// softmax of S_t on the CUDA cores while P V runs on the tensor cores (the rescale of O by
-// tile t's factor after P V completes; P packed to f16 after that, the registers P V read).
-// V then stays in shared memory one tile longer, so K and V have their own two slots: K_{t+1}
-// is copied at the top of iteration t (its slot held K_{t-1}), V_{t+1} after the middle
-// barrier (its slot held V_{t-1}, read by the P V just completed).
+// PIPE true: tile t's S = Q K^T and tile t - 1's O += P V issued together, the softmax of S_t
+// on the CUDA cores while P V runs on the tensor cores (the rescale of O by tile t's factor
+// after P V completes; P packed to f16 after that, the registers P V read). V then stays in
+// shared memory one tile longer: K has two slots (tile t & 1), V three (tile t % 3), so tile
+// t + 1's copies, issued at the top of iteration t, go where K_{t-1} (its S done in iteration
+// t - 1) and V_{t-2} (its P V done in iteration t - 1) were, and one barrier a tile suffices.
 template <int D, bool PIPE>
 __device__ __forceinline__ void prefill(const AttnArgs& a) {
     constexpr int BM = ATTN_WG_BM, BN = ATTN_WG_BN, NT = 256;
@@ -85,8 +86,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
     const u32 raw_u = smem_u32(smem_raw);
     const u32 base_u = (raw_u + 1023u) & ~1023u;
     u8* const sQ = smem_raw + (base_u - raw_u);
-    u8* const sK = sQ + Q_BYTES;        // K slot s at sK + s * K_BYTES
-    u8* const sV = sK + 2 * K_BYTES;    // V slot s at sV + s * V_BYTES
+    u8* const sK = sQ + Q_BYTES;      // K slot s (of 2) at sK + s * K_BYTES
+    u8* const sV = sK + 2 * K_BYTES;  // V slot s (of 3) at sV + s * V_BYTES
 
     const int row0 = qb * BM;
     const int last = min(row0 + BM, rows) - 1;
@@ -142,11 +143,11 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
                         ok ? 16u : 0u);
         }
     };
-    // Tile t's transposed V rows into V slot t & 1 (the copy is zero past the visible keys up to
+    // Tile t's transposed V rows into V slot t % 3 (the copy is zero past the visible keys up to
     // a multiple of 64).
     auto issue_v = [&](int t) {
         const int k0 = t * BN;
-        u8* sv = sV + (t & 1) * V_BYTES;
+        u8* sv = sV + (t % 3) * V_BYTES;
 #pragma unroll
         for (int j = 0; j < D * BN / 8 / NT; ++j) {
             const int i = tid + NT * j, r = i >> 3, c = i & 7;
@@ -177,7 +178,7 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
     };
     // O += P V of tile t (P in registers; not waited for).
     auto pv_gemm = [&](int t) {
-        const u32 vt = v_u + static_cast<u32>((t & 1) * V_BYTES);
+        const u32 vt = v_u + static_cast<u32>((t % 3) * V_BYTES);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
@@ -279,27 +280,23 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
             wg_wait<0>();
         }
     } else {
-        // Copy groups in commit order: (K_0, V_0), K_1, V_1, K_2, V_2, ...: at the top of
-        // iteration t >= 1, K_t must have landed and V_t (committed after it) may still fly; V_t
-        // is read by the P V issued in iteration t + 1, after the next top's wait.
         bool pact = false;  // this warpgroup has a P V of tile t - 1 to do
         for (int t = 0; t < ntile; ++t) {
-            if (t == 0) {
-                cp_async_wait<0>();
-            } else {
-                cp_async_wait<1>();
-            }
+            cp_async_wait<0>();
             fence_proxy_async();
-            __syncthreads();  // K_t (and V_{t-1}) visible to all; every S of tile t - 1 is done
-            if (t + 1 < ntile) issue_k(t + 1);
-            cp_async_commit();  // (possibly empty: the group count stays one per step)
+            __syncthreads();  // K_t and V_t visible to all; every S of tile t - 1 and P V of t - 2 is done
+            if (t + 1 < ntile) {
+                issue_k(t + 1);
+                issue_v(t + 1);
+                cp_async_commit();
+            }
             const bool act = wg_rows && t * BN <= wg_hi;  // warpgroup-uniform
             if (act || pact) wg_fence();
             if (act) s_gemm(t);
             if (pact) pv_gemm(t - 1);
             if (act) {
                 if (pact) {
-                    wg_wait<1>();  // S_t done, P V of tile t - 1 may run on
+                    wg_wait<1>();  // S_t done; the P V of tile t - 1 may run on
                 } else {
                     wg_wait<0>();
                 }
@@ -311,16 +308,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
                 pack_p();
             }
             pact = act;
-            __syncthreads();  // every P V of tile t - 1 is done: its V slot is free
-            if (t + 1 < ntile) issue_v(t + 1);
-            cp_async_commit();
         }
-        // The last tile's V was copied after the last top's wait: every thread waits for its part
-        // and a barrier publishes the whole tile.
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-        if (pact) {
+        if (pact) {  // the last tile's V landed and was published at the last top
             wg_fence();
             pv_gemm(ntile - 1);
             wg_wait<0>();

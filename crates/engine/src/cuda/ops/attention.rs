@@ -49,10 +49,10 @@ pub const WG_ROWS: i64 = 128;
 pub const WG_HEAD_DIM: usize = 256;
 
 /// Dynamic shared memory of `flash_attn_wg_d*` (`ATTN_WG_SMEM_BYTES(D)`): 1024 bytes of
-/// alignment slack, the 128-row Q tile and two stages of a 64-key K tile and its transposed V
-/// tile, all f16.
+/// alignment slack, the 128-row Q tile, two slots of a 64-key K tile and three of a transposed
+/// V tile, all f16 (230,400 bytes at d = 256).
 pub fn wg_smem_bytes(d: i64) -> u32 {
-    (1024 + WG_ROWS * d * 2 + 2 * 2 * 64 * d * 2) as u32
+    (1024 + WG_ROWS * d * 2 + 5 * 64 * d * 2) as u32
 }
 
 /// The host's sizes asserted equal to attention.cu's own (appended to it at build time).
