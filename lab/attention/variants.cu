@@ -18,9 +18,11 @@ ATTN_PREFILL_KV16_LAB(flash_attn_h_d64, 64, 8)
 ATTN_PREFILL_KV16_LAB(flash_attn_h_d128, 128, 8)
 ATTN_PREFILL_KV16_LAB(flash_attn_h_d256, 256, 8)
 // flash_attn_wg_d256 without the overlap of the softmax and P V (the engine's kernel built with
-// TALLY_ATTN_WG_SERIAL; attention_wg.cuh).
+// TALLY_ATTN_WG_SERIAL; attention_wg.cuh, which the SIMT emulator of lab/attention/emu leaves out).
+#ifndef TALLY_ATTN_EMU
 extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_serial_d256(AttnArgs a) {
     pdl_enter();
     if (a.pos) a.q_offset += *a.pos;
     attn_wg::prefill<256, false>(a);
 }
+#endif

@@ -6,8 +6,8 @@
 #      slower than the serial one) against the serial form and flash_attn_h_w4_d256;
 #   2. prefill A/B on the 35B-A3B Q4_K_M file: TALLY_ATTN=wg / wg-serial / f16, alternated
 #      twice, pp512, pp8192, pp32768; the faster wgmma form (pp8192 + pp32768) is BEST;
-#   3. side by side with llama.cpp with TALLY_ATTN=BEST: pp512, pp8192, pp32768, tg128 at depth
-#      0 and 8,192.
+#   3. side by side with llama.cpp with TALLY_ATTN=BEST: pp512, pp8192, pp32768, tg128 (SBS_D:
+#      depths, default 0).
 # Prediction (written before): (1) pipelined >= serial by 5-10% at pp8192 and longer (call 1:
 # serial 401 / 444 TFLOP/s at pp8192 / pp32768, the two-barrier pipelined form 356 / 394);
 # (2) pp32768 ~34.3k with the pipelined form (call 1: f16 30.7k, wg-serial 33.8k), pp8192 ~39.6k;
@@ -22,7 +22,7 @@ grep -E "^(pp|shape)" "$OUT/attn_bench.txt" | grep -E "shape|w4 \+cvt|wg" > "$OU
 pack
 synth_35b q4_k_m
 for v in wg wg-serial f16 wg wg-serial f16; do
-    [ "$(( $(date +%s) - t0 ))" -lt 260 ] || continue
+    [ "$(( $(date +%s) - t0 ))" -lt 200 ] || continue
     TALLY_ATTN=$v timeout 100 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/pp-$v-$(date +%s).json" 2> "$OUT/pp-$v.err"
     row "pp $v" "rc=$? $(bench_row "$(ls -t "$OUT"/pp-$v-*.json | head -1)") ($(el))"
     pack
@@ -38,7 +38,7 @@ print(max(best, key=best.get))
 PY
 )
 row "best wgmma form" "$BEST"
-TALLY_ATTN=$BEST timeout 300 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -d 0,8192 -r 3 \
+TALLY_ATTN=$BEST timeout 300 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -d "${SBS_D:-0}" -r 3 \
     -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
 row "bench sbs ($BEST)" "rc=$? ($(el))"
 pack
