@@ -32,9 +32,9 @@ static const float kSentinel = 7777.0f;
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
-// WG: flash_attn_wg_d256 (attention_wg.cuh; d = 256 only, outside the per-d arrays); WGS: its
-// serial form (flash_attn_wg_serial_d256, variants.cu).
-enum Kind { P8 = 0, P4, H8, H4, DEC, NKIND, WG, WGS };
+// WG: flash_attn_wg_d256 (attention_wg.cuh, the serial form; d = 256 only, outside the per-d
+// arrays); WGP: its pipelined form (flash_attn_wg_pipe_d256, variants.cu).
+enum Kind { P8 = 0, P4, H8, H4, DEC, NKIND, WG, WGP };
 typedef void (*KFn)(AttnArgs);
 static KFn kfn[NKIND][4] = {
     {flash_attn_d32, flash_attn_d64, flash_attn_d128, flash_attn_d256},
@@ -88,8 +88,8 @@ static void init_device() {
             }
         }
     for (int w = 0; w < 2; ++w) {
-        KFn f = w ? flash_attn_wg_serial_d256 : flash_attn_wg_d256;
-        const char* name = w ? "flash_attn_wg_serial_d256" : "flash_attn_wg_d256";
+        KFn f = w ? flash_attn_wg_pipe_d256 : flash_attn_wg_d256;
+        const char* name = w ? "flash_attn_wg_pipe_d256" : "flash_attn_wg_d256";
         const int sm = ATTN_WG_SMEM_BYTES(256);
         CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
         cudaFuncAttributes fa;
@@ -307,7 +307,7 @@ static AttnArgs args_for(const Problem& p, const DevBuf& b, const Launch& L, con
     a.k16 = b.k16;  // read by flash_attn_h_*, written by attn_kv_to_f16
     a.v16 = b.v16;
     a.ld16 = (long long)p.Hkv * p.d;
-    a.ldvt = (L.kind == WG || L.kind == WGS) ? round64(p.P) : 0;  // attn_kv_to_f16 writes V transposed for WG
+    a.ldvt = (L.kind == WG || L.kind == WGP) ? round64(p.P) : 0;  // attn_kv_to_f16 writes V transposed for WG
     return a;
 }
 
@@ -322,11 +322,11 @@ static void ensure_ws(DevBuf& b, const Problem& p, const Launch& L) {
 
 static void launch(const Problem& p, const AttnArgs& a, const Launch& L, cudaStream_t st) {
     const int di = dix(p.d);
-    if (L.kind == WG || L.kind == WGS) {
+    if (L.kind == WG || L.kind == WGP) {
         const long long n8 = (long long)std::min(p.P, p.pvis()) * p.Hkv * p.d / 8;
         attn_kv_to_f16<<<dim3((unsigned)((n8 + 255) / 256), 2), 256, 0, st>>>(a);
         CK(cudaGetLastError());
-        (L.kind == WG ? flash_attn_wg_d256 : flash_attn_wg_serial_d256)<<<dim3((p.rows() + ATTN_WG_BM - 1) / ATTN_WG_BM, p.Hkv), 256, ATTN_WG_SMEM_BYTES(256), st>>>(a);
+        (L.kind == WG ? flash_attn_wg_d256 : flash_attn_wg_pipe_d256)<<<dim3((p.rows() + ATTN_WG_BM - 1) / ATTN_WG_BM, p.Hkv), 256, ATTN_WG_SMEM_BYTES(256), st>>>(a);
         CK(cudaGetLastError());
         return;
     }
@@ -448,7 +448,7 @@ static void check_problem(Problem& p, bool verbose) {
     };
     if (p.d == 256 && p.rows() > ATTN_DEC_MAXQ) {
         vs.push_back({"wg", {WG, 1, 64}});
-        vs.push_back({"wg-serial", {WGS, 1, 64}});
+        vs.push_back({"wg-pipe", {WGP, 1, 64}});
     }
     if (p.rows() <= ATTN_DEC_MAXQ) {
         vs.push_back({"decode 1", {DEC, 1, 64}});
@@ -549,7 +549,7 @@ static void time_problem(Problem& p, const char* shape, std::vector<TimeRow>& ou
         vars.push_back({"auto", plan(p, P8)});
         if (p.R > 8192) vars = {{"f16-w4 +cvt", {H4, 1, 64}}};  // long shapes: the engine's kernel and WG only
         vars.push_back({"wg +cvt", {WG, 1, 64}});
-        vars.push_back({"wg-serial +cvt", {WGS, 1, 64}});
+        vars.push_back({"wg-pipe +cvt", {WGP, 1, 64}});
     }
     const int reps = quick ? 5 : 20, warm = 3;
     cudaEvent_t e0, e1;

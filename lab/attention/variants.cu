@@ -17,12 +17,13 @@ ATTN_PREFILL_KV16_LAB(flash_attn_h_d32, 32, 8)
 ATTN_PREFILL_KV16_LAB(flash_attn_h_d64, 64, 8)
 ATTN_PREFILL_KV16_LAB(flash_attn_h_d128, 128, 8)
 ATTN_PREFILL_KV16_LAB(flash_attn_h_d256, 256, 8)
-// flash_attn_wg_d256 without the overlap of the softmax and P V (the engine's kernel built with
-// TALLY_ATTN_WG_SERIAL; attention_wg.cuh, which the SIMT emulator of lab/attention/emu leaves out).
+// flash_attn_wg_d256 with tile t's softmax overlapping tile t - 1's P V (the engine's kernel
+// built with TALLY_ATTN_WG_PIPE; attention_wg.cuh, which the SIMT emulator of lab/attention/emu
+// leaves out).
 #ifndef TALLY_ATTN_EMU
-extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_serial_d256(AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_pipe_d256(AttnArgs a) {
     pdl_enter();
     if (a.pos) a.q_offset += *a.pos;
-    attn_wg::prefill<256, false>(a);
+    attn_wg::prefill<256, true>(a);
 }
 #endif

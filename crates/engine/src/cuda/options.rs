@@ -126,8 +126,10 @@ pub struct CudaOptions {
     /// K/V cache made once per attention node (`attn_kv_to_f16`, `flash_attn_h_w4_d*`: 64-key
     /// tiles, 4-warp blocks; 1.5x the f32 kernel at pp8192 in the lab, conversion included,
     /// with the same error; +4.5% at pp8192 in the engine, 2026-12-05); `TALLY_ATTN=f32`:
-    /// `flash_attn_d*`, which rounds K and V to f16 as it stages them; `TALLY_ATTN=wg`: head dim
-    /// 256 on `flash_attn_wg_d256` (wgmma, 128-row tiles, V copied transposed), the rest as f16.
+    /// `flash_attn_d*`, which rounds K and V to f16 as it stages them. The default since stop 45
+    /// (`TALLY_ATTN=wg`): head dim 256 on `flash_attn_wg_d256` (wgmma, 128-row tiles, V copied
+    /// transposed; H100: 1.41x `flash_attn_h_w4_d256` at pp8192 in the lab, prefill +10% at
+    /// pp32768 and +2.6% at pp8192), the rest as `f16`.
     pub attn: AttnPath,
     /// A prompt's attention whose query tiles would leave most multiprocessors idle (a
     /// speculative verification of a few tokens, a short turn at depth: one block per KV head
@@ -197,11 +199,11 @@ pub enum AttnPath {
     F32,
     /// `attn_kv_to_f16` then `flash_attn_h_w4_d*` (mma.sync).
     F16,
-    /// As `F16`, but head dim 256 on `flash_attn_wg_d256` (wgmma).
+    /// As `F16`, but head dim 256 on `flash_attn_wg_d256` (wgmma; the default).
     Wg,
-    /// As `Wg`, that kernel built without its overlap of the softmax and P V
-    /// (`-DTALLY_ATTN_WG_SERIAL`; for comparison).
-    WgSerial,
+    /// As `Wg`, that kernel built with tile t's softmax overlapping tile t - 1's P V
+    /// (`-DTALLY_ATTN_WG_PIPE`; for comparison).
+    WgPipe,
 }
 
 impl AttnPath {
@@ -210,13 +212,13 @@ impl AttnPath {
             AttnPath::F32 => "f32",
             AttnPath::F16 => "f16",
             AttnPath::Wg => "wg",
-            AttnPath::WgSerial => "wg-serial",
+            AttnPath::WgPipe => "wg-pipe",
         }
     }
 
     /// Whether head dim 256 takes `flash_attn_wg_d256`.
     pub fn wgmma(self) -> bool {
-        matches!(self, AttnPath::Wg | AttnPath::WgSerial)
+        matches!(self, AttnPath::Wg | AttnPath::WgPipe)
     }
 }
 
@@ -265,7 +267,7 @@ impl Default for CudaOptions {
             gated: true,
             add_norm_skip: true,
             wgx_clear: false,
-            attn: AttnPath::F16,
+            attn: AttnPath::Wg,
             attn_split: true,
             f32_tf32: false,
             f32_cublas: true,
@@ -402,8 +404,8 @@ impl CudaOptions {
             Some("f16") => AttnPath::F16,
             Some("f32") => AttnPath::F32,
             Some("wg") => AttnPath::Wg,
-            Some("wg-serial") => AttnPath::WgSerial,
-            Some(v) => return Err(bad("TALLY_ATTN", v, "wg, wg-serial, f16 or f32")),
+            Some("wg-pipe") => AttnPath::WgPipe,
+            Some(v) => return Err(bad("TALLY_ATTN", v, "wg, wg-pipe, f16 or f32")),
         };
         o.attn_split = on_off("TALLY_ATTN_SPLIT", o.attn_split)?;
         match get("TALLY_F32_GEMM").as_deref() {
@@ -470,8 +472,8 @@ impl CudaOptions {
             AddNormLoads::Prefill => d.push("-DTALLY_ADD_NORM_PREFILL_EARLY".to_string()),
             AddNormLoads::Late => d.push("-DTALLY_ADD_NORM_LATE".to_string()),
         }
-        if self.attn == AttnPath::WgSerial {
-            d.push("-DTALLY_ATTN_WG_SERIAL".to_string());
+        if self.attn == AttnPath::WgPipe {
+            d.push("-DTALLY_ATTN_WG_PIPE".to_string());
         }
         if self.add_norm_blocks != 2 {
             d.push(format!(
@@ -620,7 +622,7 @@ mod tests {
                 "f16_keep=on",
                 "gated=on",
                 "wgx_clear=off",
-                "attn=f16",
+                "attn=wg",
                 "attn_split=on",
                 "f32_gemm=cublas",
                 "expert_f16=off",
@@ -669,13 +671,13 @@ mod tests {
         let w = opts(&[("TALLY_ATTN", "wg")]).expect("options");
         assert!(w.attn == AttnPath::Wg && w.describe().contains(&"attn=wg".into()));
         assert!(w.defines().is_empty());
-        let ws = opts(&[("TALLY_ATTN", "wg-serial")]).expect("options");
-        assert!(ws.attn.wgmma() && ws.defines() == ["-DTALLY_ATTN_WG_SERIAL"]);
+        let wp = opts(&[("TALLY_ATTN", "wg-pipe")]).expect("options");
+        assert!(wp.attn.wgmma() && wp.defines() == ["-DTALLY_ATTN_WG_PIPE"]);
         let e = opts(&[("TALLY_ATTN", "half")])
             .expect_err("half")
             .to_string();
         assert!(
-            e.contains("TALLY_ATTN=half") && e.contains("wg, wg-serial, f16 or f32"),
+            e.contains("TALLY_ATTN=half") && e.contains("wg, wg-pipe, f16 or f32"),
             "{e}"
         );
         assert!(

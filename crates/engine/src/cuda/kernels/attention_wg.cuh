@@ -280,40 +280,45 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
             wg_wait<0>();
         }
     } else {
-        bool pact = false;  // this warpgroup has a P V of tile t - 1 to do
-        for (int t = 0; t < ntile; ++t) {
+        // Tiles this warpgroup's rows see (warpgroup-uniform; a prefix of the block's tiles).
+        // The MMA steps are peeled so that no wgmma issue or wait sits on a conditional path:
+        // ptxas serialises every wgmma of a kernel whose waits it finds in divergent code.
+        const int n_act = wg_rows ? min(ntile, max(0, wg_hi / BN + 1)) : 0;
+        auto top = [&](int t) {
             cp_async_wait<0>();
             fence_proxy_async();
-            __syncthreads();  // K_t and V_t visible to all; every S of tile t - 1 and P V of t - 2 is done
+            __syncthreads();  // tile t visible to all; every S of t - 1 and P V of t - 2 is done
             if (t + 1 < ntile) {
                 issue_k(t + 1);
                 issue_v(t + 1);
                 cp_async_commit();
             }
-            const bool act = wg_rows && t * BN <= wg_hi;  // warpgroup-uniform
-            if (act || pact) wg_fence();
-            if (act) s_gemm(t);
-            if (pact) pv_gemm(t - 1);
-            if (act) {
-                if (pact) {
-                    wg_wait<1>();  // S_t done; the P V of tile t - 1 may run on
-                } else {
-                    wg_wait<0>();
-                }
+        };
+        if (n_act > 0) {
+            top(0);
+            wg_fence();
+            s_gemm(0);
+            wg_wait<0>();
+            softmax(0);
+            pack_p();  // O is still zero: nothing to rescale
+            for (int t = 1; t < n_act; ++t) {
+                top(t);
+                wg_fence();
+                s_gemm(t);
+                pv_gemm(t - 1);
+                wg_wait<1>();  // S_t done; the P V of tile t - 1 may run on
                 softmax(t * BN);
-            }
-            if (pact) wg_wait<0>();
-            if (act) {
+                wg_wait<0>();
                 rescale();
                 pack_p();
             }
-            pact = act;
-        }
-        if (pact) {  // the last tile's V landed and was published at the last top
+            // The last seen tile's V landed and was published at its top; its slot is rewritten
+            // two tops later, after this wait.
             wg_fence();
-            pv_gemm(ntile - 1);
+            pv_gemm(n_act - 1);
             wg_wait<0>();
         }
+        for (int t = n_act; t < ntile; ++t) top(t);  // the other warpgroup's tiles: copies only
     }
 
     // Epilogue: quad-reduce the sums, normalise, write o.
@@ -348,12 +353,14 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
 
 }  // namespace attn_wg
 
-// TALLY_ATTN_WG_SERIAL (TALLY_ATTN=wg-serial): the engine's kernel without the overlap of the
-// softmax and P V (for comparison; the lab has both, lab/attention/variants.cu).
-#ifdef TALLY_ATTN_WG_SERIAL
-#define ATTN_WG_PIPE false
-#else
+// The engine's kernel is the serial form (measured faster on an H100: 401 against 356 TFLOP/s at
+// pp8192 for the pipelined form with two barriers a tile, docs/results/2026-12-06-stop45);
+// TALLY_ATTN_WG_PIPE (TALLY_ATTN=wg-pipe) builds the pipelined one instead (the lab has both,
+// lab/attention/variants.cu).
+#ifdef TALLY_ATTN_WG_PIPE
 #define ATTN_WG_PIPE true
+#else
+#define ATTN_WG_PIPE false
 #endif
 #ifndef TALLY_EMU
 extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_d256(AttnArgs a) {

@@ -1,7 +1,8 @@
 //! Causal softmax attention (`Op::Attention`, reference `cpu/ops/attention.rs`): flash attention
-//! for prefill (f32 K/V, or with `TALLY_ATTN=f16` f16 copies of them for prompts of at least
-//! [`F16_MIN_ROWS`] tokens, and with `TALLY_ATTN=wg` head dim 256 on wgmma), flash decoding with
-//! a key split for up to ATTN_DEC_MAXQ query rows (`kernels/attention.cu`, `attention_wg.cuh`).
+//! for prefill (f16 copies of K/V for prompts of at least [`F16_MIN_ROWS`] tokens, head dim 256
+//! on wgmma where the prompt fills the device: `TALLY_ATTN=wg`, the default; `=f16` keeps the
+//! mma.sync kernel for every head dim, `=f32` reads the f32 cache), flash decoding with a key
+//! split for up to ATTN_DEC_MAXQ query rows (`kernels/attention.cu`, `attention_wg.cuh`).
 
 use tally_model::Node;
 
