@@ -24,7 +24,7 @@ grep -E "^(pp|shape)" "$OUT/attn_bench.txt" | grep -E "shape|w4 \+cvt|wg" > "$OU
 pack
 synth_35b q4_k_m
 for v in wg wg-pipe f16 wg wg-pipe f16; do
-    [ "$(( $(date +%s) - t0 ))" -lt 200 ] || continue
+    [ "$(( $(date +%s) - t0 ))" -lt 150 ] || continue
     TALLY_ATTN=$v timeout 100 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/pp-$v-$(date +%s).json" 2> "$OUT/pp-$v.err"
     row "pp $v" "rc=$? $(bench_row "$(ls -t "$OUT"/pp-$v-*.json | head -1)") ($(el))"
     pack
@@ -40,7 +40,7 @@ print(max(best, key=best.get))
 PY
 )
 row "best wgmma form" "$BEST"
-TALLY_ATTN=$BEST timeout 300 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -d "${SBS_D:-0}" -r 3 \
+TALLY_ATTN=$BEST timeout 220 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -d "${SBS_D:-0}" -r 3 \
     -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
 row "bench sbs ($BEST)" "rc=$? ($(el))"
 pack
