@@ -8,8 +8,8 @@
 #      flash_attn_h_w4_d256;
 #   2. prefill A/B on the 35B-A3B Q4_K_M file: TALLY_ATTN=wg / wg-pipe / f16, alternated
 #      twice, pp512, pp8192, pp32768; the faster wgmma form (pp8192 + pp32768) is BEST;
-#   3. side by side with llama.cpp with TALLY_ATTN=BEST: pp512, pp8192, pp32768, tg128 (SBS_D:
-#      depths, default 0).
+#   3. side by side with llama.cpp with TALLY_ATTN=BEST: pp512, pp8192, tg128 (SBS_P, SBS_D:
+#      other lengths and depths), in what is left of 285 s.
 # Prediction (written before): (1) pipelined >= serial by 10-15% at pp8192 and longer (call 1:
 # serial 401 / 444 TFLOP/s at pp8192 / pp32768, the serialised two-barrier pipelined form 356 /
 # 394); (2) pp32768 ~34.5k with the pipelined form (call 1: f16 30.7k, serial 33.8k), pp8192 ~39.7k;
@@ -24,7 +24,7 @@ grep -E "^(pp|shape)" "$OUT/attn_bench.txt" | grep -E "shape|w4 \+cvt|wg" > "$OU
 pack
 synth_35b q4_k_m
 for v in wg wg-pipe f16 wg wg-pipe f16; do
-    [ "$(( $(date +%s) - t0 ))" -lt 150 ] || continue
+    [ "$(( $(date +%s) - t0 ))" -lt 110 ] || continue
     TALLY_ATTN=$v timeout 100 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/pp-$v-$(date +%s).json" 2> "$OUT/pp-$v.err"
     row "pp $v" "rc=$? $(bench_row "$(ls -t "$OUT"/pp-$v-*.json | head -1)") ($(el))"
     pack
@@ -40,7 +40,8 @@ print(max(best, key=best.get))
 PY
 )
 row "best wgmma form" "$BEST"
-TALLY_ATTN=$BEST timeout 220 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -d "${SBS_D:-0}" -r 3 \
+left=$(( 285 - $(date +%s) + t0 ))
+[ "$left" -gt 60 ] && TALLY_ATTN=$BEST timeout "$left" "$N" bench -m "$F" --backend cuda --peer llama.cpp -p "${SBS_P:-512,8192}" -n 128 -d "${SBS_D:-0}" -r 3 \
     -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
 row "bench sbs ($BEST)" "rc=$? ($(el))"
 pack
