@@ -354,15 +354,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a, const AttnKv16& kv16)
                 mx_a = fmaxf(mx_a, fmaxf(s[i][0], s[i][1]));
                 mx_b = fmaxf(mx_b, fmaxf(s[i][2], s[i][3]));
             }
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-            const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-            // A row that has seen no key yet keeps max -inf: subtract 0 instead, so exp2(-inf) = 0, never NaN.
-            const float mu_a = mn_a == neg_inf() ? 0.f : mn_a, mu_b = mn_b == neg_inf() ? 0.f : mn_b;
-            const float al_a = ex2((m_a - mu_a) * cs), al_b = ex2((m_b - mu_b) * cs);
-            const float nb_a = -mu_a * cs, nb_b = -mu_b * cs;
+            float al_a, al_b, nb_a, nb_b;
+            attn_softmax_step(mx_a, mx_b, cs, [](float x) { return ex2(x); }, m_a, m_b, al_a, al_b, nb_a, nb_b);
             float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
             for (int i = 0; i < NST; ++i) {
@@ -375,8 +368,6 @@ __device__ __forceinline__ void prefill(const AttnArgs& a, const AttnKv16& kv16)
             }
             l_a = l_a * al_a + sum_a;  // per-thread partial sums: the quad is reduced once at the end
             l_b = l_b * al_b + sum_b;
-            m_a = mn_a;
-            m_b = mn_b;
 #pragma unroll
             for (int i = 0; i < NDT; ++i) {
                 o[i][0] *= al_a;

@@ -23,3 +23,28 @@ struct AttnArgs {
     __half* v16;
     i64 ld16;
 };
+
+// One tile's online-softmax bookkeeping, shared by the prefill kernels (attention.cu,
+// attention_wg.cuh), for the two rows a thread holds (a: g, b: g + 8 of its warp's 16): from
+// this thread's maxima of the tile's scores mx_*, reduced over the quad of lanes that hold the
+// row, it updates the running maxima m_* and gives the factors al_* that rescale the running
+// sums and outputs and the biases nb_* with which ex2(s * cs + nb) is a score's weight. A row
+// that has seen no key yet keeps max -inf: 0 is subtracted instead (exp2(-inf) = 0, never NaN).
+// ex2: the caller's exp2 (the hardware's approximation on the GPU, the emulators' own).
+template <class Ex2>
+__device__ __forceinline__ void attn_softmax_step(float mx_a, float mx_b, float cs, Ex2 ex2, float& m_a, float& m_b,
+                                                  float& al_a, float& al_b, float& nb_a, float& nb_b) {
+    const float ninf = __uint_as_float(0xff800000u);
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    const float mu_a = mn_a == ninf ? 0.f : mn_a, mu_b = mn_b == ninf ? 0.f : mn_b;
+    al_a = ex2((m_a - mu_a) * cs);
+    al_b = ex2((m_b - mu_b) * cs);
+    nb_a = -mu_a * cs;
+    nb_b = -mu_b * cs;
+    m_a = mn_a;
+    m_b = mn_b;
+}

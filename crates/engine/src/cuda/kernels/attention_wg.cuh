@@ -206,16 +206,8 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
             mx_a = fmaxf(mx_a, fmaxf(s[4 * j], s[4 * j + 1]));
             mx_b = fmaxf(mx_b, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        // A row that has seen no key yet keeps max -inf: subtract 0 instead (exp2(-inf) = 0, no NaN).
-        const float mu_a = mn_a == neg_inf() ? 0.f : mn_a, mu_b = mn_b == neg_inf() ? 0.f : mn_b;
-        al_a = ex2((m_a - mu_a) * cs);
-        al_b = ex2((m_b - mu_b) * cs);
-        const float nb_a = -mu_a * cs, nb_b = -mu_b * cs;
+        float nb_a, nb_b;
+        attn_softmax_step(mx_a, mx_b, cs, [](float x) { return ex2(x); }, m_a, m_b, al_a, al_b, nb_a, nb_b);
         float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
@@ -228,8 +220,6 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
         }
         l_a = l_a * al_a + sum_a;  // per-thread partial sums: the quad is reduced once at the end
         l_b = l_b * al_b + sum_b;
-        m_a = mn_a;
-        m_b = mn_b;
     };
     auto rescale = [&]() {
 #pragma unroll
