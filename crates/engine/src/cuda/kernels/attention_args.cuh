@@ -16,7 +16,7 @@ struct AttnArgs {
     float scale;
     i32 n_split;   // key-range splits (grid.z of flash_attn_*, grid.x of flash_decode_*); <= 1: write o
     i32 kv_chunk;  // keys per split, rounded up to 64 by the kernels
-    i32 ldvt;      // halves a row of the transposed V copy (flash_attn_wg_d*, attn_kv_to_f16_t); else 0
+    i32 ldvt;      // halves a row of the transposed V copy (flash_attn_wg_d*; attn_kv_to_f16 writes V so when > 0); else 0
     float* ws;            // split partials, n_split * R * H * (d + 2) floats (n_split > 1)
     const i32* pos;       // the batch position (n_past), added to q_offset; null: 0
     __half* k16;          // f16 copies of k and v (flash_attn_h_*, attn_kv_to_f16; else unused)
