@@ -21,9 +21,5 @@ ATTN_PREFILL_KV16_LAB(flash_attn_h_d256, 256, 8)
 // built with TALLY_ATTN_WG_PIPE; attention_wg.cuh, which the SIMT emulator of lab/attention/emu
 // leaves out).
 #ifndef TALLY_ATTN_EMU
-extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_pipe_d256(AttnArgs a) {
-    pdl_enter();
-    if (a.pos) a.q_offset += *a.pos;
-    attn_wg::prefill<256, true>(a);
-}
+ATTN_WG_KERNEL(flash_attn_wg_pipe_d256, true)
 #endif

@@ -352,10 +352,13 @@ __device__ __forceinline__ void prefill(const AttnArgs& a) {
 #else
 #define ATTN_WG_PIPE false
 #endif
+// An entry point of one form (the lab's variants.cu defines the other's with it).
+#define ATTN_WG_KERNEL(NAME, PIPE)                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(AttnArgs a) {          \
+        pdl_enter();                                                                  \
+        if (a.pos) a.q_offset += *a.pos;                                              \
+        attn_wg::prefill<256, PIPE>(a);                                               \
+    }
 #ifndef TALLY_EMU
-extern "C" __global__ void __launch_bounds__(256, 1) flash_attn_wg_d256(AttnArgs a) {
-    pdl_enter();
-    if (a.pos) a.q_offset += *a.pos;
-    attn_wg::prefill<256, ATTN_WG_PIPE>(a);
-}
+ATTN_WG_KERNEL(flash_attn_wg_d256, ATTN_WG_PIPE)
 #endif
