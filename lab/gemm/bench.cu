@@ -486,6 +486,23 @@ static void time_gated(CudaBackend& b, int type, int variant, int T, ref::Rng& r
         const double tw = time_calls(ws);
         std::printf("  time gated %-5s gs128 T=%-5d gated g128 %.4f ms, warp-specialised gs128 %.4f ms (%.2fx)\n",
                     ref::type_name(type), T, tg, tw, tg / tw);
+        if (ws256_fn(type) && ws256_smem(type) <= 232448) {  // and its 256-row form, 256-row tables
+            DevCase d256 = upload_case(b, with_tile_rows(s, 256), dg.args.w);
+            GemmArgs a256 = a;
+            a256.sorted_rows = d256.args.sorted_rows;
+            a256.tile_expert = d256.args.tile_expert;
+            a256.tile_start = d256.args.tile_start;
+            a256.tile_rows = d256.args.tile_rows;
+            const XPermArgs xp256 = d256.xperm;
+            a256.xh = xp256.out;
+            const double t2 = time_calls([&]() {
+                b.launch_xperm(xp256);
+                b.launch_gemm(ws256_fn(type), unsigned((c.N + 63) / 64), d256.gy, WS_THREADS, ws256_smem(type), a256);
+            });
+            std::printf("  time gated %-5s gs256 T=%-5d warp-specialised gs128 %.4f ms, gs256 %.4f ms (%.2fx), "
+                        "%.0f GB/s of weights\n",
+                        ref::type_name(type), T, tw, t2, tw / t2, wbytes / t2 * 1e-6);
+        }
     }
     std::fflush(stdout);
     b.release();
@@ -617,6 +634,9 @@ int main(int argc, char** argv) {
         for (int t : ref::ALL_TYPES)
             if (ws_smem(t) <= 232448)
                 CK(cudaFuncSetAttribute(ws_fn(t), cudaFuncAttributeMaxDynamicSharedMemorySize, int(ws_smem(t))));
+        for (int t : ref::ALL_TYPES)
+            if (ws256_fn(t) && ws256_smem(t) <= 232448)
+                CK(cudaFuncSetAttribute(ws256_fn(t), cudaFuncAttributeMaxDynamicSharedMemorySize, int(ws256_smem(t))));
         if (do_check) {
             std::printf("== gated gate/up tiles: bit-equal to two unfused launches and the SwiGlu\n");
             for (int t : ref::ALL_TYPES)
@@ -628,12 +648,18 @@ int main(int argc, char** argv) {
             // The warp-specialised gs128: every type whose stages fit, then the 35B shape.
             for (int t : ref::ALL_TYPES)
                 if (ws_smem(t) <= 232448)
-                    for (int tokens : {29, 70, 300}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, true);
+                    for (int tokens : {29, 70, 300}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 128);
             for (int t : {ref::Q4_K, ref::MXFP4, ref::IQ4_XS})
-                for (int T : {512, 8192}) fails += check_gated(b, t, V_W128, T, 512, 2048, true, rng, true);
+                for (int T : {512, 8192}) fails += check_gated(b, t, V_W128, T, 512, 2048, true, rng, 128);
+            // gs256: small cases (one half, two, a remainder), then the 35B shape.
+            for (int t : {ref::Q4_K, ref::MXFP4, ref::IQ4_XS, ref::Q4_0}) {
+                if (ws256_smem(t) > 232448) continue;
+                for (int tokens : {70, 700, 1100}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 256);
+                for (int T : {2048, 8192}) fails += check_gated(b, t, V_W128, T, 512, 2048, true, rng, 256);
+            }
         }
         if (do_time && fails == 0)
-            for (int T : {512, 2048, 8192})
+            for (int T : {512, 2048, 4096, 8192})
                 for (int t : {ref::Q4_K, ref::Q5_K, ref::MXFP4, ref::IQ4_XS, ref::Q8_0, ref::F16}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;
                     if (t == ref::F16 && moe_type.empty()) continue;  // --only f16

@@ -157,6 +157,21 @@ inline GemmFn ws_fn(int type) {
 }
 #undef WS_FN
 inline size_t ws_smem(int type) { return size_t(WS_SMEM_BYTES(type)); }
+// Its 256-row form gemm_<t>_gs256 (code only where WS256_SMEM_BYTES(t) fits a block).
+#define WS256_FN(name) return gemm_##name##_gs256
+inline GemmFn ws256_fn(int type) {
+    switch (type) {
+        case ref::Q4_K: WS256_FN(q4_k);
+        case ref::IQ4_XS: WS256_FN(iq4_xs);
+        case ref::MXFP4: WS256_FN(mxfp4);
+        case ref::Q4_0: WS256_FN(q4_0);
+        case ref::Q4_1: WS256_FN(q4_1);
+        case ref::IQ4_NL: WS256_FN(iq4_nl);
+        default: return nullptr;
+    }
+}
+#undef WS256_FN
+inline size_t ws256_smem(int type) { return size_t(WS256_SMEM_BYTES(type)); }
 
 struct GemmCase {
     std::string name;
@@ -281,6 +296,15 @@ inline Setup make_setup(const GemmCase& c, ref::Rng& rng, const std::vector<uint
         s.routing = ref::route_host(s.ids, c.E, s.bm, s.max_tiles);
     }
     return s;
+}
+
+// A MoE setup's routing tables for tiles of bm rows (the same ids, x and weights).
+inline Setup with_tile_rows(const Setup& s, int bm) {
+    Setup r = s;
+    r.bm = bm;
+    r.max_tiles = (s.M + bm - 1) / bm + std::min(s.c.E, s.M);
+    r.routing = ref::route_host(s.ids, s.c.E, bm, r.max_tiles);
+    return r;
 }
 
 // float64 reference of the listed (row, weight row n) entries, threaded over columns.
@@ -907,9 +931,10 @@ int run_route_cases(B& b, ref::Rng& rng, bool big) {
 // bit, as the backend's silu_mul computes it from the two outputs (the binary map's expression),
 // at every (pair, column), and leave the padding columns poisoned. MoE gate/up shape of T tokens,
 // top 4 of 16 experts (or the 35B shape: 256 experts, top 8, when `big`). Returns 1 on failure.
+// ws: the warp-specialised gs128 (128) or gs256 (256) instead of the gated tile (variant V_W128
+// only; gs256 on the same case's routing in 256-row tiles, against the unfused 128-row launches).
 template <class B>
-// ws: the warp-specialised gs128 instead of the gated tile (variant V_W128 only).
-inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng, bool ws = false) {
+inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng, int ws = 0) {
     GemmCase c;
     c.name = "moe gated gate/up";
     c.type = type;
@@ -938,8 +963,20 @@ inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bo
     a.y3 = y3;
     a.ldy3 = s.ldy;
     const int bt = variant_bm(variant);
-    if (ws) b.gemm(ws_fn(type), unsigned((c.N + 63) / 64), dg.gy, WS_THREADS, ws_smem(type), a);
-    else b.gemm(gated_fn(type, bt), unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
+    if (ws == 256) {
+        const Setup s256 = with_tile_rows(s, 256);
+        DevCase d256 = upload_case(b, s256, dg.args.w);
+        GemmArgs a256 = d256.args;
+        a256.y = nullptr;
+        a256.w2 = du.args.w;
+        a256.y3 = y3;
+        a256.ldy3 = s.ldy;
+        b.gemm(ws256_fn(type), unsigned((c.N + 63) / 64), d256.gy, WS_THREADS, ws256_smem(type), a256);
+    } else if (ws) {
+        b.gemm(ws_fn(type), unsigned((c.N + 63) / 64), dg.gy, WS_THREADS, ws_smem(type), a);
+    } else {
+        b.gemm(gated_fn(type, bt), unsigned((c.N + 63) / 64), dg.gy, GEMM_THREADS, dg.smem, a);
+    }
     const std::vector<float> got = b.download(y3, ny), w = b.download(want, ny);
     long long bad = 0, unwritten = 0;
     for (int r = 0; r < s.M; r++)
@@ -953,7 +990,7 @@ inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bo
             bad += std::memcmp(&got[i], &w[i], 4) != 0;
         }
     std::printf("  %s gated %-5s %s%-3d tokens=%-5d E=%-3d N=%d K=%d: %lld of %lld outputs differ (%lld unwritten)\n",
-                bad ? "FAIL" : "ok  ", ref::type_name(type), ws ? "gs" : "g", bt, tokens, c.E, c.N, c.K, bad, static_cast<long long>(s.M) * c.N,
+                bad ? "FAIL" : "ok  ", ref::type_name(type), ws ? "gs" : "g", ws == 256 ? 256 : bt, tokens, c.E, c.N, c.K, bad, static_cast<long long>(s.M) * c.N,
                 unwritten);
     b.release();
     return bad ? 1 : 0;

@@ -526,6 +526,11 @@ inline uint64_t wg_desc(unsigned addr) {
     return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (1ull << 62);
 }
 inline void wg_fence() {}
+// setmaxnreg: a register budget, nothing to model.
+template <int N>
+inline void setmaxnreg_inc() {}
+template <int N>
+inline void setmaxnreg_dec() {}
 inline void fence_proxy_async() {}
 inline void wg_commit() { emu::st().fibers[emu::tid()].mma_committed++; }
 template <int N>

@@ -584,8 +584,16 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "ws") {
         for (int t : {ref::Q4_K, ref::IQ4_XS, ref::MXFP4, ref::Q4_0, ref::Q5_K}) {
             if (ws_smem(t) > 232448) continue;
-            for (int tokens : {29, 70, 300}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, true);
+            for (int tokens : {29, 70, 300}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 128);
         }
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
+    // "ws256": gemm_<t>_gs256 (tiles of 256 rows: one half, two halves, a full tile and a
+    // remainder) against the unfused 128-row launches, bit for bit.
+    if (argc > 1 && std::string(argv[1]) == "ws256") {
+        for (int t : {ref::Q4_K, ref::MXFP4, ref::IQ4_XS})
+            for (int tokens : {70, 700, 1100}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 256);
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }

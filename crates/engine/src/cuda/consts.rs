@@ -28,6 +28,10 @@ pub const WS_THREADS: u32 = 512;
 pub const WS_XSTAGES: i64 = 4;
 pub const WS_ASTAGES: i64 = 1;
 pub const WS_RSTAGES: i64 = 3;
+/// Its 256-row form (gemm_<t>_gs256): x stages (64 KB each; the x copies run one step ahead)
+/// and weight-ring stages (the weights run this many steps ahead).
+pub const WS256_XSTAGES: i64 = 2;
+pub const WS256_RSTAGES: i64 = 3;
 /// Output columns per `gemv_<t>` block.
 pub const GEMV_ROWS: i64 = 16;
 /// Threads per `gemv_<t>` block.
@@ -108,6 +112,8 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("WS_XSTAGES", WS_XSTAGES),
     ("WS_ASTAGES", WS_ASTAGES),
     ("WS_RSTAGES", WS_RSTAGES),
+    ("WS256_XSTAGES", WS256_XSTAGES),
+    ("WS256_RSTAGES", WS256_RSTAGES),
     ("GEMV_ROWS", GEMV_ROWS),
     ("GEMV_THREADS", GEMV_THREADS as i64),
     ("MMV_THREADS", MMV_THREADS as i64),

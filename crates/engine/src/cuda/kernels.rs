@@ -59,6 +59,8 @@ pub struct GemmSet {
     pub wg_gated: [Kernel; 2],
     /// The warp-specialised gated w128 tile `gemm_<t>_gs128` (gemm_wg.cuh `gemm_ws_body`).
     pub gs128: Kernel,
+    /// Its 256-row form `gemm_<t>_gs256` (code only for the types whose stages fit a block).
+    pub gs256: Kernel,
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -232,6 +234,7 @@ impl Kernels {
                 ],
                 wg_gated: [k(format!("gemm_{t}_g32"))?, k(format!("gemm_{t}_g128"))?],
                 gs128: k(format!("gemm_{t}_gs128"))?,
+                gs256: k(format!("gemm_{t}_gs256"))?,
             });
         }
         let gemm_sets: [GemmSet; 16] = sets

@@ -190,6 +190,14 @@ pub struct CudaOptions {
     /// instead of 101 (`wg_tile`). H100: pp2048 +1.6%, pp8192 +2.1%, pp32768 +1.2%
     /// (docs/results/2026-12-05-h100-stop36). On unless `TALLY_WS=off`.
     pub ws: bool,
+    /// With `ws`: the Q4_K and MXFP4 gate/up of more than `WS256_MIN_ROWS` rows per expert on
+    /// `gemm_<t>_gs256` (gemm_wg.cuh: 256 x rows a tile, so each decoded weight serves twice
+    /// the tokens; the same outputs bit for bit: lab `--gated`, the emulator's `ws256`, logits
+    /// digests). H100, 35B Q4_K_M, alternated twice: pp8192 +1.8%, pp32768 +1.4%, pp512 and
+    /// pp2048 unchanged (under 128 rows per expert it is not taken; lab, Q4_K gate/up: 0.95x of
+    /// gs128 at 4,096 tokens, 1.03x at 8,192; docs/results/2026-12-06-stop46). On unless
+    /// `TALLY_WS256=off`.
+    pub ws256: bool,
 }
 
 /// The prefill attention kernels (`TALLY_ATTN`).
@@ -277,6 +285,7 @@ impl Default for CudaOptions {
             gemv_mr: true,
             cast_reuse: true,
             ws: true,
+            ws256: true,
         }
     }
 }
@@ -421,6 +430,7 @@ impl CudaOptions {
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         o.ws = on_off("TALLY_WS", o.ws)?;
+        o.ws256 = on_off("TALLY_WS256", o.ws256)?;
         if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
             o.wgx_walk = Some(
                 v.parse::<u32>()
@@ -580,6 +590,7 @@ impl CudaOptions {
             format!("gemv_mr={}", on(self.gemv_mr)),
             format!("cast_reuse={}", on(self.cast_reuse)),
             format!("ws={}", on(self.ws)),
+            format!("ws256={}", on(self.ws256)),
         ]
     }
 }
@@ -630,7 +641,8 @@ mod tests {
                 "wgx_walk=auto",
                 "gemv_mr=on",
                 "cast_reuse=on",
-                "ws=on"
+                "ws=on",
+                "ws256=on"
             ]
         );
     }
@@ -726,6 +738,9 @@ mod tests {
         let w = opts(&[("TALLY_WS", "off")]).expect("options");
         assert!(!w.ws && w.describe().contains(&"ws=off".into()));
         assert!(opts(&[("TALLY_WS", "yes")]).is_err());
+        let w = opts(&[("TALLY_WS256", "off")]).expect("options");
+        assert!(!w.ws256 && w.describe().contains(&"ws256=off".into()));
+        assert!(opts(&[("TALLY_WS256", "2")]).is_err());
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())

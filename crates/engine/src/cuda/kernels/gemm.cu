@@ -273,13 +273,14 @@ __device__ __forceinline__ void gemm_row_tables(const GemmArgs& a, int start, in
 // False: the block writes nothing (block-uniform).
 template <int T, int BK>
 __device__ __forceinline__ bool gemm_tile_begin(const GemmArgs& a, int bn, int max_rows, int& n0, const u8*& w,
-                                                i32* s_xrow, i32* s_yrow) {
+                                                i32* s_xrow, i32* s_yrow, int* rows_out = nullptr) {
     if (!gemm_args_ok(a, qt_block_elems(T) > BK ? qt_block_elems(T) : BK)) return false;
     n0 = blockIdx.x * bn;
     if (n0 >= a.N) return false;
     int start, rows;
     if (!gemm_block_rows(a, max_rows, w, start, rows)) return false;
     gemm_row_tables(a, start, rows, max_rows, s_xrow, s_yrow);
+    if (rows_out) *rows_out = rows;
     return true;
 }
 
@@ -1482,6 +1483,10 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) gemm_##name##_gs128(GemmArgs a) { pdl_enter(); \
         gemm_ws_body<T>(a);                                                                          \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) gemm_##name##_gs256(GemmArgs a) { pdl_enter(); \
+        /* only where the stages fit a block (32-byte slots); else no code, nothing written */       \
+        if constexpr (WS256_SMEM_BYTES(T) <= 232448) gemm_ws_body<T, 256>(a);                        \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x64(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 64>(a);                                                                     \

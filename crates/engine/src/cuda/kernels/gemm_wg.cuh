@@ -357,17 +357,75 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 #define WS_SMEM_BYTES(t)                                                                                 \
     (1024 + WS_XSTAGES * 2 * 128 * 128 + WS_ASTAGES * 2 * SWP_BN * 128 + 8 * 128 +                       \
      WS_RSTAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
-template <int T>
+// gemm_<t>_gs256: the same tile over 256 x rows (two halves of 128), so each weight a block
+// decodes serves twice the tokens: at 8,192 tokens (256 rows per expert) the gs128 launch was
+// bound by its decoders' copy-decode-store stream (no MMAs: 0.89 of 1.06 ms), and the decode work
+// per token is what halves here. Consumer warpgroup c keeps gs128's 64 weight rows against both
+// halves: two m64n128k16 per k16 (accumulators acc0, acc1: 128 f32 a thread, hence setmaxnreg:
+// consumers 160 registers, decoders 96), the second only where the tile has more than 128 rows
+// (a block-uniform choice made outside the K loop: no wgmma on a divergent path). Each output's
+// sum is the same k16 sequence of the same products as in gs128 and w128: the same bits.
+// Stages: x WS256_XSTAGES (2: 64 KB each), A 1, the decoders' weight ring WS256_RSTAGES (3).
+// The x copies of step kt + 1 go out after FULL(kt) (into the stage of step kt - 1, free since
+// EMPTY(kt - 1)) and must land before FULL(kt + 1); the weights go WS256_RSTAGES steps ahead in
+// their own cp.async group: per step kt the decoder commits {x of kt + 1} then {weights of kt +
+// RS}, so before decoding step kt the weights of kt have 2 (RS - 1) newer groups and before
+// FULL(kt) the x of kt has one (the prologue plays steps -RS .. -1 with empty x groups).
+// Grid as gs128's but with the routing tables of 256-row tiles; 512 threads; dynamic smem
+// WS256_SMEM_BYTES(t) (~211 KB for 32-byte slots; the larger slots do not fit).
+#define WS256_SMEM_BYTES(t)                                                                                \
+    (1024 + WS256_XSTAGES * 2 * 256 * 128 + WS_ASTAGES * 2 * SWP_BN * 128 + 8 * 256 +                    \
+     WS256_RSTAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+#define WS256_CONSUMER_REGS 160
+#define WS256_DECODER_REGS 96
+#ifndef TALLY_EMU
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+#endif
+// The consumers' K loop of gemm_ws_body: H halves of 128 x rows (H = 2 only for BT = 256).
+template <int BT, int H>
+__device__ __forceinline__ void ws_consume(u8* Xs, u32 aa, int KT, float (&acc0)[64], float (&acc1)[64]) {
+    constexpr int BK = WG_BK, BN = SWP_BN, XS = BT == 128 ? WS_XSTAGES : WS256_XSTAGES;
+    constexpr int XSTAGE = 2 * BT * 128, BAR_FULL = 1, BAR_EMPTY = 2;
+    for (int kt = 0; kt < KT; kt++) {
+        named_bar_sync(BAR_FULL, WS_THREADS);
+        const u32 xa = smem_u32(Xs + (kt % XS) * XSTAGE);
+        if (!(TALLY_WG_ABL & 16)) {  // lab ablation 16: no MMAs
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                const u64 ad = wg_desc(aa + (kk >> 2) * (BN * 128) + 32 * (kk & 3));
+                const u32 xk = xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3);
+                WgmmaSS<128>::mma(acc0, ad, wg_desc(xk));
+                if constexpr (H == 2) WgmmaSS<128>::mma(acc1, ad, wg_desc(xk + 128 * 128));
+            }
+            wg_commit();
+        }
+        wg_wait<0>();  // step kt's MMAs done: the A stage and x stage kt % XS are free
+        if (kt + 1 < KT) named_bar_arrive(BAR_EMPTY, WS_THREADS);
+    }
+}
+template <int T, int BT = 128>
 __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
-    constexpr int BT = 128, BN = SWP_BN, BK = WG_BK, SW = Piece<T>::SLOT_WORDS, DT = GEMM_THREADS;
-    constexpr int XS = WS_XSTAGES, RS = WS_RSTAGES, LEAD = XS - 1;  // steps copied ahead
+    constexpr int BN = SWP_BN, BK = WG_BK, SW = Piece<T>::SLOT_WORDS, DT = GEMM_THREADS;
+    constexpr bool WIDE = BT == 256;
+    constexpr int XS = WIDE ? WS256_XSTAGES : WS_XSTAGES, RS = WIDE ? WS256_RSTAGES : WS_RSTAGES;
+    constexpr int LEAD = WIDE ? RS : XS - 1;  // steps whose weights are copied ahead
     constexpr int XC = BT * 16 / DT;
     constexpr int XSTAGE = 2 * BT * 128, ASTAGE = 2 * BN * 128;
     constexpr int BAR_FULL = 1, BAR_EMPTY = 2;
+    static_assert(BT == 128 || BT == 256, "BT");
     static_assert(BN == 128 && DT == 256, "eight decoder warps of 16 weight rows, two consumer warpgroups");
     static_assert(BK == 128, "four pieces per row per step");
     static_assert(SW * 4 == GEMM_SLOT_BYTES(T), "GEMM_SLOT_BYTES");
     static_assert(WS_ASTAGES == 1 && RS >= LEAD, "one A stage; a ring slot free when its step is copied");
+    static_assert(!WIDE || XS == 2, "the wide tile's x copies run one step ahead");
 
     TALLY_DYNAMIC_SMEM(smem);
     u8* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);
@@ -380,47 +438,82 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
     if (blockDim.x != WS_THREADS) return;
     if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
     if (a.w2 == nullptr || a.y3 == nullptr || a.layout != 0) return;
-    int n0;
+    int n0, rows = 0;
     const u8* w;
-    if (!gemm_tile_begin<T, BK>(a, BN / 2, BT, n0, w, s_xrow, s_yrow)) return;
+    if (!gemm_tile_begin<T, BK>(a, BN / 2, BT, n0, w, s_xrow, s_yrow, &rows)) return;
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int KT = a.K / BK;
+    const bool two = WIDE && rows > 128;  // block-uniform: the second half has rows
 
     if (tid >= DT) {  // a decoder
+        if constexpr (WIDE) setmaxnreg_dec<WS256_DECODER_REGS>();
         const int dtid = tid - DT, dw = dtid >> 5;
         const u8 *wrow0, *wrow1;
         gated_rows(a, w, n0, dw, g, wrow0, wrow1);
-        const u16* xsrc[XC];
-        u32 xdst[XC];
+        // gs128: every x chunk's source and destination kept (wg_x_chunk). gs256 (16 chunks a
+        // thread): chunk i is row dtid / 16 + 16 i, the same 16-byte column c = dtid % 16, so its
+        // destination is chunk 0's + 2,048 i and its source row is read from the table.
+        const u16* xsrc[WIDE ? 1 : XC];
+        u32 xdst[WIDE ? 1 : XC];
+        if constexpr (WIDE) {
+            wg_x_chunk<BT>(a, s_xrow, dtid, 0, xsrc[0], xdst[0]);
+        } else {
 #pragma unroll
-        for (int i = 0; i < XC; i++) wg_x_chunk<BT>(a, s_xrow, dtid, i, xsrc[i], xdst[i]);
+            for (int i = 0; i < XC; i++) wg_x_chunk<BT>(a, s_xrow, dtid, i, xsrc[i], xdst[i]);
+        }
         auto slot = [&](int kt, int j) {
             return Slot{ring + (kt % RS) * (2 * SW * DT) + j * (SW * DT) + 4 * dtid, 4 * DT};
         };
-        // Step kt's copies (one cp.async group, empty past the last step). TALLY_WG_ABL (lab
-        // ablations, timing only): 1 no x copies, 2 no weight copies, 4 no decode.
-        auto issue = [&](int kt) {
-            if (kt < KT) {
-                if (!(TALLY_WG_ABL & 2)) swap_issue<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t);
-                if (!(TALLY_WG_ABL & 1)) {
-                    u8* X = Xs + (kt % XS) * XSTAGE;
+        // TALLY_WG_ABL (lab ablations, timing only): 1 no x copies, 2 no weight copies, 4 no decode.
+        auto issue_w = [&](int kt) {
+            if (kt < KT && !(TALLY_WG_ABL & 2)) swap_issue<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t);
+        };
+        auto issue_x = [&](int kt) {
+            if (kt < KT && !(TALLY_WG_ABL & 1)) {
+                u8* X = Xs + (kt % XS) * XSTAGE;
+                if constexpr (WIDE) {
+                    const int r0 = dtid >> 4, c = dtid & 15;
+#pragma unroll
+                    for (int i = 0; i < XC; i++) {
+                        if (i < XC / 2 || two)
+                            cp_async16(X + xdst[0] + 2048 * i,
+                                       a.xh + static_cast<i64>(s_xrow[r0 + 16 * i]) * a.ldxh + 8 * c + BK * kt);
+                    }
+                } else {
 #pragma unroll
                     for (int i = 0; i < XC; i++) cp_async16(X + xdst[i], xsrc[i] + BK * kt);
                 }
             }
+        };
+        // gs128: step kt's copies in one group (empty past the last step).
+        auto issue = [&](int kt) {
+            issue_w(kt);
+            issue_x(kt);
             cp_async_commit();
         };
         const int R0 = 16 * dw + g, R1 = R0 + 8;
         auto a_off = [&](int r, int kk, int e) {
             return (kk >> 2) * (BN * 128) + r * 128 + (((2 * (kk & 3) + e) ^ (r & 7)) << 4) + 4 * t;
         };
+        if constexpr (WIDE) {
 #pragma unroll
-        for (int i = 0; i < LEAD; i++) issue(i);
+            for (int s = -RS; s < 0; s++) {  // steps -RS .. -1: {x of s + 1} {weights of s + RS}
+                if (s + 1 >= 0) issue_x(s + 1);
+                cp_async_commit();
+                issue_w(s + RS);
+                cp_async_commit();
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < LEAD; i++) issue(i);
+        }
         u32 h0[16], h1[16];
 #pragma unroll
         for (int j = 0; j < 16; j++) h0[j] = h1[j] = 0;
         for (int kt = 0; kt < KT; kt++) {
-            cp_async_wait<LEAD - 1>();  // step kt's group (the later ones may still be in flight)
+            // Step kt's weights (gs128: and x; the later groups may still be in flight).
+            if constexpr (WIDE) cp_async_wait<2 * (RS - 1)>();
+            else cp_async_wait<LEAD - 1>();
             if (!(TALLY_WG_ABL & 4)) swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t, h0, h1);
             if (kt >= 1) named_bar_sync(BAR_EMPTY, WS_THREADS);
 #pragma unroll
@@ -430,41 +523,48 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
                 *reinterpret_cast<u32*>(As + a_off(R1, kk, 0)) = h1[2 * kk];
                 *reinterpret_cast<u32*>(As + a_off(R1, kk, 1)) = h1[2 * kk + 1];
             }
+            if constexpr (WIDE) cp_async_wait<1>();  // step kt's x (the weights of kt + RS - 1 may fly)
             fence_proxy_async();  // the A stores and this thread's landed x copies, to the tensor cores
             named_bar_arrive(BAR_FULL, WS_THREADS);
-            // Step kt + LEAD's copies go to the ring slot just decoded, whose shared part (gemm.cu
+            // Step kt + LEAD's weights go to the ring slot just decoded, whose shared part (gemm.cu
             // swap_issue) its lead lane rewrites: every lane has read it (before EMPTY for kt >=
             // 1; here for kt = 0).
             if constexpr (swap_shared<T>()) __syncwarp();
-            issue(kt + LEAD);
+            if constexpr (WIDE) {
+                issue_x(kt + 1);  // into the stage of step kt - 1 (free since EMPTY(kt - 1))
+                cp_async_commit();
+                issue_w(kt + RS);
+                cp_async_commit();
+            } else {
+                issue(kt + LEAD);
+            }
         }
         cp_async_wait<0>();
         return;
     }
 
-    // A consumer: warp `warp` of warpgroup wgi, the accumulators of gemm_wg_body's warp `warp`.
+    // A consumer: warp `warp` of warpgroup wgi, the accumulators of gemm_wg_body's warp `warp`
+    // (and, in gs256, the same for the second 128 x rows).
+    if constexpr (WIDE) setmaxnreg_inc<WS256_CONSUMER_REGS>();
     const int warp = tid >> 5, wgi = warp >> 2;
     const u8 *wrow0, *wrow1;
     const int r0 = gated_rows(a, w, n0, warp, g, wrow0, wrow1);
-    float acc[BT / 2];
+    float acc0[64];
 #pragma unroll
-    for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+    for (int j = 0; j < 64; j++) acc0[j] = 0.0f;
     const u32 aa = smem_u32(As) + wgi * 64 * 128;
-    for (int kt = 0; kt < KT; kt++) {
-        named_bar_sync(BAR_FULL, WS_THREADS);
-        const u32 xa = smem_u32(Xs + (kt % XS) * XSTAGE);
-        if (!(TALLY_WG_ABL & 16)) {  // lab ablation 16: no MMAs
-            wg_fence();
+    if constexpr (WIDE) {
+        float acc1[64];
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                WgmmaSS<BT>::mma(acc, wg_desc(aa + (kk >> 2) * (BN * 128) + 32 * (kk & 3)),
-                                 wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)));
-            wg_commit();
-        }
-        wg_wait<0>();  // step kt's MMAs done: the A stage and x stage kt % 4 are free
-        if (kt + 1 < KT) named_bar_arrive(BAR_EMPTY, WS_THREADS);
+        for (int j = 0; j < 64; j++) acc1[j] = 0.0f;
+        if (two) ws_consume<BT, 2>(Xs, aa, KT, acc0, acc1);
+        else ws_consume<BT, 1>(Xs, aa, KT, acc0, acc1);
+        wg_store_gated<128>(a, s_yrow, r0, t, acc0);
+        if (two) wg_store_gated<128>(a, s_yrow + 128, r0, t, acc1);
+    } else {
+        ws_consume<BT, 1>(Xs, aa, KT, acc0, acc0);  // one half: the second is never touched
+        wg_store_gated<BT>(a, s_yrow, r0, t, acc0);
     }
-    wg_store_gated<BT>(a, s_yrow, r0, t, acc);
 }
 
 // gemm_<t>_x<BT>: the wgmma tile for short K (K <= WGX_K_MAX: the MoE down projection, K = 512

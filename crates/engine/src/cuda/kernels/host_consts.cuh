@@ -15,6 +15,8 @@
 #define WS_XSTAGES 4
 #define WS_ASTAGES 1
 #define WS_RSTAGES 3
+#define WS256_XSTAGES 2
+#define WS256_RSTAGES 3
 #define GEMV_ROWS 16
 #define GEMV_THREADS 256
 #define MMV_THREADS 256

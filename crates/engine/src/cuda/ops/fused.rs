@@ -583,12 +583,8 @@ fn expert_gated(
     if wg.buf.bytes < wg.row_bytes * rows || wu.buf.bytes < wu.row_bytes * rows {
         return Ok(false); // the unfused launches report it
     }
-    let Some(tile) = moe::gated_bt(
-        wg,
-        g.inputs[1].rows,
-        k,
-        super::matmul::MoeTiles::of(&b.options),
-    ) else {
+    let tiles = super::matmul::MoeTiles::gated(&b.options);
+    let Some(tile) = moe::gated_bt(wg, g.inputs[1].rows, k, tiles) else {
         return Ok(false);
     };
     // The gate and up outputs are not written: none may be read after the SwiGlu, but where
@@ -616,6 +612,11 @@ fn expert_gated(
     .then(|| super::matmul::ws_smem_if_fits(wg.ty))
     .flatten();
     let (kernel, threads, smem) = match ws {
+        _ if tile == WgTile::W256 => (
+            set.gs256,
+            crate::cuda::consts::WS_THREADS,
+            tile.smem_bytes(wg.ty),
+        ),
         Some(bytes) => (set.gs128, crate::cuda::consts::WS_THREADS, bytes),
         None => {
             let Some(smem) = wg_tile_smem_if_fits(wg.ty, tile) else {
@@ -632,7 +633,7 @@ fn expert_gated(
     let (y3, ldy3) = io(b, plan, act, Target::Real)?.outs[0];
     let gi = io(b, plan, g, Target::Real)?;
     // Routes (the gate's tables: the up's would be the same) and makes the x conversion's args.
-    let eg = moe::expert_gemm(b, plan, index, &gi, k, false)?;
+    let eg = moe::expert_gemm(b, plan, index, &gi, k, false, tiles)?;
     let (Some(xp), Some(t)) = (eg.xperm, eg.wg) else {
         return Err(EngineError::Internal(
             "the gated tile's GEMM has no wgmma tile".into(),
@@ -715,7 +716,15 @@ fn expert_downs(
         return Ok(false); // routing tables first (prefill): the unfused launch
     }
     let ri = io(b, plan, r, Target::Real)?;
-    let eg = moe::expert_gemm(b, plan, index, &ri, k, pair_input)?;
+    let eg = moe::expert_gemm(
+        b,
+        plan,
+        index,
+        &ri,
+        k,
+        pair_input,
+        super::matmul::MoeTiles::of(&b.options),
+    )?;
     let Some(gx_r) = eg.mmv_grid_x(b.props.sm_count) else {
         return Ok(false);
     };

@@ -314,6 +314,10 @@ pub(crate) struct MoeTiles {
     /// `CudaOptions::ws` with `CudaOptions::gated`: the Q4_K gate/up leaves w32 for w128 (whose
     /// gated launch is the warp-specialised gs128) above 50 rows per expert instead of 100.
     pub ws_gated: bool,
+    /// The caller is the gated launch (`ops/fused.rs` `expert_gated`) and `CudaOptions::ws256`
+    /// is on: the Q4_K and MXFP4 gate/up of more than [`WS256_MIN_ROWS`] rows per expert take
+    /// the 256-row tables of `gemm_<t>_gs256` ([`WgTile::W256`], which has no unfused kernel).
+    pub ws256: bool,
 }
 
 impl MoeTiles {
@@ -322,6 +326,7 @@ impl MoeTiles {
         wgx: true,
         x32: true,
         ws_gated: true,
+        ws256: false,
     };
     /// `TALLY_WGX=off`'s tiles.
     #[cfg(test)]
@@ -329,15 +334,31 @@ impl MoeTiles {
         wgx: false,
         x32: true,
         ws_gated: true,
+        ws256: false,
     };
+    /// The tiles of the unfused launches.
     pub(crate) fn of(o: &crate::cuda::CudaOptions) -> MoeTiles {
         MoeTiles {
             wgx: o.wgx,
             x32: o.x32,
             ws_gated: o.ws && o.gated,
+            ws256: false,
+        }
+    }
+    /// The tiles of the gated gate/up launch (`expert_gated`): also gs256's where it is on.
+    pub(crate) fn gated(o: &crate::cuda::CudaOptions) -> MoeTiles {
+        MoeTiles {
+            ws256: o.ws256 && o.ws && o.gated && o.wgx,
+            ..MoeTiles::of(o)
         }
     }
 }
+
+/// Rows per expert above which the gated Q4_K / MXFP4 gate/up runs on gs256 (`MoeTiles::ws256`).
+/// lab/gemm `--gated` on the H100 (35B gate/up, uniform routing; docs/results/2026-12-06-stop46):
+/// gs256 against gs128 0.95x at 128 rows per expert (4,096 tokens), 1.03x at 256 (8,192; MXFP4
+/// 1.01x / 1.08x); nothing was measured between, so the switch sits halfway.
+pub(crate) const WS256_MIN_ROWS: f64 = 192.0;
 
 /// The wgmma tile a MoE projection runs on, if any (x converted to f16 in its K order first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,6 +373,9 @@ pub(crate) enum WgTile {
     X128,
     /// `gemm_<t>_x32`: the x-resident tile with 32 rows and a deeper ring.
     X32,
+    /// 256 x rows a tile: only the gated warp-specialised `gemm_<t>_gs256` (not in
+    /// [`WgTile::ALL`]: no unfused kernel; only [`MoeTiles::ws256`] callers get it).
+    W256,
 }
 
 impl WgTile {
@@ -362,12 +386,14 @@ impl WgTile {
             WgTile::X64 => 64,
             WgTile::X96 => 96,
             WgTile::W128 | WgTile::X128 => WG_BT,
+            WgTile::W256 => 2 * WG_BT,
         }
     }
     /// Dynamic shared memory of the launch.
     pub(crate) fn smem_bytes(self, ty: GgmlType) -> u32 {
         match self {
             WgTile::W32 | WgTile::W128 => wg_smem_bytes(ty, self.bt()),
+            WgTile::W256 => ws256_smem_bytes(ty),
             WgTile::X32 => wgx32_smem_bytes(ty),
             x => wgx_smem_bytes(ty, x.bt()),
         }
@@ -377,7 +403,7 @@ impl WgTile {
     pub(crate) fn grid_x(self, n: usize, walk: Option<u32>) -> u32 {
         let blocks = n.div_ceil(SWP_BN as usize).max(1) as u32;
         match self {
-            WgTile::W32 | WgTile::W128 => blocks,
+            WgTile::W32 | WgTile::W128 | WgTile::W256 => blocks,
             _ => blocks.div_ceil(walk.unwrap_or(self.walk()).max(1)),
         }
     }
@@ -418,6 +444,17 @@ pub(crate) fn ws_smem_if_fits(ty: GgmlType) -> Option<u32> {
         + 8 * 128
         + WS_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty);
     (b <= SMEM_OPT_IN_MAX as i64).then_some(b as u32)
+}
+
+/// Dynamic shared memory of `gemm_<t>_gs256` (`WS256_SMEM_BYTES(t)` in gemm_wg.cuh): as
+/// [`ws_smem_if_fits`]'s with WS256_XSTAGES x stages of 256 rows and WS256_RSTAGES ring stages.
+pub(crate) fn ws256_smem_bytes(ty: GgmlType) -> u32 {
+    use crate::cuda::consts::{WS_ASTAGES, WS256_RSTAGES, WS256_XSTAGES};
+    (1024
+        + WS256_XSTAGES * 2 * 256 * 128
+        + WS_ASTAGES * 2 * SWP_BN * 128
+        + 8 * 256
+        + WS256_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
 }
 
 /// The dynamic shared memory of tile `t` for `ty`, if it fits a block.
@@ -473,6 +510,15 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Opt
             GgmlType::Q5_K | GgmlType::MXFP4 => 40.0,
             _ => 0.0,
         };
+        // The gated launch's 256-row tile (gs256), where it fits.
+        if tiles.ws256
+            && matches!(ty, GgmlType::Q4_K | GgmlType::MXFP4)
+            && k >= 1024
+            && mean > WS256_MIN_ROWS
+            && fits(WgTile::W256)
+        {
+            return Some(WgTile::W256);
+        }
         // With the warp-specialised gated tile, Q4_K leaves w32 for w128 at its lower bound.
         let ws_w128 = (tiles.ws_gated && ty == GgmlType::Q4_K && k >= 1024 && mean > w32_rows)
             .then_some(WgTile::W128);
@@ -553,6 +599,12 @@ pub fn geometry_asserts() -> String {
             "static_assert(WGX32_SMEM_BYTES({}) == {}, \"x32 smem of {} differs from matmul.rs\");\n",
             qt(ty),
             wgx32_smem_bytes(ty),
+            ty.name()
+        );
+        s += &format!(
+            "static_assert(WS256_SMEM_BYTES({}) == {}, \"gs256 smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            ws256_smem_bytes(ty),
             ty.name()
         );
         for k in [32usize, 512, 2048, 4096, 8192] {

@@ -272,7 +272,7 @@ pub fn moe_matmul(
     k: usize,
     pair_input: bool,
 ) -> Result<(), EngineError> {
-    let eg = expert_gemm(b, plan, index, io, k, pair_input)?;
+    let eg = expert_gemm(b, plan, index, io, k, pair_input, MoeTiles::of(&b.options))?;
     let (a, set, ty, kk, n, bm, max_tiles) =
         (eg.a, eg.set, eg.ty, eg.kk, eg.n, eg.bm, eg.max_tiles);
     let s = b.cu_stream();
@@ -395,7 +395,7 @@ pub(crate) fn gated_bt(w: &DevWeight, tokens: usize, k: usize, tiles: MoeTiles) 
     }
     let t = tables(w, w.ty, tokens, k, false, tiles);
     match t.wg {
-        Some(tile @ (WgTile::W32 | WgTile::W128)) if !t.direct() => Some(tile),
+        Some(tile @ (WgTile::W32 | WgTile::W128 | WgTile::W256)) if !t.direct() => Some(tile),
         _ => None,
     }
 }
@@ -409,6 +409,7 @@ pub(crate) fn expert_gemm(
     io: &Io,
     k: usize,
     pair_input: bool,
+    tiles: MoeTiles,
 ) -> Result<ExpertGemm, EngineError> {
     let node = &plan.nodes[index];
     let w = b.weights.of(plan, index, 0)?;
@@ -423,7 +424,7 @@ pub(crate) fn expert_gemm(
     // The f16 copy, where TALLY_EXPERT_F16 made one for this projection (E blocks of N rows of
     // 2 K bytes: keep_f16 sized it from the same dims).
     let (wptr, ty, row_bytes) = expert_source(b, w, tokens * k);
-    let tables = tables(w, ty, tokens, k, pair_input, MoeTiles::of(&b.options));
+    let tables = tables(w, ty, tokens, k, pair_input, tiles);
     let set = *b.kernels.gemm_set(ty).ok_or_else(|| {
         EngineError::Unsupported(format!("no GEMM for {} expert weights", ty.name()))
     })?;
@@ -654,6 +655,56 @@ mod tests {
         // down on x96; the Q5_K gate/up on the 64-row tiles. 400 tokens (50 rows): still w32.
         let g4m = MoeTables::new(16384, 256, 2048, GgmlType::Q4_K, 2048, MoeTiles::DEFAULT);
         assert!(g4m.wg == Some(WgTile::W128) && g4m.bm == 128);
+        // The gated launch's tables with gs256 on: 256-row tiles above 128 rows per expert for
+        // the Q4_K and MXFP4 gate/up only (8,192 tokens: 256 rows; 6,400: 200), never for the
+        // unfused launches' tiles, the downs (K = 512) or a type whose stages do not fit;
+        // 4,096 tokens (128 rows) and 5,600 (175) stay on the 128-row tables.
+        let gated = MoeTiles {
+            ws256: true,
+            ..MoeTiles::DEFAULT
+        };
+        for (pairs, ty) in [
+            (65536, GgmlType::Q4_K),
+            (51200, GgmlType::Q4_K),
+            (65536, GgmlType::MXFP4),
+        ] {
+            let t = MoeTables::new(pairs, 256, 2048, ty, pairs / 8, gated);
+            assert!(t.wg == Some(WgTile::W256) && t.bm == 256, "{ty:?} {pairs}");
+            assert_eq!(t.max_tiles, pairs.div_ceil(256) + 256);
+        }
+        for (pairs, k, ty) in [
+            (16384, 2048, GgmlType::Q4_K),
+            (32768, 2048, GgmlType::Q4_K),
+            (44800, 2048, GgmlType::Q4_K),
+            (65536, 512, GgmlType::Q4_K),
+            (65536, 2048, GgmlType::Q6_K),
+            (65536, 2048, GgmlType::Q5_K),
+        ] {
+            let t = MoeTables::new(pairs, 256, k, ty, pairs / 8, gated);
+            assert!(
+                t.wg != Some(WgTile::W256) && t.bm <= 128,
+                "{ty:?} {pairs} {k}"
+            );
+        }
+        assert_eq!(WgTile::W256.smem_bytes(GgmlType::Q4_K), 216_064);
+        assert!(
+            crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::W256).is_none()
+        );
+        assert!(!WgTile::ALL.contains(&WgTile::W256));
+        // Only the gated launch's tiles take gs256, and only with the warp-specialised tile on.
+        let opts = |vars: &'static [(&'static str, &'static str)]| {
+            crate::cuda::CudaOptions::from_vars(|k| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+            .expect("options")
+        };
+        let on = opts(&[("TALLY_WS256", "on")]);
+        assert!(MoeTiles::gated(&on).ws256 && !MoeTiles::of(&on).ws256);
+        assert!(!MoeTiles::gated(&opts(&[("TALLY_WS256", "on"), ("TALLY_WS", "off")])).ws256);
+        assert!(MoeTiles::gated(&opts(&[])).ws256);
+        assert!(!MoeTiles::gated(&opts(&[("TALLY_WS256", "off")])).ws256);
         let no_ws = MoeTiles {
             ws_gated: false,
             ..MoeTiles::DEFAULT
