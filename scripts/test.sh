@@ -30,6 +30,11 @@ c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/s
 c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
     lab/gemm/emu/emu_test.cpp -o target/gemm_emu
 target/gemm_emu pieces
+# The warp-specialised MoE tiles of long prompts on the same emulator: gs256 (the gated gate/up
+# over 256 x rows) bit for bit against the 128-row unfused launches, Q4_K (about a minute), and
+# xs128 (the x-resident down tile) against float64, Q4_K and Q6_K (seconds).
+target/gemm_emu ws256 q4_k
+target/gemm_emu xs128 q4_k,q6_k
 target/delta_emu
 # The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
 # loop forms against norm_rows at 128 threads; add_rms_norm's register form, its loads as the

@@ -578,7 +578,7 @@ int main(int argc, char** argv) {
                                                                  variant_smem(t, v)));
                 std::printf(" %s %d regs %zu B local %d blk/SM;", variant_name(v), fa.numRegs, fa.localSizeBytes, blocks);
             }
-            for (int v : {V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32}) {
+            for (int v : {V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32, V_XS128}) {
                 if (variant_smem(t, v) > 232448) continue;
                 cudaFuncAttributes fa;
                 CK(cudaFuncGetAttributes(&fa, gemm_fn(t, v)));
@@ -679,7 +679,7 @@ int main(int argc, char** argv) {
             std::printf("  %d cases, %d failed\n", n, nf);
         }
         if (do_time && nf == 0) {
-            const std::vector<int> moe_v = {V_M64, V_M32, V_S32, V_W32, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32};
+            const std::vector<int> moe_v = {V_M64, V_M32, V_S32, V_W32, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32, V_XS128};
             for (int T : {512, 2048, 8192}) {
                 for (int t : {ref::Q4_K, ref::Q6_K, ref::Q8_0, ref::IQ4_XS, ref::MXFP4, ref::Q5_K, ref::F16}) {
                     if (!moe_type.empty() && moe_type != ref::type_name(t)) continue;

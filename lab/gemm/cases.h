@@ -28,10 +28,10 @@ typedef void (*GemmFn)(GemmArgs);
 // integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
        V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17, V_X32G = 18,
-       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21 };
+       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21, V_XS128 = 22 };
 inline const char* variant_name(int v) {
     static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
-                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32"};
+                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32", "xs128"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
@@ -39,8 +39,11 @@ inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
 // _x128, engine kernels; grid.x ceil(N / 128 / 8): strided walks of 8 weight blocks). V_X32:
 // the same with 32 rows and WGX32_STAGES ring stages (gemm_<t>_x32, the engine's downs of short
 // prompts since 2026-12-06; walks of 4). V_X32G (lab only): 32 rows and K up to 2048, one block
-// walking every weight block.
-inline bool variant_wgx(int v) { return v == V_X64 || v == V_X96 || v == V_X128 || v == V_X32G || v == V_X32; }
+// walking every weight block. V_XS128: x128 with its warps specialised (gemm_<t>_xs128, 512
+// threads).
+inline bool variant_wgx(int v) {
+    return v == V_X64 || v == V_X96 || v == V_X128 || v == V_X32G || v == V_X32 || v == V_XS128;
+}
 // Most K of an x-resident variant.
 inline int variant_kmax(int v) { return v == V_X32G ? 2048 : WGX_K_MAX; }
 inline bool variant_wg(int v) { return v == V_W32 || v == V_W64 || v == V_W128 || variant_wgx(v); }
@@ -50,13 +53,14 @@ inline bool variant_simt(int v) { return v == V_SIMT || v == V_SIMT_M32 || v == 
 // Tile rows the MoE routing is built for (gemv accepts any; 8 keeps decode tiles small); for the
 // SIMT kernels, the dense block tile's rows (= its columns).
 inline int variant_bm(int v) {
-    return v == V_X32G || v == V_X32 ? 32 : v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
+    return v == V_X32G || v == V_X32 ? 32 : v == V_X96 ? 96 : v == V_M128 || v == V_W128 || v == V_X128 || v == V_XS128 ? 128 : v == V_M64 || v == V_W64 || v == V_X64 ? 64 : v == V_M32 || v == V_S32 || v == V_W32 ? 32
            : v == V_S16 ? 16 : v == V_SIMT || v == V_TF32 ? SIMT_BM
            : v == V_SIMT_M32 || v == V_TF32_M32 ? SIMT_M32_BM : 8;
 }
 inline size_t variant_smem(int type, int v) {
     if (variant_swap(v)) return size_t(SWP_SMEM_BYTES(type, variant_bm(v)));
     if (v == V_X32) return size_t(WGX32_SMEM_BYTES(type));
+    if (v == V_XS128) return size_t(WSX_SMEM_BYTES(type));
     if (variant_wgx(v)) return size_t(WGX_SMEM_BYTES_K(type, variant_bm(v), variant_kmax(v)));
     if (variant_wg(v)) return size_t(WG_SMEM_BYTES(type, variant_bm(v)));
     return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
@@ -80,6 +84,7 @@ inline size_t variant_smem(int type, int v) {
         case V_X96: return gemm_##name##_x96;                                                  \
         case V_X32G: return gemm_##name##_x32g;                                                \
         case V_X32: return gemm_##name##_x32;                                                  \
+        case V_XS128: return gemm_##name##_xs128;                                              \
         default: return gemv_##name;                                                           \
     }
 inline GemmFn gemm_fn(int type, int v) {
@@ -467,7 +472,7 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     const int gemv_t = c.gemv_threads > 0 ? c.gemv_threads : GEMV_THREADS;
     const int gemv_rows = (c.variant == V_GEMV4 ? 4 : 2) * (gemv_t / 32);  // V_GEMVR: 4, below
     d.gx = unsigned(gemv ? (c.N + gemv_rows - 1) / gemv_rows : (c.N + GEMM_BN - 1) / GEMM_BN);
-    d.threads = gemv ? gemv_t : GEMM_THREADS;
+    d.threads = gemv ? gemv_t : c.variant == V_XS128 ? WS_THREADS : GEMM_THREADS;
     if (mmv) {  // grid-stride over row steps: at most mmv_max_blocks blocks per x row / tile
         const int steps = (c.N + mmv_rows_per_step(c.type, c.K) - 1) / mmv_rows_per_step(c.type, c.K);
         d.gx = unsigned(std::min(steps, mmv_max_blocks));
@@ -526,7 +531,7 @@ CaseResult run_case(B& b, const GemmCase& c, ref::Rng& rng, bool quiet_pass) {
 inline std::vector<GemmCase> correctness_cases(bool small) {
     std::vector<GemmCase> cs;
     for (int t : ref::ALL_TYPES) {
-        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32}) {
+        for (int v : {V_M128, V_M64, V_M32, V_GEMV, V_MMV, V_GEMV4, V_S16, V_S32, V_W32, V_W64, V_W128, V_X64, V_X96, V_X128, V_X32G, V_X32, V_XS128}) {
             if (variant_smem(t, v) > 232448) continue;  // x128 of the 112- and 128-byte slots (Q6_K, F32)
             GemmCase c;
             c.type = t;

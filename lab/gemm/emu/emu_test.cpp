@@ -553,6 +553,7 @@ int main(int argc, char** argv) {
     // "wg": only the wgmma tiles (gemm_<t>_w32 / _w64 / _w128) of the correctness matrix, every type.
     const bool only_wg = argc > 1 && std::string(argv[1]) == "wg";
     const bool only_wgx = argc > 1 && std::string(argv[1]) == "wgx";  // the x-resident tiles alone
+    const bool only_xs = argc > 1 && std::string(argv[1]) == "xs128";  // the warp-specialised one alone
     // "gemv": only the GEMV kernels (gemv_<t>, mmv_<t>) of the correctness matrix, every type.
     const bool only_gemv = argc > 1 && std::string(argv[1]) == "gemv";
     ref::Rng rng(20260101);
@@ -592,8 +593,10 @@ int main(int argc, char** argv) {
     // "ws256": gemm_<t>_gs256 (tiles of 256 rows: one half, two halves, a full tile and a
     // remainder) against the unfused 128-row launches, bit for bit.
     if (argc > 1 && std::string(argv[1]) == "ws256") {
+        const std::string only = argc > 2 ? "," + std::string(argv[2]) + "," : "";
         for (int t : {ref::Q4_K, ref::MXFP4, ref::IQ4_XS})
-            for (int tokens : {70, 700, 1100}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 256);
+            if (only.empty() || only.find("," + std::string(ref::type_name(t)) + ",") != std::string::npos)
+                for (int tokens : {70, 700, 1100}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 256);
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }
@@ -619,9 +622,11 @@ int main(int argc, char** argv) {
     // names: "q4_k,q6_k").
     const std::string only_types = argc > 2 ? "," + std::string(argv[2]) + "," : "";
     auto type_off = [&](int t) { return !only_types.empty() && only_types.find("," + std::string(ref::type_name(t)) + ",") == std::string::npos; };
-    if (only_swap || only_wg || only_wgx) {
+    if (only_swap || only_wg || only_wgx || only_xs) {
         for (const GemmCase& c : correctness_cases(true)) {
-            if (only_swap ? !variant_swap(c.variant) : only_wgx ? !variant_wgx(c.variant) : !variant_wg(c.variant)) continue;
+            if (only_xs ? c.variant != V_XS128
+                        : only_swap ? !variant_swap(c.variant) : only_wgx ? !variant_wgx(c.variant) : !variant_wg(c.variant))
+                continue;
             if (type_off(c.type)) continue;
             fails += !run_case(b, c, rng, false).pass;
             std::fflush(stdout);

@@ -61,6 +61,8 @@ pub struct GemmSet {
     pub gs128: Kernel,
     /// Its 256-row form `gemm_<t>_gs256` (code only for the types whose stages fit a block).
     pub gs256: Kernel,
+    /// The warp-specialised x-resident tile `gemm_<t>_xs128` (gemm_wg.cuh `gemm_wsx_body`).
+    pub xs128: Kernel,
 }
 
 /// Head dims of the attention kernels, in the order of their arrays.
@@ -235,6 +237,7 @@ impl Kernels {
                 wg_gated: [k(format!("gemm_{t}_g32"))?, k(format!("gemm_{t}_g128"))?],
                 gs128: k(format!("gemm_{t}_gs128"))?,
                 gs256: k(format!("gemm_{t}_gs256"))?,
+                xs128: k(format!("gemm_{t}_xs128"))?,
             });
         }
         let gemm_sets: [GemmSet; 16] = sets

@@ -198,6 +198,11 @@ pub struct CudaOptions {
     /// gs128 at 4,096 tokens, 1.03x at 8,192; docs/results/2026-12-06-stop46). On unless
     /// `TALLY_WS256=off`.
     pub ws256: bool,
+    /// The downs of the block formats (K <= 512) of more than 100 rows per expert on
+    /// `gemm_<t>_xs128` (gemm_wg.cuh `gemm_wsx_body`: the x-resident x128 tile with its warps
+    /// specialised, decoders and consumers as in gs128; the same outputs bit for bit).
+    /// `TALLY_WSX=on|off`.
+    pub wsx: bool,
 }
 
 /// The prefill attention kernels (`TALLY_ATTN`).
@@ -286,6 +291,7 @@ impl Default for CudaOptions {
             cast_reuse: true,
             ws: true,
             ws256: true,
+            wsx: false,
         }
     }
 }
@@ -431,6 +437,7 @@ impl CudaOptions {
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         o.ws = on_off("TALLY_WS", o.ws)?;
         o.ws256 = on_off("TALLY_WS256", o.ws256)?;
+        o.wsx = on_off("TALLY_WSX", o.wsx)?;
         if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
             o.wgx_walk = Some(
                 v.parse::<u32>()
@@ -591,6 +598,7 @@ impl CudaOptions {
             format!("cast_reuse={}", on(self.cast_reuse)),
             format!("ws={}", on(self.ws)),
             format!("ws256={}", on(self.ws256)),
+            format!("wsx={}", on(self.wsx)),
         ]
     }
 }
@@ -642,7 +650,8 @@ mod tests {
                 "gemv_mr=on",
                 "cast_reuse=on",
                 "ws=on",
-                "ws256=on"
+                "ws256=on",
+                "wsx=off"
             ]
         );
     }

@@ -1497,6 +1497,9 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x128(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 128>(a);                                                                    \
     }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) gemm_##name##_xs128(GemmArgs a) { pdl_enter(); \
+        gemm_wsx_body<T>(a);                                                                         \
+    }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, WGX32_MIN_BLOCKS(T)) gemm_##name##_x32(GemmArgs a) { \
         pdl_enter();                                                                                 \
         gemm_wgx_body<T, 32, WGX_K_MAX, WGX32_STAGES(T)>(a);                                         \

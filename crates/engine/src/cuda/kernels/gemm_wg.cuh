@@ -709,3 +709,129 @@ __device__ __forceinline__ void gemm_wgx_body(const GemmArgs& a) {
     wg_wait<0>();
     cp_async_wait<0>();
 }
+
+// gemm_<t>_xs128: the x-resident tile of gemm_<t>_x128 (gemm_wgx_body above: K <= WGX_K_MAX, the
+// MoE down projection; the tile's 128 x rows copied once, a block walking weight blocks nb =
+// blockIdx.x, + gridDim.x, ...) with its warps specialised as gemm_ws_body's. Issue 14: at 8,192
+// tokens the Q4_K and Q6_K downs on x128 / x96 ran at 177 / 120 TFLOP/s against the gated
+// gate/up's ~290 (ncu, 35B shapes; docs/results/2026-12-06-stop46): every thread there copies,
+// decodes and multiplies in turn. Here warps 8-15 (the decoders) copy and decode the weights of
+// each step s (weight block s / KT, K step s % KT) into the shared A stage, as gemm_wgx_body's
+// warp dw decodes into its registers (rows 16 dw + g and + 8 of the block); warps 0-7 (two
+// warpgroups) copy x once, then multiply with both operands in shared memory (B: the resident x
+// of K step s % KT) into gemm_wgx_body's accumulators, a weight block's first MMA with scale-d
+// off, and store them after its last K step (wg_store). FULL / EMPTY as in gemm_ws_body, one
+// phase a step across the weight blocks; the consumers' x copies are published by FULL(0)'s
+// phase (each fenced its own after waiting for them). The same products in the same k16 order
+// as x128: the same outputs bit for bit. Weights run WSX_RSTAGES(t) steps ahead (3 where the
+// ring fits, Q6_K's 112-byte slots 1). Grid as x128's, 512 threads, WSX_SMEM_BYTES(t).
+#define WSX_SMEM_BYTES_RS(t, rs)                                                                           \
+    (1024 + (WGX_K_MAX / WG_BK) * 2 * 128 * 128 + WS_ASTAGES * 2 * SWP_BN * 128 + 8 * 128 +                \
+     (rs) * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
+#define WSX_RSTAGES(t) (WSX_SMEM_BYTES_RS(t, 3) <= 232448 ? 3 : WSX_SMEM_BYTES_RS(t, 2) <= 232448 ? 2 : 1)
+#define WSX_SMEM_BYTES(t) WSX_SMEM_BYTES_RS(t, WSX_RSTAGES(t))
+template <int T>
+__device__ __forceinline__ void gemm_wsx_body(const GemmArgs& a) {
+    constexpr int BT = 128, BN = SWP_BN, BK = WG_BK, SW = Piece<T>::SLOT_WORDS, DT = GEMM_THREADS;
+    constexpr int RS = WSX_RSTAGES(T), LEAD = RS;  // steps whose weights are copied ahead
+    constexpr int XC = BT * 16 / DT, KT_MAX = WGX_K_MAX / BK;
+    constexpr int XSTAGE = 2 * BT * 128, ASTAGE = 2 * BN * 128;
+    constexpr int BAR_FULL = 1, BAR_EMPTY = 2;
+    static_assert(BN == 128 && DT == 256, "eight decoder warps of 16 weight rows, two consumer warpgroups");
+    static_assert(BK == 128 && SW * 4 == GEMM_SLOT_BYTES(T), "four pieces per row per step");
+    static_assert(WS_ASTAGES == 1 && RS >= 1, "one A stage; a ring slot free when its step is copied");
+
+    TALLY_DYNAMIC_SMEM(smem);
+    u8* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);
+    u8* Xs = base;                                          // [KT_MAX][2][BT][128 bytes]
+    u8* As = Xs + KT_MAX * XSTAGE;                          // [2][BN][128 bytes]
+    i32* s_xrow = reinterpret_cast<i32*>(As + ASTAGE);      // [BT]
+    i32* s_yrow = s_xrow + BT;                              // [BT]
+    u32* ring = reinterpret_cast<u32*>(s_yrow + BT);        // [RS][2][SW/4][256] x 16 B
+
+    if (blockDim.x != WS_THREADS) return;
+    if (a.xh == nullptr || (reinterpret_cast<u64>(a.xh) & 15u) != 0 || (a.ldxh & 7) != 0) return;
+    if (a.K > WGX_K_MAX) return;
+    int n0_first;
+    const u8* w;
+    if (!gemm_tile_begin<T, BK>(a, BN, BT, n0_first, w, s_xrow, s_yrow)) return;
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int KT = a.K / BK;
+    const int nblk = (a.N + BN - 1) / BN, bx = static_cast<int>(blockIdx.x), gx = static_cast<int>(gridDim.x);
+    const int SS = ((nblk - bx + gx - 1) / gx) * KT;  // steps: weight blocks walked (>= 1) x K steps
+    auto n0_of = [&](int s) { return (bx + (s / KT) * gx) * BN; };
+
+    if (tid >= DT) {  // a decoder
+        const int dtid = tid - DT, dw = dtid >> 5;
+        auto slot = [&](int s, int j) {
+            return Slot{ring + (s % RS) * (2 * SW * DT) + j * (SW * DT) + 4 * dtid, 4 * DT};
+        };
+        auto issue = [&](int s) {  // step s's weight copies, one group (empty past the last step)
+            if (s < SS) {
+                const u8 *r0, *r1;
+                swap_rows(a, w, n0_of(s), dw, g, r0, r1);
+                swap_issue<T>(slot(s, 0), slot(s, 1), r0, r1, 4 * (s % KT) + t, t);
+            }
+            cp_async_commit();
+        };
+        const int R0 = 16 * dw + g, R1 = R0 + 8;
+        auto a_off = [&](int r, int kk, int e) {
+            return (kk >> 2) * (BN * 128) + r * 128 + (((2 * (kk & 3) + e) ^ (r & 7)) << 4) + 4 * t;
+        };
+#pragma unroll
+        for (int i = 0; i < LEAD; i++) issue(i);
+        u32 h0[16], h1[16];
+        for (int s = 0; s < SS; s++) {
+            cp_async_wait<LEAD - 1>();  // step s's group (the later ones may still be in flight)
+            const u8 *r0, *r1;
+            swap_rows(a, w, n0_of(s), dw, g, r0, r1);
+            swap_decode<T>(slot(s, 0), slot(s, 1), r0, r1, 4 * (s % KT) + t, t, h0, h1);
+            if (s >= 1) named_bar_sync(BAR_EMPTY, WS_THREADS);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                *reinterpret_cast<u32*>(As + a_off(R0, kk, 0)) = h0[2 * kk];
+                *reinterpret_cast<u32*>(As + a_off(R0, kk, 1)) = h0[2 * kk + 1];
+                *reinterpret_cast<u32*>(As + a_off(R1, kk, 0)) = h1[2 * kk];
+                *reinterpret_cast<u32*>(As + a_off(R1, kk, 1)) = h1[2 * kk + 1];
+            }
+            fence_proxy_async();  // the A stores, to the tensor cores
+            named_bar_arrive(BAR_FULL, WS_THREADS);
+            // Step s + LEAD's weights go to the ring slot just decoded (see gemm_ws_body).
+            if constexpr (swap_shared<T>()) __syncwarp();
+            issue(s + LEAD);
+        }
+        cp_async_wait<0>();
+        return;
+    }
+
+    // A consumer: warp `warp` of warpgroup wgi, the accumulators of gemm_wgx_body's warp `warp`.
+    const int warp = tid >> 5, wgi = warp >> 2;
+#pragma unroll
+    for (int i = 0; i < XC; i++) {  // x: every K step's stage, once
+        const u16* src;
+        u32 dst;
+        wg_x_chunk<BT>(a, s_xrow, tid, i, src, dst);
+        for (int kt = 0; kt < KT; kt++) cp_async16(Xs + kt * XSTAGE + dst, src + BK * kt);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();  // published to both warpgroups by FULL(0)'s phase
+    float acc[BT / 2];
+#pragma unroll
+    for (int j = 0; j < BT / 2; j++) acc[j] = 0.0f;
+    const u32 aa = smem_u32(As) + wgi * 64 * 128;
+    for (int s = 0; s < SS; s++) {
+        const int kt = s % KT;
+        named_bar_sync(BAR_FULL, WS_THREADS);
+        const u32 xa = smem_u32(Xs + kt * XSTAGE);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            WgmmaSS<128>::mma(acc, wg_desc(aa + (kk >> 2) * (BN * 128) + 32 * (kk & 3)),
+                              wg_desc(xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3)), kk == 0 && kt == 0 ? 0 : 1);
+        wg_commit();
+        wg_wait<0>();  // step s's MMAs done: the A stage is free
+        if (s + 1 < SS) named_bar_arrive(BAR_EMPTY, WS_THREADS);
+        if (kt == KT - 1) wg_store<BT>(a, s_yrow, n0_of(s) + 16 * warp + g, t, acc);
+    }
+}

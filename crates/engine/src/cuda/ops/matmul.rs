@@ -318,6 +318,9 @@ pub(crate) struct MoeTiles {
     /// is on: the Q4_K and MXFP4 gate/up of more than [`WS256_MIN_ROWS`] rows per expert take
     /// the 256-row tables of `gemm_<t>_gs256` ([`WgTile::W256`], which has no unfused kernel).
     pub ws256: bool,
+    /// `CudaOptions::wsx`: the downs (K <= WGX_K_MAX) of more than 100 rows per expert on the
+    /// warp-specialised x-resident tile ([`WgTile::XS128`]).
+    pub wsx: bool,
 }
 
 impl MoeTiles {
@@ -327,6 +330,7 @@ impl MoeTiles {
         x32: true,
         ws_gated: true,
         ws256: false,
+        wsx: false,
     };
     /// `TALLY_WGX=off`'s tiles.
     #[cfg(test)]
@@ -335,6 +339,7 @@ impl MoeTiles {
         x32: true,
         ws_gated: true,
         ws256: false,
+        wsx: false,
     };
     /// The tiles of the unfused launches.
     pub(crate) fn of(o: &crate::cuda::CudaOptions) -> MoeTiles {
@@ -343,6 +348,7 @@ impl MoeTiles {
             x32: o.x32,
             ws_gated: o.ws && o.gated,
             ws256: false,
+            wsx: o.wsx && o.wgx,
         }
     }
     /// The tiles of the gated gate/up launch (`expert_gated`): also gs256's where it is on.
@@ -376,6 +382,9 @@ pub(crate) enum WgTile {
     /// 256 x rows a tile: only the gated warp-specialised `gemm_<t>_gs256` (not in
     /// [`WgTile::ALL`]: no unfused kernel; only [`MoeTiles::ws256`] callers get it).
     W256,
+    /// `gemm_<t>_xs128`: X128 with its warps specialised (512 threads; not in [`WgTile::ALL`]:
+    /// its kernel is `GemmSet::xs128`).
+    XS128,
 }
 
 impl WgTile {
@@ -385,7 +394,7 @@ impl WgTile {
             WgTile::W32 | WgTile::X32 => 32,
             WgTile::X64 => 64,
             WgTile::X96 => 96,
-            WgTile::W128 | WgTile::X128 => WG_BT,
+            WgTile::W128 | WgTile::X128 | WgTile::XS128 => WG_BT,
             WgTile::W256 => 2 * WG_BT,
         }
     }
@@ -394,8 +403,16 @@ impl WgTile {
         match self {
             WgTile::W32 | WgTile::W128 => wg_smem_bytes(ty, self.bt()),
             WgTile::W256 => ws256_smem_bytes(ty),
+            WgTile::XS128 => wsx_smem_bytes(ty),
             WgTile::X32 => wgx32_smem_bytes(ty),
             x => wgx_smem_bytes(ty, x.bt()),
+        }
+    }
+    /// Threads of a block: the warp-specialised tiles' 512, else 256.
+    pub(crate) fn threads(self) -> u32 {
+        match self {
+            WgTile::W256 | WgTile::XS128 => crate::cuda::consts::WS_THREADS,
+            _ => GEMM_THREADS,
         }
     }
     /// grid.x for N output columns: one block per 128 for w32 and w128; for the x-resident
@@ -455,6 +472,25 @@ pub(crate) fn ws256_smem_bytes(ty: GgmlType) -> u32 {
         + WS_ASTAGES * 2 * SWP_BN * 128
         + 8 * 256
         + WS256_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
+}
+
+/// Dynamic shared memory of `gemm_<t>_xs128` (`WSX_SMEM_BYTES(t)` in gemm_wg.cuh): the resident
+/// x (WGX_K_MAX / 128 stages of 128 rows), one A stage, two row tables and the decoders' ring of
+/// 3, 2 or 1 stages, the most that fit a block.
+pub(crate) fn wsx_smem_bytes(ty: GgmlType) -> u32 {
+    use crate::cuda::consts::WS_ASTAGES;
+    let with = |rs: i64| {
+        1024 + (WGX_K_MAX as i64 / SWP_BK) * 2 * 128 * 128
+            + WS_ASTAGES * 2 * SWP_BN * 128
+            + 8 * 128
+            + rs * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)
+    };
+    let b = [3, 2, 1]
+        .into_iter()
+        .map(with)
+        .find(|&b| b <= SMEM_OPT_IN_MAX as i64)
+        .unwrap_or(with(1));
+    b as u32
 }
 
 /// The dynamic shared memory of tile `t` for `ty`, if it fits a block.
@@ -529,6 +565,14 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Opt
         };
     }
     let first_fit = |ts: &[WgTile]| ts.iter().copied().find(|&t| fits(t));
+    // The warp-specialised x-resident tile for the long prompts' downs of the block formats.
+    if tiles.wsx
+        && mean > 100.0
+        && !matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32)
+        && fits(WgTile::XS128)
+    {
+        return Some(WgTile::XS128);
+    }
     match ty {
         // An expert copy's f16 weights (TALLY_EXPERT_F16; moe::expert_f16_wanted).
         GgmlType::F16 if mean <= 32.0 && fits(WgTile::X64) => Some(WgTile::X64),
@@ -599,6 +643,12 @@ pub fn geometry_asserts() -> String {
             "static_assert(WGX32_SMEM_BYTES({}) == {}, \"x32 smem of {} differs from matmul.rs\");\n",
             qt(ty),
             wgx32_smem_bytes(ty),
+            ty.name()
+        );
+        s += &format!(
+            "static_assert(WSX_SMEM_BYTES({}) == {}, \"xs128 smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            wsx_smem_bytes(ty),
             ty.name()
         );
         s += &format!(

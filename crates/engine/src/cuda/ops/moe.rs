@@ -281,19 +281,23 @@ pub fn moe_matmul(
         let tile = eg
             .wg
             .ok_or_else(|| EngineError::Internal("x conversion without a wgmma tile".into()))?;
-        let f = WgTile::ALL
-            .iter()
-            .position(|&t| t == tile)
-            .map(|i| set.wg[i])
-            .ok_or_else(|| EngineError::Internal("a wgmma tile without a kernel".into()))?;
+        let f = match tile {
+            WgTile::XS128 => Some(set.xs128),
+            _ => WgTile::ALL
+                .iter()
+                .position(|&t| t == tile)
+                .map(|i| set.wg[i]),
+        }
+        .ok_or_else(|| EngineError::Internal("a wgmma tile without a kernel".into()))?;
         let grid = (tile.grid_x(n, b.options.wgx_walk), max_tiles as u32, 1);
         // SAFETY: as for the tensor-core tiles below (the same GemmArgs, routing tables and
         // views), with the x rows read from the converted copy `xh` (x_rows x K halves, ld K,
         // 16-byte aligned: 256-byte offset in the workspace, K % 128 == 0), tiles of bm =
         // tile.bt() rows, blocks of SWP_BN columns (w128: one each; the x-resident tiles walk
-        // theirs, K <= WGX_K_MAX: wg_tile), and the dynamic shared memory gemm_wg.cuh's own size
-        // for (type, tile) (asserted at kernel build), which `configure` raised the limit to.
-        return unsafe { launch(f, grid, (GEMM_THREADS, 1, 1), tile.smem_bytes(ty), s, &a) };
+        // theirs, K <= WGX_K_MAX: wg_tile), the tile's threads (512 for xs128, whose body returns
+        // at any other count), and the dynamic shared memory gemm_wg.cuh's own size for (type,
+        // tile) (asserted at kernel build), which `configure` raised the limit to.
+        return unsafe { launch(f, grid, (tile.threads(), 1, 1), tile.smem_bytes(ty), s, &a) };
     }
     if let Some(gx) = eg.mmv_grid_x(b.props.sm_count) {
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
@@ -691,6 +695,31 @@ mod tests {
             crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::W256).is_none()
         );
         assert!(!WgTile::ALL.contains(&WgTile::W256));
+        // TALLY_WSX: the downs of more than 100 rows per expert on xs128 (every block format, Q6_K
+        // too: its ring shrinks to one stage), the gate/up and the f16 copies never.
+        let wsx = MoeTiles {
+            wsx: true,
+            ..MoeTiles::DEFAULT
+        };
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+            GgmlType::MXFP4,
+        ] {
+            let t = MoeTables::new(65536, 256, 512, ty, 65536, wsx);
+            assert!(t.wg == Some(WgTile::XS128) && t.bm == 128, "{ty:?}");
+            let t = MoeTables::new(16384, 256, 512, ty, 16384, wsx);
+            assert!(t.wg != Some(WgTile::XS128), "{ty:?} at 64 rows");
+        }
+        for (k, ty) in [(2048, GgmlType::Q4_K), (512, GgmlType::F16)] {
+            let t = MoeTables::new(65536, 256, k, ty, 65536, wsx);
+            assert!(t.wg != Some(WgTile::XS128), "{ty:?} K {k}");
+        }
+        assert_eq!(WgTile::XS128.smem_bytes(GgmlType::Q4_K), 215_040);
+        assert_eq!(WgTile::XS128.smem_bytes(GgmlType::Q6_K), 223_232);
+        assert_eq!(WgTile::XS128.threads(), 512);
+        assert_eq!(WgTile::XS128.grid_x(2048, None), 2);
         // Only the gated launch's tiles take gs256, and only with the warp-specialised tile on.
         let opts = |vars: &'static [(&'static str, &'static str)]| {
             crate::cuda::CudaOptions::from_vars(|k| {
