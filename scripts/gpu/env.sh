@@ -65,13 +65,13 @@ mid_l4_files() {
     "$TALLY_NOPEER" synth --preset mid --quant q4_k_m --seed 4 --out $MID > /dev/null 2>&1
     "$TALLY_NOPEER" synth --preset 35b-a3b --quant q4_k_m --seed 1 --set n_layers=4 --fill pool --out $L4 > /dev/null 2>&1
 }
-# run_json TAG FILE [BIN]: a 37-token prefill and 6 decode steps of FILE on CUDA with BIN
-# (default $TALLY_NOPEER; prefix the call with variables to set options), `-o json` into
-# $OUT/run-NAME-TAG.json (NAME: FILE's base name), what logits_same reads.
+# run_json TAG FILE [BIN]: a prefill of RUN_TOKENS tokens (37 unless set) and 6 decode steps of
+# FILE on CUDA with BIN (default $TALLY_NOPEER; prefix the call with variables to set options),
+# `-o json` into $OUT/run-NAME-TAG.json (NAME: FILE's base name), what logits_same reads.
 run_json() {
     local n
     n=$(basename "$2" .gguf)
-    timeout 120 "${3:-$TALLY_NOPEER}" run --model "$2" --backend cuda --tokens 37 -n 6 -o json \
+    timeout 120 "${3:-$TALLY_NOPEER}" run --model "$2" --backend cuda --tokens "${RUN_TOKENS:-37}" -n 6 -o json \
         > "$OUT/run-$n-$1.json" 2> "$OUT/run-$n-$1.err"
 }
 # row NAME VALUE: one line of a script's summary (printed at the end with `printf '%s\n'

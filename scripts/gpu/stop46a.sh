@@ -33,8 +33,7 @@ grep -E "gs256" "$OUT/lab-gated-mxfp4.txt" >> "$OUT/lab-table.txt"
 pack
 mid_l4_files
 for v in off on; do
-    TALLY_WS256=$v timeout 100 "$N" run --model "$L4" --backend cuda --tokens 8192 -n 6 -o json \
-        > "$OUT/run-l4-$v.json" 2> "$OUT/run-l4-$v.err"
+    TALLY_WS256=$v RUN_TOKENS=8192 run_json $v "$L4" "$N"
 done
 row "digests l4 8192 tokens ws256 off/on" "$(logits_same "$OUT" l4 off on) ($(el))"
 pack

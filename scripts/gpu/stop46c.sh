@@ -22,11 +22,9 @@ export TALLY=$N TALLY_NOPEER=$N
 L=.carry/s46/lab/gemm_bench
 mid_l4_files
 for v in off on; do
-    TALLY_WSX=$v timeout 100 "$N" run --model "$L4" --backend cuda --tokens 8192 -n 6 -o json \
-        > "$OUT/run-l4-$v.json" 2> "$OUT/run-l4-$v.err"
+    TALLY_WSX=$v RUN_TOKENS=8192 run_json $v "$L4" "$N"
 done
-TALLY_WS256=off timeout 100 "$N" run --model "$L4" --backend cuda --tokens 8192 -n 6 -o json \
-    > "$OUT/run-l4-gs128.json" 2> "$OUT/run-l4-gs128.err"
+TALLY_WS256=off RUN_TOKENS=8192 run_json gs128 "$L4" "$N"
 row "digests l4 8192 wsx off/on, ws256 off" "$(logits_same "$OUT" l4 off on gs128) ($(el))"
 pack
 synth_35b q4_k_m

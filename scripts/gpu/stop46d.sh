@@ -20,8 +20,7 @@ for v in off on; do
 done
 mid_l4_files
 for v in off on; do
-    TALLY_WSX=$v timeout 60 "$N" run --model "$L4" --backend cuda --tokens 8192 -n 6 -o json \
-        > "$OUT/run-l4-$v.json" 2> "$OUT/run-l4-$v.err"
+    TALLY_WSX=$v RUN_TOKENS=8192 run_json $v "$L4" "$N"
 done
 row "digests l4 8192 wsx off/on" "$(logits_same "$OUT" l4 off on) ($(el))"
 pack
