@@ -7,7 +7,7 @@
 #      consumers copying x), arm3 (new + TALLY_WSX=on: the downs on xs128);
 #   2. side by side with llama.cpp (bin/tally, the faster of new / arm3): pp512, pp8192,
 #      pp32768, tg128;
-#   3. logits digests of an 8,192-token prompt (35B shapes, 4 layers): base, new, arm3;
+#   0. (first) logits digests of an 8,192-token prompt (35B shapes, 4 layers): base, new, arm3;
 #   4. in what is left (stop47b.sh's work, for a call that ends early): ncu's per-kernel time of
 #      one decode step of the 4-layer file, then of its 8,192-token prefill, TALLY_WSX=off / on.
 # Prediction (written before): (1) new vs base pp8192 +3%, pp32768 +2%, pp512 even; arm3 vs new
@@ -17,8 +17,14 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s47a s47a
+mid_l4_files
+RUN_TOKENS=8192 run_json base "$L4" "$B"
+TALLY_WSX=off RUN_TOKENS=8192 run_json new "$L4" "$N"
+TALLY_WSX=on RUN_TOKENS=8192 run_json arm3 "$L4" "$N"
+row "digests l4 8192 base/new/arm3" "$(logits_same "$OUT" l4 base new arm3) ($(el))"
+pack
 synth_35b q4_k_m
-ARM3="TALLY_WSX=on" AB_UNTIL=230 ab p3 "$F" -p 512,8192,32768 -n 0
+ARM3="TALLY_WSX=on" AB_UNTIL=260 ab p3 "$F" -p 512,8192,32768 -n 0
 BEST=$(python3 - "$OUT" <<'PY'
 import glob, json, sys
 best = {}
@@ -33,14 +39,6 @@ row "faster: TALLY_WSX" "$BEST"
 TALLY_WSX=$BEST timeout 200 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -r 3 \
     -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
 row "bench sbs (TALLY_WSX=$BEST)" "rc=$? ($(el))"
-pack
-if [ "$(( $(date +%s) - t0 ))" -lt 490 ]; then
-    mid_l4_files
-    RUN_TOKENS=8192 run_json base "$L4" "$B"
-    TALLY_WSX=off RUN_TOKENS=8192 run_json new "$L4" "$N"
-    TALLY_WSX=on RUN_TOKENS=8192 run_json arm3 "$L4" "$N"
-    row "digests l4 8192 base/new/arm3" "$(logits_same "$OUT" l4 base new arm3) ($(el))"
-fi
 pack
 command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
 left=$(( 560 - $(date +%s) + t0 ))
