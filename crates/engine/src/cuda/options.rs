@@ -201,8 +201,13 @@ pub struct CudaOptions {
     /// The downs of the block formats (K <= 512) of more than 100 rows per expert on
     /// `gemm_<t>_xs128` (gemm_wg.cuh `gemm_wsx_body`: the x-resident x128 tile with its warps
     /// specialised, decoders and consumers as in gs128; the same outputs bit for bit).
-    /// `TALLY_WSX=on|off`.
+    /// By default only Q6_K's, the one format it measured faster for (ncu, H100, 35B shapes at
+    /// 8,192 tokens: 1,008 us against x96's 1,136; Q4_K 767 against x128's 765;
+    /// docs/results/2026-12-06-stop47). `TALLY_WSX=off` (x128 / x96 for all), `=q6_k` (the
+    /// default), `=all` (every block format's downs, also `wsx_all`).
     pub wsx: bool,
+    /// `TALLY_WSX=all`: xs128 for every block format's downs, not only Q6_K's.
+    pub wsx_all: bool,
 }
 
 /// The prefill attention kernels (`TALLY_ATTN`).
@@ -291,7 +296,8 @@ impl Default for CudaOptions {
             cast_reuse: true,
             ws: true,
             ws256: true,
-            wsx: false,
+            wsx: true,
+            wsx_all: false,
         }
     }
 }
@@ -437,7 +443,14 @@ impl CudaOptions {
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         o.ws = on_off("TALLY_WS", o.ws)?;
         o.ws256 = on_off("TALLY_WS256", o.ws256)?;
-        o.wsx = on_off("TALLY_WSX", o.wsx)?;
+        match get("TALLY_WSX").as_deref() {
+            None | Some("") => {}
+            Some("off") => (o.wsx, o.wsx_all) = (false, false),
+            Some("q6_k") => (o.wsx, o.wsx_all) = (true, false),
+            // `on`: its meaning before stop 47 (every block format), for the dated scripts.
+            Some("all" | "on") => (o.wsx, o.wsx_all) = (true, true),
+            Some(v) => return Err(bad("TALLY_WSX", v, "off, q6_k or all")),
+        }
         if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
             o.wgx_walk = Some(
                 v.parse::<u32>()
@@ -598,7 +611,14 @@ impl CudaOptions {
             format!("cast_reuse={}", on(self.cast_reuse)),
             format!("ws={}", on(self.ws)),
             format!("ws256={}", on(self.ws256)),
-            format!("wsx={}", on(self.wsx)),
+            format!(
+                "wsx={}",
+                match (self.wsx, self.wsx_all) {
+                    (false, _) => "off",
+                    (true, false) => "q6_k",
+                    (true, true) => "all",
+                }
+            ),
         ]
     }
 }
@@ -651,7 +671,7 @@ mod tests {
                 "cast_reuse=on",
                 "ws=on",
                 "ws256=on",
-                "wsx=off"
+                "wsx=q6_k"
             ]
         );
     }
@@ -836,6 +856,7 @@ mod tests {
             [("TALLY_DEC_SPLIT", "0")],
             [("TALLY_DEC_SPLIT", "9")],
             [("TALLY_DEC_SPLIT", "two")],
+            [("TALLY_WSX", "yes")],
         ] {
             let e = opts(&vars).expect_err("rejected").to_string();
             assert!(e.contains(vars[0].0), "{e}");
@@ -845,5 +866,18 @@ mod tests {
         assert!(e.to_string().contains("TALLY_GEMM_CUBLAS_MIN_M"));
         let four = opts(&[("TALLY_DEC_SPLIT", "4")]).expect("options");
         assert_eq!(four.decode_splits_per_sm, 4);
+        let e = opts(&[("TALLY_WSX", "yes")])
+            .expect_err("rejected")
+            .to_string();
+        assert!(e.contains("off, q6_k or all"), "{e}");
+        for (v, wsx, all) in [
+            ("off", false, false),
+            ("q6_k", true, false),
+            ("all", true, true),
+            ("on", true, true),
+        ] {
+            let o = opts(&[("TALLY_WSX", v)]).expect("options");
+            assert_eq!((o.wsx, o.wsx_all), (wsx, all), "{v}");
+        }
     }
 }

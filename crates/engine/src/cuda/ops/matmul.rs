@@ -318,9 +318,13 @@ pub(crate) struct MoeTiles {
     /// is on: the Q4_K and MXFP4 gate/up of more than [`WS256_MIN_ROWS`] rows per expert take
     /// the 256-row tables of `gemm_<t>_gs256` ([`WgTile::W256`], which has no unfused kernel).
     pub ws256: bool,
-    /// `CudaOptions::wsx`: the downs (K <= WGX_K_MAX) of more than 100 rows per expert on the
-    /// warp-specialised x-resident tile ([`WgTile::XS128`]).
+    /// `CudaOptions::wsx`: the Q6_K downs (K <= WGX_K_MAX) of more than 100 rows per expert on
+    /// the warp-specialised x-resident tile ([`WgTile::XS128`]); with `wsx_all`, every block
+    /// format's.
     pub wsx: bool,
+    /// `CudaOptions::wsx_all` (`TALLY_WSX=all`): xs128 for every block format's downs, not only
+    /// Q6_K's.
+    pub wsx_all: bool,
 }
 
 impl MoeTiles {
@@ -330,7 +334,8 @@ impl MoeTiles {
         x32: true,
         ws_gated: true,
         ws256: false,
-        wsx: false,
+        wsx: true,
+        wsx_all: false,
     };
     /// `TALLY_WGX=off`'s tiles.
     #[cfg(test)]
@@ -340,6 +345,7 @@ impl MoeTiles {
         ws_gated: true,
         ws256: false,
         wsx: false,
+        wsx_all: false,
     };
     /// The tiles of the unfused launches.
     pub(crate) fn of(o: &crate::cuda::CudaOptions) -> MoeTiles {
@@ -349,6 +355,7 @@ impl MoeTiles {
             ws_gated: o.ws && o.gated,
             ws256: false,
             wsx: o.wsx && o.wgx,
+            wsx_all: o.wsx_all,
         }
     }
     /// The tiles of the gated gate/up launch (`expert_gated`): also gs256's where it is on.
@@ -565,8 +572,11 @@ pub(crate) fn wg_tile(ty: GgmlType, k: usize, mean: f64, tiles: MoeTiles) -> Opt
         };
     }
     let first_fit = |ts: &[WgTile]| ts.iter().copied().find(|&t| fits(t));
-    // The warp-specialised x-resident tile for the long prompts' downs of the block formats.
+    // The warp-specialised x-resident tile for the long prompts' downs: Q6_K's by default, every
+    // block format's with TALLY_WSX=all. ncu on an H100 (docs/results/2026-12-06-stop47, 35B
+    // shapes, 8,192 tokens): Q6_K 1,008 us against x96's 1,136; Q4_K 767 against x128's 765.
     if tiles.wsx
+        && (tiles.wsx_all || ty == GgmlType::Q6_K)
         && mean > 100.0
         && !matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32)
         && fits(WgTile::XS128)

@@ -602,8 +602,15 @@ mod tests {
         );
         assert_eq!(gate.bytes() as u64, a[7] - base + 2 * 8192 * 2048);
         // The down projections (K = 512) on the x-resident tiles (x one row per pair; x128's
-        // grid.x 2 for N = 2048); TALLY_WGX=off: Q6_K on w128.
+        // grid.x 2 for N = 2048; Q6_K on xs128 by default, x96 with TALLY_WSX=off); TALLY_WGX=off:
+        // Q6_K on w128.
         let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::DEFAULT);
+        assert!(d6.wg == Some(WgTile::XS128) && d6.bytes() >= 2 * 65536 * 512);
+        let no_wsx = MoeTiles {
+            wsx: false,
+            ..MoeTiles::DEFAULT
+        };
+        let d6 = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, no_wsx);
         assert!(d6.wg == Some(WgTile::X96) && d6.bytes() >= 2 * 65536 * 512);
         let d6o = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::NO_WGX);
         assert!(d6o.wg == Some(WgTile::W128) && d6o.bm == 128);
@@ -695,10 +702,11 @@ mod tests {
             crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::W256).is_none()
         );
         assert!(!WgTile::ALL.contains(&WgTile::W256));
-        // TALLY_WSX: the downs of more than 100 rows per expert on xs128 (every block format, Q6_K
-        // too: its ring shrinks to one stage), the gate/up and the f16 copies never.
+        // TALLY_WSX=all: the downs of more than 100 rows per expert on xs128 (every block format,
+        // Q6_K too: its ring shrinks to one stage), the gate/up and the f16 copies never.
         let wsx = MoeTiles {
             wsx: true,
+            wsx_all: true,
             ..MoeTiles::DEFAULT
         };
         for ty in [
@@ -715,6 +723,13 @@ mod tests {
         for (k, ty) in [(2048, GgmlType::Q4_K), (512, GgmlType::F16)] {
             let t = MoeTables::new(65536, 256, k, ty, 65536, wsx);
             assert!(t.wg != Some(WgTile::XS128), "{ty:?} K {k}");
+        }
+        // By default only Q6_K's downs take xs128, the one format it measured faster for.
+        let t = MoeTables::new(65536, 256, 512, GgmlType::Q6_K, 65536, MoeTiles::DEFAULT);
+        assert!(t.wg == Some(WgTile::XS128), "Q6_K by default");
+        for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::MXFP4] {
+            let t = MoeTables::new(65536, 256, 512, ty, 65536, MoeTiles::DEFAULT);
+            assert!(t.wg == Some(WgTile::X128), "{ty:?} by default");
         }
         assert_eq!(WgTile::XS128.smem_bytes(GgmlType::Q4_K), 215_040);
         assert_eq!(WgTile::XS128.smem_bytes(GgmlType::Q6_K), 223_232);
