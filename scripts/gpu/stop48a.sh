@@ -7,6 +7,7 @@
 #      file's (on an H100, 4 layers x 10 came to ~49k tok/s at pp8192, the 40-layer file 39.9k);
 #   3. whole-model A/B at pp512/8192/32768: default (TALLY_WSX=q6_k) twice as base/new (their gap
 #      is the noise) and TALLY_WSX=off (arm3), alternated twice;
+#   3b. each MoE layer's routing of an 8,192-token prompt (`tally run --routing`), 4 and 40 layers;
 #   4. ncu's per-kernel time of the 40-layer file's 8,192-token prefill (to see which layers or
 #      kernels take the 24% that the 4-layer file does not have).
 # Prediction (written before): (1) on an H200 pp512 ~16k, pp8192 ~41k, pp32768 ~34.5k, tg128
@@ -39,6 +40,11 @@ row "l4 (4 layers)" "rc=$? $(bench_row "$OUT/l4.json") ($(el))"
 stage l40
 timeout 100 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/l40.json" 2> "$OUT/l40.err"
 row "l40 (40 layers)" "rc=$? $(bench_row "$OUT/l40.json") ($(el))"
+stage routing
+for x in l4:"$L4" l40:"$F"; do
+    timeout 60 "$N" run --model "${x#*:}" --backend cuda --tokens 8192 -n 0 --routing -o json > "$OUT/routing-${x%%:*}.json" 2> "$OUT/routing-${x%%:*}.err"
+    row "routing ${x%%:*} 8192" "rc=$? ($(el))"
+done
 stage ab
 pack
 ARM3="TALLY_WSX=off" AB_UNTIL=400 ab p3 "$F" -p 512,8192,32768 -n 0
