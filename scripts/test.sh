@@ -35,6 +35,9 @@ target/gemm_emu pieces
 # xs128 (the x-resident down tile) against float64, Q4_K and Q6_K (seconds).
 target/gemm_emu ws256 q4_k
 target/gemm_emu xs128 q4_k,q6_k
+# The persistent one-row GEMVs (gemvr_<t>, and gemvt_<t> fed by bulk copies) against gemv4_<t>,
+# bit for bit, every integer format (~25 s).
+target/gemm_emu gemvr | tail -n 1
 target/delta_emu
 # The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
 # loop forms against norm_rows at 128 threads; add_rms_norm's register form, its loads as the

@@ -287,6 +287,10 @@ static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std:
             wc.push_back(p);
         }
         DevCase d = upload_case(b, s, w0);
+        if (v == V_GEMVT || v == V_GEMVT2) {
+            if (d.smem > 232448 || s.rb % 16 != 0) continue;
+            CK(cudaFuncSetAttribute(gemm_fn(c.type, v), cudaFuncAttributeMaxDynamicSharedMemorySize, int(d.smem)));
+        }
         b.poison(d.y, d.y_elems);
         b.gemm(gemm_fn(c.type, v), d.gx, d.gy, d.threads, d.smem, d.args);
         const std::vector<float> y = b.download(d.y, d.y_elems);
@@ -773,6 +777,7 @@ int main(int argc, char** argv) {
                     c.K = d.K;
                     std::vector<int> vs = {V_GEMV, V_GEMV4, V_MMV};
                     if (d.type != ref::BF16) vs.push_back(M == 1 ? V_GEMVR : V_GEMVR4);
+                    if (d.type != ref::BF16 && M == 1) vs.insert(vs.end(), {V_GEMVT, V_GEMVT2});
                     time_shape(b, d.name, c, vs, rng);
                 }
             }

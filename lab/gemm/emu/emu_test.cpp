@@ -365,10 +365,38 @@ static GemmFnR gemvr_fn(int type, bool four) {
         default: return nullptr;
     }
 }
+// gemvt_<t> (4 weight rows a warp) / gemvt2_<t> (2): the bulk-fed form of gemvr_<t>.
+static GemmFnR gemvt_fn(int type, bool two) {
+    switch (type) {
+#define GEMVT_CASE(T, name) \
+    case T: return two ? gemvt2_##name : gemvt_##name;
+        GEMVT_CASE(ref::Q4_K, q4_k)
+        GEMVT_CASE(ref::Q5_K, q5_k)
+        GEMVT_CASE(ref::Q6_K, q6_k)
+        GEMVT_CASE(ref::Q8_0, q8_0)
+        GEMVT_CASE(ref::Q4_0, q4_0)
+        GEMVT_CASE(ref::Q4_1, q4_1)
+        GEMVT_CASE(ref::Q5_0, q5_0)
+        GEMVT_CASE(ref::Q5_1, q5_1)
+        GEMVT_CASE(ref::IQ4_NL, iq4_nl)
+        GEMVT_CASE(ref::IQ4_XS, iq4_xs)
+        GEMVT_CASE(ref::MXFP4, mxfp4)
+        GEMVT_CASE(ref::Q2_K, q2_k)
+        GEMVT_CASE(ref::Q3_K, q3_k)
+#undef GEMVT_CASE
+        default: return nullptr;
+    }
+}
+// Dynamic shared memory of gemvt_<t> (rw weight rows a warp): ops/matmul.rs gemvt_smem_bytes.
+static size_t gemvt_smem(int K, int64_t rb, int threads, int rw) {
+    const size_t warps = size_t(threads / 32);
+    return size_t(K / 8 + K / 32) * 16 + 8 * GEMVT_STAGES * warps + warps * GEMVT_STAGES * size_t(rw) * size_t(rb) + 16;
+}
 static int test_gemvr(int type, ref::Rng& rng) {
     struct Shape { int M, N, K, threads, grid; };
     const Shape shapes[] = {{1, 1000, 2048, 256, 5}, {1, 37, 256, 64, 1}, {2, 300, 4096, 128, 3},
-                            {3, 130, 2048, 64, 7}, {4, 257, 1024, 256, 2}, {4, 64, 4096, 64, 64}};
+                            {3, 130, 2048, 64, 7}, {4, 257, 1024, 256, 2}, {4, 64, 4096, 64, 64},
+                            {1, 517, 4096, 128, 3}};
     int fails = 0;
     for (const Shape& sh : shapes) {
         if (sh.K % ref::block_elems(type) != 0) continue;
@@ -403,6 +431,19 @@ static int test_gemvr(int type, ref::Rng& rng) {
         std::printf("  %s gemvr %-5s M=%d N=%-4d K=%-4d threads=%-3d grid=%-2d: %lld of %zu outputs differ\n",
                     bad ? "FAIL" : "ok  ", ref::type_name(type), sh.M, sh.N, sh.K, sh.threads, sh.grid, bad, ny);
         fails += bad != 0;
+        // The bulk-fed form (one x row; row bytes whole 16-byte vectors): the same bits.
+        for (int rw : {4, 2}) {
+            if (sh.M != 1 || rb % 16 != 0) break;
+            const size_t tsmem = gemvt_smem(sh.K, rb, sh.threads, rw);
+            if (tsmem > 232448) break;
+            b.poison(got, ny);
+            b.gemm(gemvt_fn(type, rw == 2), unsigned(sh.grid), 1, sh.threads, tsmem, a);
+            long long badt = 0;
+            for (size_t i = 0; i < ny; i++) badt += std::memcmp(&got[i], &want[i], 4) != 0 || want[i] != want[i];
+            std::printf("  %s gemvt%d %-5s M=%d N=%-4d K=%-4d threads=%-3d grid=%-2d: %lld of %zu outputs differ\n",
+                        badt ? "FAIL" : "ok  ", rw, ref::type_name(type), sh.M, sh.N, sh.K, sh.threads, sh.grid, badt, ny);
+            fails += badt != 0;
+        }
         b.release();
     }
     return fails;

@@ -46,6 +46,9 @@ pub const GEMV_QK_MAX: i64 = 8192;
 /// Longest row (K) of the multi-row persistent GEMV (`gemvr_<t>`, `gemvr4_<t>`): its x rows
 /// live in dynamic shared memory, (K / 8 + K / 32) x 16 bytes each (40 KB at 4 rows of 4096).
 pub const GEMVR_K_MAX: i64 = 4096;
+/// Ring stages a warp of the bulk-fed GEMV (`gemvt_<t>`: 4 weight rows a stage, `gemvt2_<t>`: 2)
+/// keeps: each stage is one bulk copy of the warp's rows, issued this many row groups ahead.
+pub const GEMVT_STAGES: i64 = 3;
 /// Most x rows of `gemvr4_<t>` (`gemvr_<t>` takes one), and of one block of a multi-row
 /// `gemv_multi_<t>` launch (`MultiGemvArgs::mr`).
 pub const GEMVR_MAX_M: usize = 4;
@@ -121,6 +124,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("GEMV_QK_MAX", GEMV_QK_MAX),
     ("GEMVR_K_MAX", GEMVR_K_MAX),
     ("GEMVR_MAX_M", GEMVR_MAX_M as i64),
+    ("GEMVT_STAGES", GEMVT_STAGES),
     ("SIMT_THREADS", SIMT_THREADS as i64),
     ("SIMT_STAGES", SIMT_STAGES),
     ("SIMT_BM", SIMT_TILE),

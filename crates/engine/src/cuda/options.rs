@@ -96,6 +96,11 @@ pub struct CudaOptions {
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
     /// On unless `TALLY_GEMVR=off`.
     pub gemvr: bool,
+    /// Weight rows a warp of the bulk-fed GEMV, `gemvt_<t>` (4) / `gemvt2_<t>` (2), on which the
+    /// one-row GEMVs that would take `gemvr_<t>` run where their rows fit its shared-memory
+    /// ring (gemm.cu `gemvt_body`: each warp's rows arrive by one bulk copy, S groups ahead;
+    /// gemvr_<t>'s sums bit for bit); 0 keeps gemvr_<t>. `TALLY_GEMVT=off|4|2`.
+    pub gemvt: u8,
     /// The MoE tiles of 2026-12-04 where they measured faster (`ops/matmul.rs` `wg_tile`): the
     /// x-resident wgmma tiles for the down projections (Q4_K from 33 rows per expert on
     /// `gemm_<t>_x96` / `_x128`, Q6_K on `gemm_<t>_x64` / `_x96`) and `gemm_<t>_w32` for the
@@ -280,6 +285,7 @@ impl Default for CudaOptions {
             add_norm_loads: AddNormLoads::Early,
             add_norm_blocks: 2,
             gemvr: true,
+            gemvt: 0,
             wgx: true,
             f16_keep: true,
             gated: true,
@@ -416,6 +422,13 @@ impl CudaOptions {
                 .ok_or_else(|| bad("TALLY_ADD_NORM_BLOCKS", &v, "1 to 4"))?;
         }
         o.gemvr = on_off("TALLY_GEMVR", o.gemvr)?;
+        match get("TALLY_GEMVT").as_deref() {
+            None | Some("") => {}
+            Some("off") => o.gemvt = 0,
+            Some("4" | "on") => o.gemvt = 4,
+            Some("2") => o.gemvt = 2,
+            Some(v) => return Err(bad("TALLY_GEMVT", v, "off, 4 or 2")),
+        }
         o.wgx = on_off("TALLY_WGX", o.wgx)?;
         o.f16_keep = on_off("TALLY_F16_KEEP", o.f16_keep)?;
         o.wgx_clear = on_off("TALLY_WGX_CLEAR", o.wgx_clear)?;
@@ -585,6 +598,13 @@ impl CudaOptions {
             ),
             format!("add_norm_blocks={}", self.add_norm_blocks),
             format!("gemvr={}", on(self.gemvr)),
+            format!(
+                "gemvt={}",
+                match self.gemvt {
+                    0 => "off".to_string(),
+                    n => n.to_string(),
+                }
+            ),
             format!("wgx={}", on(self.wgx)),
             format!("f16_keep={}", on(self.f16_keep)),
             format!("gated={}", on(self.gated)),
@@ -657,6 +677,7 @@ mod tests {
                 "add_norm_loads=early",
                 "add_norm_blocks=2",
                 "gemvr=on",
+                "gemvt=off",
                 "wgx=on",
                 "f16_keep=on",
                 "gated=on",
@@ -866,6 +887,17 @@ mod tests {
         assert!(e.to_string().contains("TALLY_GEMM_CUBLAS_MIN_M"));
         let four = opts(&[("TALLY_DEC_SPLIT", "4")]).expect("options");
         assert_eq!(four.decode_splits_per_sm, 4);
+        let e = opts(&[("TALLY_GEMVT", "8")])
+            .expect_err("rejected")
+            .to_string();
+        assert!(e.contains("off, 4 or 2"), "{e}");
+        for (v, n) in [("off", 0), ("4", 4), ("on", 4), ("2", 2)] {
+            assert_eq!(
+                opts(&[("TALLY_GEMVT", v)]).expect("options").gemvt,
+                n,
+                "{v}"
+            );
+        }
         let e = opts(&[("TALLY_WSX", "yes")])
             .expect_err("rejected")
             .to_string();

@@ -1062,6 +1062,88 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
     }
 }
 
+// gemvr_<t>'s GEMV of one x row fed by bulk copies (gemvt_<t>): the same row groups, lanes,
+// pieces and expressions, so every output is gemvr_<t>'s (and gemv4_<t>'s) bit for bit, but each
+// warp's RW weight rows (contiguous in memory) arrive in shared memory by one cp.async.bulk into
+// a ring of S stages per warp, S groups ahead, and the lanes take their pieces from there
+// (Piece<T>::issue<LdS>). gemvr_<t> asked the load units for every piece of every lane (seventeen
+// narrow loads per Q6_K piece); here a group is one bulk copy, and the loads in flight do not
+// live in registers. Dense, one x row, K <= GEMVR_K_MAX, row bytes and w 16-byte aligned (the
+// host checks; anything else returns at once). Dynamic shared memory, gemvt_smem_bytes(K, rb,
+// warps): the quantised x row (gemvr_body's layout), S mbarriers a warp, then the rings (RW x rb
+// bytes a stage) and 16 bytes of slack (Win16 reads whole vectors).
+template <int T, int RW, int S>
+__device__ __forceinline__ void gemvt_body(const GemmArgs& a) {
+    if constexpr (qt_has_bytes(T)) {
+        if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
+        if (a.tile_expert || a.M != 1 || a.K > GEMVR_K_MAX || a.w2 || (a.w_row_bytes & 15) ||
+            (reinterpret_cast<u64>(a.w) & 15u))
+            return;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
+        const int P = a.K / 32, N = a.N;
+        const i64 rb = a.w_row_bytes;
+        const int groups = (N + warps * RW - 1) / (warps * RW);
+        constexpr int ZO = gemv_zo<T>();
+        TALLY_DYNAMIC_SMEM(gemvt_raw);
+        uint4* sq = reinterpret_cast<uint4*>(gemvt_raw);
+        uint4* sm = sq + 4 * P;
+        const int xbytes = P * 5 * 16;  // (K / 8 + K / 32) units of 16 bytes
+        const u32 bar0 = smem_u32(gemvt_raw + xbytes) + static_cast<u32>(8 * S * warp);
+        u8* ring = gemvt_raw + xbytes + 8 * S * warps + static_cast<i64>(warp) * S * RW * rb;
+        // Group i of this warp: the block's group blockIdx.x + i gridDim.x, this warp's rows of it.
+        auto first_row = [&](int i) { return (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * (warps * RW) + warp * RW; };
+        auto issue = [&](int i) {  // lane 0: group i's rows into stage i % S
+            const int nb = first_row(i);
+            if (nb >= N) return;
+            const int s = i % S;
+            const u32 bytes = static_cast<u32>(min(RW, N - nb) * rb);
+            mbar_expect_tx(bar0 + 8 * s, bytes);
+            bulk_g2s(smem_u32(ring + s * RW * rb), a.w + static_cast<i64>(nb) * rb, bytes, bar0 + 8 * s);
+        };
+        if (lane == 0) {
+#pragma unroll
+            for (int s = 0; s < S; s++) mbar_init(bar0 + 8 * s, 1);
+            mbar_init_fence();
+#pragma unroll
+            for (int s = 0; s < S; s++) issue(s);
+        }
+        const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
+        gemv_quantize_x<T>(a.x, a.K, xvec, sq, sm);
+        __syncthreads();  // x and the barriers' initialisation; no barriers from here on
+        (void)groups;
+        for (int i = 0;; i++) {
+            const int nb = first_row(i);
+            if (nb >= N) break;
+            const int s = i % S;
+            mbar_wait(bar0 + 8 * s, static_cast<u32>((i / S) & 1));
+            const int nr = min(RW, N - nb);
+            const u8* srow[RW];
+#pragma unroll
+            for (int r = 0; r < RW; r++) srow[r] = ring + (s * RW + min(r, nr - 1)) * rb;
+            float acc[RW];
+#pragma unroll
+            for (int r = 0; r < RW; r++) acc[r] = 0.0f;
+            for (int p = lane; p < P; p += 32) {  // gemv_int_body's order: x once, then row by row
+                u32 xw[16];
+                gemv_x_piece(sq, p, xw);
+                const uint4 m = sm[p];
+#pragma unroll
+                for (int r = 0; r < RW; r++) {
+                    Piece<T> pc;
+                    pc.template issue<LdS>(srow[r], p);
+                    u32 b[8];
+                    float sc[2], off[2];
+                    gemv_bytes<T>(pc, p, b, sc, off);
+                    acc[r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
+                }
+            }
+            __syncwarp();  // every lane is done with stage s
+            if (lane == 0) issue(i + S);
+            gemv_store<RW>(a, false, acc, lane, nb, 0);
+        }
+    }
+}
+
 // Integer GEMV of M <= MR x rows in one block (gemv_multi_<t> with MultiGemvArgs::mr > 1: the
 // in-projections of a verification batch in one fused launch): every x row is quantised once per
 // block into gemv_x_smem (row j's units at 4 P j, its metadata at P j, gemvr_body's layout, so K
@@ -1515,6 +1597,14 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemvr_##name(GemmArgs a) {               \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
         gemvr_body<T, 1, 4>(a);                                                                      \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 1) gemvt_##name(GemmArgs a) {                              \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
+        gemvt_body<T, 4, GEMVT_STAGES>(a);                                                           \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemvt2_##name(GemmArgs a) {                             \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
+        gemvt_body<T, 2, GEMVT_STAGES>(a);                                                           \
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemvr4_##name(GemmArgs a) {              \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \

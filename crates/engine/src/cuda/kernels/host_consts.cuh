@@ -24,6 +24,7 @@
 #define GEMV_QK_MAX 8192
 #define GEMVR_K_MAX 4096
 #define GEMVR_MAX_M 4
+#define GEMVT_STAGES 3
 #define SIMT_THREADS 256
 #define SIMT_STAGES 3
 #define SIMT_BM 64

@@ -261,10 +261,11 @@ struct PieceShares<P, decltype(void(P::SHARES))> {
 template <>
 struct Piece<QT_Q4_K> {
     uint4 hdr, q;
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + (p >> 3) * 144;
-        hdr = ldg_u128(b);
-        q = ldg_u128(b + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+        hdr = L::ld128(b);
+        q = L::ld128(b + 16 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
     }
     static constexpr int SLOT_WORDS = 8;
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
@@ -330,11 +331,12 @@ struct Piece<QT_Q4_K> {
 template <>
 struct Piece<QT_Q5_K> {
     uint4 hdr, qh, q;
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + (p >> 3) * 176;
-        hdr = ldg_u128(b);
-        qh = ldg_u128(b + 16 + 16 * (p & 1));
-        q = ldg_u128(b + 48 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
+        hdr = L::ld128(b);
+        qh = L::ld128(b + 16 + 16 * (p & 1));
+        q = L::ld128(b + 48 + 32 * ((p >> 1) & 3) + 16 * (p & 1));
     }
     static constexpr int SLOT_WORDS = 12;
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
@@ -417,15 +419,16 @@ template <>
 struct Piece<QT_Q6_K> {
     Ld16A2 ql0, ql1, qh;
     u32 sc0, sc1, d;
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + (p >> 3) * 210;
         const int c = (p >> 1) & 3, h = c >> 1, sp = c & 1, ph = p & 1;
-        ql0.issue(b + 64 * h + 16 * ph);
-        ql1.issue(b + 64 * h + 32 + 16 * ph);
-        qh.issue(b + 128 + 32 * h + 16 * ph);
-        sc0 = ldg_u8(b + 192 + 8 * h + 4 * sp + ph);
-        sc1 = ldg_u8(b + 192 + 8 * h + 4 * sp + 2 + ph);
-        d = ldg_u16(b + 208);
+        ql0.template issue<L>(b + 64 * h + 16 * ph);
+        ql1.template issue<L>(b + 64 * h + 32 + 16 * ph);
+        qh.template issue<L>(b + 128 + 32 * h + 16 * ph);
+        sc0 = L::ld8(b + 192 + 8 * h + 4 * sp + ph);
+        sc1 = L::ld8(b + 192 + 8 * h + 4 * sp + 2 + ph);
+        d = L::ld16(b + 208);
     }
     // Words 0..15: the window of ql0 and ql1 (48 bytes from ql0, Win16), 16..23: qh's; 24, 25:
     // the words holding the two scales; 26: d.
@@ -525,21 +528,22 @@ struct Piece<QT_Q8_0> {
     u32 w[9];  // the block's words (see issue), first holds d when aligned
     u32 dsep;  // d when the block starts at 2 mod 4
     u32 odd;   // 1 when the block starts at 2 mod 4
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p) * 34;
         odd = static_cast<u32>(reinterpret_cast<u64>(b) & 2u) >> 1;
         if (odd) {
             // d at b (2 bytes), q at b+2 .. b+34: eight aligned words.
-            dsep = ldg_u16(b);
+            dsep = L::ld16(b);
 #pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = ldg_u32(b + 2 + 4 * i);
+            for (int i = 0; i < 8; i++) w[i] = L::ld32(b + 2 + 4 * i);
             w[8] = 0u;
         } else {
             // Words at b .. b+32, then the last two q bytes alone.
             dsep = 0u;
 #pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = ldg_u32(b + 4 * i);
-            w[8] = ldg_u16(b + 32);
+            for (int i = 0; i < 8; i++) w[i] = L::ld32(b + 4 * i);
+            w[8] = L::ld16(b + 32);
         }
     }
     // The 16-byte window of the block (three vectors, Win16).
@@ -620,10 +624,11 @@ template <bool BF16>
 struct Piece16 {
     uint4 r[4];
     static __device__ __forceinline__ float value(u32 bits) { return BF16 ? bf16_to_f32(bits) : f16_to_f32(bits); }
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p) * 64;
 #pragma unroll
-        for (int i = 0; i < 4; i++) r[i] = ldg_u128(b + 16 * i);
+        for (int i = 0; i < 4; i++) r[i] = L::ld128(b + 16 * i);
     }
     static constexpr int SLOT_WORDS = 16;
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
@@ -672,10 +677,11 @@ struct Piece<QT_BF16> : Piece16<true> {};
 template <>
 struct Piece<QT_F32> {
     uint4 r[8];
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p) * 128;
 #pragma unroll
-        for (int i = 0; i < 8; i++) r[i] = ldg_u128(b + 16 * i);
+        for (int i = 0; i < 8; i++) r[i] = L::ld128(b + 16 * i);
     }
     static constexpr int SLOT_WORDS = 32;
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {

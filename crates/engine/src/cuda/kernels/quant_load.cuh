@@ -71,6 +71,23 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif
 
+// Where a piece's bytes are read from: `Piece<T>::issue<L>` and the windows below take their
+// loads from L. LdG (the default): global memory through the read-only path. LdS: plain loads
+// by generic address, for weight bytes a kernel has copied to shared memory unchanged (the
+// bulk-fed GEMV, gemm.cu gemvt_body): the same bytes, so the same piece.
+struct LdG {
+    static __device__ __forceinline__ u32 ld8(const u8* p) { return ldg_u8(p); }
+    static __device__ __forceinline__ u32 ld16(const u8* p) { return ldg_u16(p); }
+    static __device__ __forceinline__ u32 ld32(const u8* p) { return ldg_u32(p); }
+    static __device__ __forceinline__ uint4 ld128(const u8* p) { return ldg_u128(p); }
+};
+struct LdS {
+    static __device__ __forceinline__ u32 ld8(const u8* p) { return *p; }
+    static __device__ __forceinline__ u32 ld16(const u8* p) { return *reinterpret_cast<const unsigned short*>(p); }
+    static __device__ __forceinline__ u32 ld32(const u8* p) { return *reinterpret_cast<const unsigned int*>(p); }
+    static __device__ __forceinline__ uint4 ld128(const u8* p) { return *reinterpret_cast<const uint4*>(p); }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
 
@@ -88,15 +105,16 @@ __device__ __forceinline__ float small_u2f(u32 v) {
 // holds 2 bytes past the 16 (every caller has bytes of the same superblock there).
 struct Ld16A2 {
     u32 w0, w1, w2, w3, w4, sh;
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* p) {
         const u64 a = reinterpret_cast<u64>(p);
         const u8* b = reinterpret_cast<const u8*>(a & ~3ull);
         sh = static_cast<u32>(a & 2u) << 3;  // 0 or 16 bits
-        w0 = ldg_u32(b);
-        w1 = ldg_u32(b + 4);
-        w2 = ldg_u32(b + 8);
-        w3 = ldg_u32(b + 12);
-        w4 = sh ? ldg_u32(b + 16) : 0u;
+        w0 = L::ld32(b);
+        w1 = L::ld32(b + 4);
+        w2 = L::ld32(b + 8);
+        w3 = L::ld32(b + 12);
+        w4 = sh ? L::ld32(b + 16) : 0u;
     }
     __device__ __forceinline__ uint4 get() const {
         return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh),
@@ -175,13 +193,14 @@ struct Win16 {
     // (DevBuf::alloc; the lab's backends likewise, the emulator's ending at a guard page), so
     // those bytes are inside it. Vectors past the range (V is the worst case over p % 16) are
     // zero, not read.
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* p) {
         r = static_cast<u32>(reinterpret_cast<u64>(p) & 15u);
         const u8* a = p - r;
 #pragma unroll
         for (int i = 0; i < V; i++) {
             const bool in = 16 * i < static_cast<int>(r) + NB;
-            set(i, in ? ldg_u128(a + 16 * i) : make_uint4(0u, 0u, 0u, 0u));
+            set(i, in ? L::ld128(a + 16 * i) : make_uint4(0u, 0u, 0u, 0u));
         }
     }
     __device__ __forceinline__ void set(int i, uint4 v) {

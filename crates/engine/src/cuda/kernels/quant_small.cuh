@@ -34,6 +34,7 @@ struct RawBytes {
     static constexpr int W = (NB + 6) / 4;  // words covering [p & ~3, p + NB) for any p & 3
     u32 w[W + 2];
     u32 off;  // p & 3
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* p) {
         off = static_cast<u32>(reinterpret_cast<u64>(p) & 3u);
         const u8* a = p - off;
@@ -41,10 +42,10 @@ struct RawBytes {
         for (int i = 0; i < W; i++) {
             const int lim = static_cast<int>(off) + NB - 4 * i;
             if (lim >= 4) {
-                w[i] = ldg_u32(a + 4 * i);
+                w[i] = L::ld32(a + 4 * i);
             } else {
                 u32 v = 0u;
-                for (int b = 0; b < lim; b++) v |= ldg_u8(a + 4 * i + b) << (8 * b);
+                for (int b = 0; b < lim; b++) v |= L::ld8(a + 4 * i + b) << (8 * b);
                 w[i] = v;
             }
         }
@@ -253,9 +254,10 @@ struct PieceSmall {
     // vectors, three for Q5_0.
     using Win = Win16<BB, (BB & -BB) < 16 ? (BB & -BB) : 16>;
     static constexpr int SLOT_WORDS = Win::SLOT_WORDS;
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         Win win;
-        win.issue(row + static_cast<i64>(p) * BB);
+        win.template issue<L>(row + static_cast<i64>(p) * BB);
         win.to_raw(r);
     }
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
@@ -369,12 +371,13 @@ struct Piece<QT_IQ4_XS> {
     u32 h0, h1, q[4];
     // Six 4-byte loads (three 8-byte loads measured slower in gemv4_iq4_xs at 8192 x 2048:
     // 774 -> 726 GB/s, docs/results/2026-12-03-h200-codebook).
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p >> 3) * 136;
-        h0 = ldg_u32(b);
-        h1 = ldg_u32(b + 4);
+        h0 = L::ld32(b);
+        h1 = L::ld32(b + 4);
 #pragma unroll
-        for (int i = 0; i < 4; i++) q[i] = ldg_u32(b + 8 + 16 * (p & 7) + 4 * i);
+        for (int i = 0; i < 4; i++) q[i] = L::ld32(b + 8 + 16 * (p & 7) + 4 * i);
     }
     // Six words used (the 16 quant bytes, the 8 header bytes), in two 16-byte slot vectors.
     static constexpr int SLOT_WORDS = 8;
@@ -450,13 +453,14 @@ struct Piece<QT_IQ4_XS> {
 template <>
 struct Piece<QT_Q2_K> {
     u32 q[8], sc, dd;
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p >> 3) * 84;
         const int n = (p >> 2) & 1, j = p & 3;
 #pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = ldg_u32(b + 16 + 32 * n + 4 * i);
-        sc = ldg_u32(b + ((8 * n + 2 * j) & ~3));
-        dd = ldg_u32(b + 80);
+        for (int i = 0; i < 8; i++) q[i] = L::ld32(b + 16 + 32 * n + 4 * i);
+        sc = L::ld32(b + ((8 * n + 2 * j) & ~3));
+        dd = L::ld32(b + 80);
     }
     static constexpr int SLOT_WORDS = 12;  // ten words used
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
@@ -521,11 +525,12 @@ struct Piece<QT_Q3_K> {
     RawBytes<14> tail;
     static constexpr int SLOT_WORDS = 24;
     static_assert(2 * RawBytes<32>::SLOT_WORDS + RawBytes<14>::SLOT_WORDS <= SLOT_WORDS, "slot");
+    template <class L = LdG>
     __device__ __forceinline__ void issue(const u8* row, int p) {
         const u8* b = row + static_cast<i64>(p >> 3) * 110;
-        hm.issue(b);
-        qs.issue(b + 32 + 32 * ((p >> 2) & 1));
-        tail.issue(b + 96);
+        hm.template issue<L>(b);
+        qs.template issue<L>(b + 32 + 32 * ((p >> 2) & 1));
+        tail.template issue<L>(b + 96);
     }
     __device__ __forceinline__ void issue_async(const Slot& s, const u8* row, int p) const {
         const u8* b = row + static_cast<i64>(p >> 3) * 110;

@@ -10,8 +10,8 @@ use crate::EngineError;
 use crate::cuda::args::{CastF16Args, DequantF16Args, GemmArgs};
 use crate::cuda::consts::{
     GEMM_BK, GEMM_BN, GEMM_LDS, GEMM_THREADS, GEMM_WSTAGES, GEMV_INT_MIN_ROWS, GEMV_QK_MAX,
-    GEMV_THREADS, GEMVR_K_MAX, GEMVR_MAX_M, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS, SIMT_TILE,
-    SWP_BK, SWP_BN, SWP_LDS, SWP_STAGES,
+    GEMV_THREADS, GEMVR_K_MAX, GEMVR_MAX_M, GEMVT_STAGES, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS,
+    SIMT_TILE, SWP_BK, SWP_BN, SWP_LDS, SWP_STAGES,
 };
 use crate::cuda::kernels::{GEMM_TYPES, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
@@ -117,6 +117,50 @@ pub(crate) fn gemvr_grid(n: usize, m: usize, sms: u32) -> (u32, u32) {
 /// int16 values and K / 32 of metadata (gemm.cu's gemvr_body).
 pub(crate) fn gemvr_smem_bytes(k: usize, m: usize) -> u32 {
     (m * (k / 8 + k / 32) * 16) as u32
+}
+
+/// Dynamic shared memory of a `gemvt_<t>` launch (`rw` weight rows a warp, `threads` threads,
+/// rows of `row_bytes`, one x row of `k`): gemm.cu gemvt_body's x row, GEMVT_STAGES mbarriers a
+/// warp, the warps' rings (GEMVT_STAGES stages of `rw` rows) and 16 bytes of slack.
+pub(crate) fn gemvt_smem_bytes(k: usize, row_bytes: usize, threads: u32, rw: usize) -> usize {
+    let warps = (threads / 32) as usize;
+    let stages = GEMVT_STAGES as usize;
+    (k / 8 + k / 32) * 16 + 8 * stages * warps + warps * stages * rw * row_bytes + 16
+}
+
+/// The `gemvt_<t>` launch of a one-row GEMV that `use_gemvr` sends to `gemvr_<t>`, if
+/// `TALLY_GEMVT` asks for one and it fits: (kernel index 0 = gemvt, 1 = gemvt2, blocks,
+/// threads, shared memory). GEMV_THREADS a block; as many blocks as fit a multiprocessor's
+/// shared memory (SMEM_PER_SM, 1 KB of it reserved a block), at most one per row group; the
+/// rows must be whole 16-byte vectors (the bulk copies' unit).
+pub(crate) fn gemvt_launch(
+    gemvt: u8,
+    n: usize,
+    k: usize,
+    row_bytes: usize,
+    sms: u32,
+) -> Option<(usize, u32, u32, u32)> {
+    let rw = match gemvt {
+        4 => 4,
+        2 => 2,
+        _ => return None,
+    };
+    if row_bytes % 16 != 0 {
+        return None;
+    }
+    let threads = GEMV_THREADS;
+    let smem = gemvt_smem_bytes(k, row_bytes, threads, rw);
+    if smem > SMEM_OPT_IN_MAX as usize {
+        return None;
+    }
+    let per_sm = (SMEM_PER_SM as usize / (smem + 1024)).max(1) as u32;
+    let groups = n.div_ceil(rw * (threads / 32) as usize) as u32;
+    Some((
+        usize::from(rw == 2),
+        groups.min(per_sm * sms),
+        threads,
+        smem as u32,
+    ))
 }
 
 /// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
@@ -272,7 +316,9 @@ pub(crate) fn wg_smem_bytes(ty: GgmlType, bt: i64) -> u32 {
 
 /// Largest dynamic shared memory a block may ask for on the GPUs the wgmma tiles run on (sm_90:
 /// 227 KB).
-const SMEM_OPT_IN_MAX: u32 = 232_448;
+pub(crate) const SMEM_OPT_IN_MAX: u32 = 232_448;
+/// Shared memory of one multiprocessor (Hopper: 228 KB, 1 KB of it reserved for each block).
+const SMEM_PER_SM: u32 = 233_472;
 
 /// Most K of the x-resident wgmma tile (`WGX_K_MAX` in gemm_wg.cuh).
 pub(crate) const WGX_K_MAX: usize = 512;
@@ -1293,7 +1339,22 @@ fn dense_gemm(
         // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
-    if v == 3 && use_gemvr(b, ty, m, n, k) {
+    if v == 3 && m == 1 && use_gemvr(b, ty, m, n, k) {
+        if let Some((i, grid, threads, smem)) = gemvt_launch(
+            b.options.gemvt,
+            n,
+            k,
+            a.w_row_bytes as usize,
+            b.props.sm_count,
+        ) {
+            // SAFETY: as for gemvr below (dense, one x row, K <= GEMVR_K_MAX, an integer
+            // format), with GEMV_THREADS threads (the launch bound) and gemm.cu's shared memory
+            // for (K, row bytes, warps), at most SMEM_OPT_IN_MAX (configure raised the kernel's
+            // limit to that); gemvt_launch checked the rows are whole 16-byte vectors (the
+            // kernel also checks and writes nothing otherwise). Its warps walk their row groups
+            // grid-stride inside N (the last group's copy takes only the rows that exist).
+            return unsafe { launch(set.gemvt[i], (grid, 1, 1), (threads, 1, 1), smem, s, &a) };
+        }
         let (grid, threads) = gemvr_grid(n, m, b.props.sm_count);
         let f = set.gemvr[usize::from(m > 1)];
         // SAFETY: as for the SIMT GEMM, dense, with at most GEMV_THREADS threads (the kernel's
@@ -1551,6 +1612,37 @@ mod tests {
     /// at one row in 264 blocks of 256 threads (each walks ~29 of its 7,760 row groups), and at
     /// 4 rows (2 a warp) in as many; short N get small blocks (the kernel takes any N, the
     /// engine sends it N >= 8192 only).
+    #[test]
+    fn gemvt_launches_where_the_ring_fits() {
+        // The Q6_K head (K 2,048, 1,680-byte rows): 4 rows a warp, one 166.6 KB block an SM;
+        // 2 rows a warp, two 86 KB blocks.
+        assert_eq!(
+            gemvt_smem_bytes(2048, 1680, 256, 4),
+            5120 + 192 + 161_280 + 16
+        );
+        assert_eq!(
+            gemvt_launch(4, 248_320, 2048, 1680, 132),
+            Some((0, 132, 256, 166_608))
+        );
+        assert_eq!(
+            gemvt_launch(2, 248_320, 2048, 1680, 132),
+            Some((1, 264, 256, 85_968))
+        );
+        // Q8_0's 2,176-byte rows still fit at 4 rows; a short N takes one block a row group.
+        assert_eq!(
+            gemvt_launch(4, 248_320, 2048, 2176, 132),
+            Some((0, 132, 256, 214_224))
+        );
+        assert_eq!(
+            gemvt_launch(2, 100, 2048, 1680, 132),
+            Some((1, 7, 256, 85_968))
+        );
+        // Off, rows that are not whole 16-byte vectors, and rings that do not fit: none.
+        assert_eq!(gemvt_launch(0, 248_320, 2048, 1680, 132), None);
+        assert_eq!(gemvt_launch(4, 248_320, 2048, 1682, 132), None);
+        assert_eq!(gemvt_launch(4, 248_320, 4096, 3360, 132), None);
+    }
+
     #[test]
     fn gemvr_grids_and_shared_memory() {
         assert_eq!(gemvr_grid(248320, 1, 132), (264, 256));

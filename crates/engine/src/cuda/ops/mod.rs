@@ -234,6 +234,10 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
         if let Some(bytes) = matmul::wg_tile_smem_if_fits(*ty, matmul::WgTile::XS128) {
             max_dynamic_smem(set.xs128, bytes)?;
         }
+        // The bulk-fed GEMV's size depends on the row; its launches stay within the opt-in most.
+        for &f in &set.gemvt {
+            max_dynamic_smem(f, matmul::SMEM_OPT_IN_MAX)?;
+        }
         // The gated tiles take their unfused tile's shared memory.
         for (&f, t) in set
             .wg_gated
