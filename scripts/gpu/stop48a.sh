@@ -60,29 +60,7 @@ if [ "$left" -gt 60 ]; then
 fi
 stage end
 kill "$SMI" 2> /dev/null
-python3 - "$OUT" > "$OUT/clocks.txt" 2>&1 <<'PY'
-import sys, statistics as st
-o = sys.argv[1]
-stages = [l.split() for l in open(f"{o}/stages.txt")]
-smi = []
-for l in open(f"{o}/smi.csv"):
-    p = [x.strip() for x in l.split(",")]
-    try:
-        from datetime import datetime
-        t = datetime.strptime(p[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-        smi.append((t, float(p[1]), float(p[3]), float(p[4]), p[5]))
-    except Exception:
-        pass
-print(f"{'stage':10} {'n':>5} {'sm MHz med':>10} {'min':>6} {'W med':>7} {'W max':>7} {'temp max':>8}  reasons")
-for (name, a), (_, b) in zip(stages, stages[1:]):
-    s = [x for x in smi if float(a) <= x[0] < float(b)]
-    if not s:
-        continue
-    busy = [x for x in s if x[2] > 150] or s
-    print(f"{name:10} {len(s):5d} {st.median(x[1] for x in busy):10.0f} {min(x[1] for x in busy):6.0f} "
-          f"{st.median(x[2] for x in busy):7.0f} {max(x[2] for x in s):7.0f} {max(x[3] for x in s):8.0f}  "
-          f"{sorted(set(x[4] for x in busy))}")
-PY
+python3 tools/gpu/smi_stages.py "$OUT" > "$OUT/clocks.txt" 2>&1
 row "clocks" "$(wc -l < "$OUT/smi.csv") samples"
 pack
 printf '%s\n' "${summary[@]}"
