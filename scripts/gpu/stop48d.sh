@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# 2026-12-07, stop 48, one call for an H200: stop48c.sh's questions (without its lab step) after
+# the side by side with llama.cpp. Carry .carry/s48d.tar.xz (bin/tally: b7f8fdd, main plus the
+# opt-in gemvt, with the dynamic-link llama.cpp peer; llama-lib; kcache). nvidia-smi samples the
+# SM clock, power and throttle reasons every 100 ms (smi.csv; per stage in clocks.txt).
+#   0. side by side with llama.cpp on the 35B-A3B Q4_K_M file: pp512, pp8192, pp32768, tg128
+#      (prediction: pp512 ~16k, pp8192 ~41k, pp32768 ~34.5k, tg128 ~330; llama.cpp pp512 ~5.6k,
+#      tg128 ~237);
+#   1. the 4-layer file (35B shapes) and the 40-layer file at pp512/8192/32768: per-layer time
+#      (on an H100, 4 layers x 10 came to ~49k tok/s at pp8192, the 40-layer file 39.9k);
+#   2. each MoE layer's routing of an 8,192-token prompt (`tally run --routing`), 4 and 40 layers;
+#   3. (stop48c.sh only: the lab head GEMV and its ncu)
+#   4. logits digests of the 4-layer file with TALLY_GEMVT=off/4/2, tg128 off/4/2 alternated;
+#   5. TALLY_WSX q6_k (default) vs off on the 40-layer file (pp512/8192/32768);
+#   6. ncu's per-kernel time of the 40-layer file's 8,192-token prefill.
+# Predictions (written before): (1) the 40-layer file ~20% slower per layer at pp8192, the SM
+# clock under its maximum while it runs (power), not while the 4-layer one does; (3) gemvr
+# 2.2-2.5 TB/s on an H100... 2.1 (ncu had 190 us), gemvt ~2.8-3.0 TB/s; (4) same digests, tg128
+# +1.5-2%; (5) off ~1.2% slower at pp8192.
+set -u
+cd "$(dirname "$0")/../.."
+. scripts/gpu/env.sh
+ab_start s48d s48d
+R=clocks_event_reasons.active
+nvidia-smi --query-gpu=$R --format=csv > /dev/null 2>&1 || R=clocks_throttle_reasons.active
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$R \
+    --format=csv,noheader,nounits -lms 100 > "$OUT/smi.csv" 2>&1 &
+SMI=$!
+stage() { echo "$1 $(date +%s.%N)" >> "$OUT/stages.txt"; }
+stage start
+mid_l4_files
+synth_35b q4_k_m
+stage sbs
+timeout 240 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -r 3 \
+    -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
+row "bench sbs" "rc=$? ($(el))"
+pack
+stage l4
+timeout 100 "$N" bench -m "$L4" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/l4.json" 2> "$OUT/l4.err"
+row "l4 (4 layers)" "rc=$? $(bench_row "$OUT/l4.json") ($(el))"
+stage l40
+timeout 100 "$N" bench -m "$F" --backend cuda -p 512,8192,32768 -n 0 -r 3 -o json > "$OUT/l40.json" 2> "$OUT/l40.err"
+row "l40 (40 layers)" "rc=$? $(bench_row "$OUT/l40.json") ($(el))"
+stage routing
+for x in l4:"$L4" l40:"$F"; do
+    timeout 60 "$N" run --model "${x#*:}" --backend cuda --tokens 8192 -n 0 --routing -o json > "$OUT/routing-${x%%:*}.json" 2> "$OUT/routing-${x%%:*}.err"
+    row "routing ${x%%:*} 8192" "rc=$? ($(el))"
+done
+pack
+stage gemvt
+for v in off 4 2; do TALLY_GEMVT=$v run_json "$v" "$L4"; done
+row "digests l4 gemvt off/4/2" "$(logits_same "$OUT" l4 off 4 2) ($(el))"
+for round in 1 2; do
+    for v in off 4 2; do
+        TALLY_GEMVT=$v timeout 100 "$N" bench -m "$F" --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$v-$round.json" 2> "$OUT/tg-$v-$round.err"
+        row "tg128 gemvt=$v $round" "rc=$? $(bench_row "$OUT/tg-$v-$round.json") ($(el))"
+    done
+done
+pack
+stage ab
+B=$N ARM3="TALLY_WSX=off" AB_UNTIL=470 ab p3 "$F" -p 512,8192,32768 -n 0
+stage ncu
+left=$(( 565 - $(date +%s) + t0 ))
+if [ "$left" -gt 50 ]; then
+    timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu40.csv" \
+        "$N" run --model "$F" --backend cuda --tokens 8192 -n 0 > "$OUT/ncu40.out" 2>&1
+    row "ncu 40 layers pp8192" "rc=$? ($(el))"
+    python3 tools/gpu/ncu_kernels.py "$OUT/ncu40.csv" > "$OUT/kernels40-pp8192.txt" 2>&1
+    gzip -f "$OUT/ncu40.csv"
+fi
+stage end
+kill "$SMI" 2> /dev/null
+python3 tools/gpu/smi_stages.py "$OUT" > "$OUT/clocks.txt" 2>&1
+pack
+printf '%s\n' "${summary[@]}"
+cat "$OUT/clocks.txt"
+head -30 "$OUT/sbs.md"
