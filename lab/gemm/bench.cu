@@ -287,7 +287,7 @@ static void time_shape(CudaBackend& b, const char* shape, GemmCase c, const std:
             wc.push_back(p);
         }
         DevCase d = upload_case(b, s, w0);
-        if (v == V_GEMVT || v == V_GEMVT2) {
+        if (v == V_GEMVT || v == V_GEMVT2 || v == V_GEMVT4) {
             if (d.smem > 232448 || s.rb % 16 != 0) continue;
             CK(cudaFuncSetAttribute(gemm_fn(c.type, v), cudaFuncAttributeMaxDynamicSharedMemorySize, int(d.smem)));
         }
@@ -778,6 +778,7 @@ int main(int argc, char** argv) {
                     std::vector<int> vs = {V_GEMV, V_GEMV4, V_MMV};
                     if (d.type != ref::BF16) vs.push_back(M == 1 ? V_GEMVR : V_GEMVR4);
                     if (d.type != ref::BF16 && M == 1) vs.insert(vs.end(), {V_GEMVT, V_GEMVT2});
+                    if (d.type != ref::BF16 && M > 1) vs.push_back(V_GEMVT4);
                     time_shape(b, d.name, c, vs, rng);
                 }
             }
@@ -787,7 +788,7 @@ int main(int argc, char** argv) {
                 c.M = M;
                 c.N = 248320;
                 c.K = 2048;
-                time_shape(b, "output head", c, {V_GEMV4, V_GEMVR4}, rng);
+                time_shape(b, "output head", c, {V_GEMV4, V_GEMVR4, V_GEMVT4}, rng);
             }
             if (head_only) goto summary;
             GemmCase c;

@@ -28,10 +28,10 @@ typedef void (*GemmFn)(GemmArgs);
 // integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
        V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17, V_X32G = 18,
-       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21, V_XS128 = 22, V_GEMVT = 23, V_GEMVT2 = 24 };
+       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21, V_XS128 = 22, V_GEMVT = 23, V_GEMVT2 = 24, V_GEMVT4 = 25 };
 inline const char* variant_name(int v) {
     static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
-                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32", "xs128", "gemvt", "gemvt2"};
+                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32", "xs128", "gemvt", "gemvt2", "gemvt4"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
@@ -76,6 +76,7 @@ inline size_t variant_smem(int type, int v) {
         case V_GEMVR4: return gemvr4_##name;                                                   \
         case V_GEMVT: return gemvt_##name;                                                     \
         case V_GEMVT2: return gemvt2_##name;                                                   \
+        case V_GEMVT4: return gemvt4_##name;                                                   \
         case V_S16: return gemm_##name##_s16;                                                  \
         case V_S32: return gemm_##name##_s32;                                                  \
         case V_W32: return gemm_##name##_w32;                                                  \
@@ -455,7 +456,7 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
     a.head_dim = c.head_dim;
     a.n_head = c.n_head;
     const bool mmv = c.variant == V_MMV;
-    const bool gemvt = c.variant == V_GEMVT || c.variant == V_GEMVT2;
+    const bool gemvt = c.variant == V_GEMVT || c.variant == V_GEMVT2 || c.variant == V_GEMVT4;
     const bool gemv = c.variant == V_GEMV || c.variant == V_GEMV4 || c.variant == V_GEMVR || c.variant == V_GEMVR4 || gemvt || mmv;
     if (c.E > 0) {
         a.n_expert = c.E;
@@ -493,12 +494,12 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
         d.gy = 1;
         d.smem = size_t(s.M) * size_t(c.K / 8 + c.K / 32) * 16;
     }
-    if (gemvt) {  // ops/matmul.rs gemvt_grid / gemvt_smem_bytes: rw rows a warp, as many blocks as fit
+    if (gemvt) {  // ops/matmul.rs gemvt_launch / gemvt_smem_bytes: rw rows a warp, as many blocks as fit
         const int rw = c.variant == V_GEMVT ? 4 : 2, warps = gemv_t / 32;
         const int groups = (c.N + rw * warps - 1) / (rw * warps);
-        d.smem = size_t(c.K / 8 + c.K / 32) * 16 + size_t(8 * GEMVT_STAGES * warps) +
+        d.smem = size_t(s.M) * size_t(c.K / 8 + c.K / 32) * 16 + size_t(8 * GEMVT_STAGES * warps) +
                  size_t(warps) * GEMVT_STAGES * size_t(rw) * size_t(s.rb) + 16;
-        const int per_sm = std::max(1, int(232448 / (d.smem + 1024)));
+        const int per_sm = std::max(1, int(233472 / (d.smem + 1024)));
         d.gx = unsigned(std::min(groups, per_sm * gemvr_blocks / 2));
         d.gy = 1;
     }

@@ -44,9 +44,9 @@ pub struct GemmSet {
     /// The persistent multi-row integer GEMV (`gemvr_<t>`: one x row, `gemvr4_<t>`: up to
     /// four; the same sums as `gemv4`).
     pub gemvr: [Kernel; 2],
-    /// The bulk-fed one-row GEMV (`gemvt_<t>`: 4 weight rows a warp, `gemvt2_<t>`: 2; gemm.cu
-    /// `gemvt_body`).
-    pub gemvt: [Kernel; 2],
+    /// The bulk-fed persistent GEMV (gemm.cu `gemvt_body`; `gemvt_<t>`: one x row, 4 weight rows
+    /// a warp, `gemvt2_<t>`: 2; `gemvt4_<t>`: up to 4 x rows, 2 weight rows a warp).
+    pub gemvt: [Kernel; 3],
     /// Up to four GEMVs of one input in one launch (`MultiGemvArgs`; the same sums as `gemv`).
     pub gemv_multi: Kernel,
     pub mmv: Kernel,
@@ -225,7 +225,11 @@ impl Kernels {
                 gemv: k(format!("gemv_{t}"))?,
                 gemv4: k(format!("gemv4_{t}"))?,
                 gemvr: [k(format!("gemvr_{t}"))?, k(format!("gemvr4_{t}"))?],
-                gemvt: [k(format!("gemvt_{t}"))?, k(format!("gemvt2_{t}"))?],
+                gemvt: [
+                    k(format!("gemvt_{t}"))?,
+                    k(format!("gemvt2_{t}"))?,
+                    k(format!("gemvt4_{t}"))?,
+                ],
                 gemv_multi: k(format!("gemv_multi_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
                 mmv_multi: k(format!("mmv_multi_{t}"))?,

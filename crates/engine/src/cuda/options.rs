@@ -96,10 +96,11 @@ pub struct CudaOptions {
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
     /// On unless `TALLY_GEMVR=off`.
     pub gemvr: bool,
-    /// Weight rows a warp of the bulk-fed GEMV, `gemvt_<t>` (4) / `gemvt2_<t>` (2), on which the
-    /// one-row GEMVs that would take `gemvr_<t>` run where their rows fit its shared-memory
-    /// ring (gemm.cu `gemvt_body`: each warp's rows arrive by one bulk copy, S groups ahead;
-    /// gemvr_<t>'s sums bit for bit); 0 keeps gemvr_<t>. `TALLY_GEMVT=off|4|2`.
+    /// The bulk-fed GEMV (gemm.cu `gemvt_body`: each warp's rows arrive by one bulk copy, S
+    /// groups ahead; gemvr's sums bit for bit) for the GEMVs that would take `gemvr_<t>` /
+    /// `gemvr4_<t>`, where their rows fit its shared-memory ring: the weight rows a warp of the
+    /// one-row kernel, `gemvt_<t>` (4) or `gemvt2_<t>` (2; 2 to 4 x rows always take
+    /// `gemvt4_<t>`); 0 keeps gemvr. `TALLY_GEMVT=off|4|2`.
     pub gemvt: u8,
     /// The MoE tiles of 2026-12-04 where they measured faster (`ops/matmul.rs` `wg_tile`): the
     /// x-resident wgmma tiles for the down projections (Q4_K from 33 rows per expert on

@@ -1062,32 +1062,34 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
     }
 }
 
-// gemvr_<t>'s GEMV of one x row fed by bulk copies (gemvt_<t>): the same row groups, lanes,
-// pieces and expressions, so every output is gemvr_<t>'s (and gemv4_<t>'s) bit for bit, but each
+// gemvr_<t>'s / gemvr4_<t>'s GEMV of up to MR x rows fed by bulk copies (gemvt_<t>, gemvt2_<t>:
+// one x row, 4 or 2 weight rows a warp; gemvt4_<t>: up to 4 x rows, 2 weight rows a warp, as
+// gemvr4_<t>): the same row groups, lanes, pieces and expressions, so every output is gemvr's
+// (and gemv4_<t>'s) bit for bit, but each
 // warp's RW weight rows (contiguous in memory) arrive in shared memory by one cp.async.bulk into
 // a ring of S stages per warp, S groups ahead, and the lanes take their pieces from there
 // (Piece<T>::issue<LdS>). gemvr_<t> asked the load units for every piece of every lane (seventeen
 // narrow loads per Q6_K piece); here a group is one bulk copy, and the loads in flight do not
-// live in registers. Dense, one x row, K <= GEMVR_K_MAX, row bytes and w 16-byte aligned (the
+// live in registers. Dense, M <= MR, K <= GEMVR_K_MAX, row bytes and w 16-byte aligned (the
 // host checks; anything else returns at once). Dynamic shared memory, gemvt_smem_bytes(K, rb,
-// warps): the quantised x row (gemvr_body's layout), S mbarriers a warp, then the rings (RW x rb
-// bytes a stage) and 16 bytes of slack (Win16 reads whole vectors).
-template <int T, int RW, int S>
+// warps, M): the quantised x rows (gemvr_body's layout), S mbarriers a warp, then the rings (RW x
+// rb bytes a stage) and 16 bytes of slack (Win16 reads whole vectors).
+template <int T, int MR, int RW, int S>
 __device__ __forceinline__ void gemvt_body(const GemmArgs& a) {
     if constexpr (qt_has_bytes(T)) {
         if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
-        if (a.tile_expert || a.M != 1 || a.K > GEMVR_K_MAX || a.w2 || (a.w_row_bytes & 15) ||
+        if (a.tile_expert || a.M < 1 || a.M > MR || a.K > GEMVR_K_MAX || a.w2 || (a.w_row_bytes & 15) ||
             (reinterpret_cast<u64>(a.w) & 15u))
             return;
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
-        const int P = a.K / 32, N = a.N;
+        const int P = a.K / 32, N = a.N, M = a.M;
         const i64 rb = a.w_row_bytes;
         const int groups = (N + warps * RW - 1) / (warps * RW);
         constexpr int ZO = gemv_zo<T>();
         TALLY_DYNAMIC_SMEM(gemvt_raw);
         uint4* sq = reinterpret_cast<uint4*>(gemvt_raw);
-        uint4* sm = sq + 4 * P;
-        const int xbytes = P * 5 * 16;  // (K / 8 + K / 32) units of 16 bytes
+        uint4* sm = sq + 4 * P * M;
+        const int xbytes = M * P * 5 * 16;  // (K / 8 + K / 32) units of 16 bytes a row
         const u32 bar0 = smem_u32(gemvt_raw + xbytes) + static_cast<u32>(8 * S * warp);
         u8* ring = gemvt_raw + xbytes + 8 * S * warps + static_cast<i64>(warp) * S * RW * rb;
         // Group i of this warp: the block's group blockIdx.x + i gridDim.x, this warp's rows of it.
@@ -1108,7 +1110,8 @@ __device__ __forceinline__ void gemvt_body(const GemmArgs& a) {
             for (int s = 0; s < S; s++) issue(s);
         }
         const bool xvec = (reinterpret_cast<u64>(a.x) & 15u) == 0 && (a.ldx & 3) == 0;
-        gemv_quantize_x<T>(a.x, a.K, xvec, sq, sm);
+        for (int j = 0; j < M; j++)
+            gemv_quantize_x<T>(a.x + static_cast<i64>(j) * a.ldx, a.K, xvec, sq + 4 * P * j, sm + P * j);
         __syncthreads();  // x and the barriers' initialisation; no barriers from here on
         (void)groups;
         for (int i = 0;; i++) {
@@ -1120,26 +1123,39 @@ __device__ __forceinline__ void gemvt_body(const GemmArgs& a) {
             const u8* srow[RW];
 #pragma unroll
             for (int r = 0; r < RW; r++) srow[r] = ring + (s * RW + min(r, nr - 1)) * rb;
-            float acc[RW];
+            float acc[MR][RW];
 #pragma unroll
-            for (int r = 0; r < RW; r++) acc[r] = 0.0f;
-            for (int p = lane; p < P; p += 32) {  // gemv_int_body's order: x once, then row by row
-                u32 xw[16];
-                gemv_x_piece(sq, p, xw);
-                const uint4 m = sm[p];
+            for (int j = 0; j < MR; j++)
 #pragma unroll
-                for (int r = 0; r < RW; r++) {
-                    Piece<T> pc;
-                    pc.template issue<LdS>(srow[r], p);
-                    u32 b[8];
-                    float sc[2], off[2];
-                    gemv_bytes<T>(pc, p, b, sc, off);
-                    acc[r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
+                for (int r = 0; r < RW; r++) acc[j][r] = 0.0f;
+            for (int p = lane; p < P; p += 32) {
+                if constexpr (MR == 1) {  // gemv_int_body's order: x once, then row by row
+                    u32 xw[16];
+                    gemv_x_piece(sq, p, xw);
+                    const uint4 m = sm[p];
+#pragma unroll
+                    for (int r = 0; r < RW; r++) {
+                        Piece<T> pc;
+                        pc.template issue<LdS>(srow[r], p);
+                        u32 b[8];
+                        float sc[2], off[2];
+                        gemv_bytes<T>(pc, p, b, sc, off);
+                        acc[0][r] += gemv_piece_dot<ZO>(xw, m, b, sc, off);
+                    }
+                } else {  // gemvr4's: every row's piece converted once, then x row by x row
+                    Piece<T> pc[RW];
+#pragma unroll
+                    for (int r = 0; r < RW; r++) pc[r].template issue<LdS>(srow[r], p);
+                    gemv_piece_rows<T, MR, RW>(pc, p, sq, sm, P, M, acc);
                 }
             }
             __syncwarp();  // every lane is done with stage s
             if (lane == 0) issue(i + S);
-            gemv_store<RW>(a, false, acc, lane, nb, 0);
+#pragma unroll
+            for (int j = 0; j < MR; j++) {
+                if (j >= M) break;
+                gemv_store<RW>(a, false, acc[j], lane, nb, j);
+            }
         }
     }
 }
@@ -1600,11 +1616,15 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 1) gemvt_##name(GemmArgs a) {                              \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 4));                                      \
-        gemvt_body<T, 4, GEMVT_STAGES>(a);                                                           \
+        gemvt_body<T, 1, 4, GEMVT_STAGES>(a);                                                        \
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemvt2_##name(GemmArgs a) {                             \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
-        gemvt_body<T, 2, GEMVT_STAGES>(a);                                                           \
+        gemvt_body<T, 1, 2, GEMVT_STAGES>(a);                                                        \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 1) gemvt4_##name(GemmArgs a) {                             \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
+        gemvt_body<T, 4, 2, GEMVT_STAGES>(a);                                                        \
     } \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV4_MIN_BLOCKS) gemvr4_##name(GemmArgs a) {              \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \

@@ -120,47 +120,51 @@ pub(crate) fn gemvr_smem_bytes(k: usize, m: usize) -> u32 {
 }
 
 /// Dynamic shared memory of a `gemvt_<t>` launch (`rw` weight rows a warp, `threads` threads,
-/// rows of `row_bytes`, one x row of `k`): gemm.cu gemvt_body's x row, GEMVT_STAGES mbarriers a
-/// warp, the warps' rings (GEMVT_STAGES stages of `rw` rows) and 16 bytes of slack.
-pub(crate) fn gemvt_smem_bytes(k: usize, row_bytes: usize, threads: u32, rw: usize) -> usize {
+/// rows of `row_bytes`, `m` x rows of `k`): gemm.cu gemvt_body's x rows, GEMVT_STAGES mbarriers
+/// a warp, the warps' rings (GEMVT_STAGES stages of `rw` rows) and 16 bytes of slack.
+pub(crate) fn gemvt_smem_bytes(
+    k: usize,
+    row_bytes: usize,
+    threads: u32,
+    rw: usize,
+    m: usize,
+) -> usize {
     let warps = (threads / 32) as usize;
     let stages = GEMVT_STAGES as usize;
-    (k / 8 + k / 32) * 16 + 8 * stages * warps + warps * stages * rw * row_bytes + 16
+    m * (k / 8 + k / 32) * 16 + 8 * stages * warps + warps * stages * rw * row_bytes + 16
 }
 
-/// The `gemvt_<t>` launch of a one-row GEMV that `use_gemvr` sends to `gemvr_<t>`, if
-/// `TALLY_GEMVT` asks for one and it fits: (kernel index 0 = gemvt, 1 = gemvt2, blocks,
-/// threads, shared memory). GEMV_THREADS a block; as many blocks as fit a multiprocessor's
-/// shared memory (SMEM_PER_SM, 1 KB of it reserved a block), at most one per row group; the
-/// rows must be whole 16-byte vectors (the bulk copies' unit).
+/// The `gemvt_<t>` launch of a GEMV of `m` x rows that `use_gemvr` sends to `gemvr_<t>` /
+/// `gemvr4_<t>`, if `TALLY_GEMVT` asks for one and it fits: (kernel index 0 = gemvt, 1 =
+/// gemvt2, 2 = gemvt4, blocks, threads, shared memory). GEMV_THREADS a block; as many blocks
+/// as fit a multiprocessor's shared memory (SMEM_PER_SM, 1 KB of it reserved a block), at most
+/// one per row group; the rows must be whole 16-byte vectors (the bulk copies' unit).
 pub(crate) fn gemvt_launch(
     gemvt: u8,
+    m: usize,
     n: usize,
     k: usize,
     row_bytes: usize,
     sms: u32,
 ) -> Option<(usize, u32, u32, u32)> {
-    let rw = match gemvt {
-        4 => 4,
-        2 => 2,
+    let (i, rw) = match (gemvt, m) {
+        (0, _) | (_, 0) => return None,
+        (_, 2..) => (2, 2),
+        (4, 1) => (0, 4),
+        (2, 1) => (1, 2),
         _ => return None,
     };
     if row_bytes % 16 != 0 {
         return None;
     }
     let threads = GEMV_THREADS;
-    let smem = gemvt_smem_bytes(k, row_bytes, threads, rw);
+    let smem = gemvt_smem_bytes(k, row_bytes, threads, rw, m);
     if smem > SMEM_OPT_IN_MAX as usize {
         return None;
     }
     let per_sm = (SMEM_PER_SM as usize / (smem + 1024)).max(1) as u32;
     let groups = n.div_ceil(rw * (threads / 32) as usize) as u32;
-    Some((
-        usize::from(rw == 2),
-        groups.min(per_sm * sms),
-        threads,
-        smem as u32,
-    ))
+    Some((i, groups.min(per_sm * sms), threads, smem as u32))
 }
 
 /// The grid width of an `mmv_<t>` launch: every row step covered, at most `max_blocks` blocks
@@ -1339,15 +1343,16 @@ fn dense_gemm(
         // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
-    if v == 3 && m == 1 && use_gemvr(b, ty, m, n, k) {
+    if v == 3 && use_gemvr(b, ty, m, n, k) {
         if let Some((i, grid, threads, smem)) = gemvt_launch(
             b.options.gemvt,
+            m,
             n,
             k,
             a.w_row_bytes as usize,
             b.props.sm_count,
         ) {
-            // SAFETY: as for gemvr below (dense, one x row, K <= GEMVR_K_MAX, an integer
+            // SAFETY: as for gemvr below (dense, M <= the kernel's rows, K <= GEMVR_K_MAX, an integer
             // format), with GEMV_THREADS threads (the launch bound) and gemm.cu's shared memory
             // for (K, row bytes, warps), at most SMEM_OPT_IN_MAX (configure raised the kernel's
             // limit to that); gemvt_launch checked the rows are whole 16-byte vectors (the
@@ -1617,30 +1622,39 @@ mod tests {
         // The Q6_K head (K 2,048, 1,680-byte rows): 4 rows a warp, one 166.6 KB block an SM;
         // 2 rows a warp, two 86 KB blocks.
         assert_eq!(
-            gemvt_smem_bytes(2048, 1680, 256, 4),
+            gemvt_smem_bytes(2048, 1680, 256, 4, 1),
             5120 + 192 + 161_280 + 16
         );
         assert_eq!(
-            gemvt_launch(4, 248_320, 2048, 1680, 132),
+            gemvt_launch(4, 1, 248_320, 2048, 1680, 132),
             Some((0, 132, 256, 166_608))
         );
         assert_eq!(
-            gemvt_launch(2, 248_320, 2048, 1680, 132),
+            gemvt_launch(2, 1, 248_320, 2048, 1680, 132),
             Some((1, 264, 256, 85_968))
         );
+        // A verification batch's rows (2 to 4) take gemvt4 at 2 weight rows a warp, whichever
+        // one-row kernel is asked for; their x rows add 5 KB each.
+        for g in [4, 2] {
+            assert_eq!(
+                gemvt_launch(g, 4, 248_320, 2048, 1680, 132),
+                Some((2, 264, 256, 101_328))
+            );
+        }
         // Q8_0's 2,176-byte rows still fit at 4 rows; a short N takes one block a row group.
         assert_eq!(
-            gemvt_launch(4, 248_320, 2048, 2176, 132),
+            gemvt_launch(4, 1, 248_320, 2048, 2176, 132),
             Some((0, 132, 256, 214_224))
         );
         assert_eq!(
-            gemvt_launch(2, 100, 2048, 1680, 132),
+            gemvt_launch(2, 1, 100, 2048, 1680, 132),
             Some((1, 7, 256, 85_968))
         );
-        // Off, rows that are not whole 16-byte vectors, and rings that do not fit: none.
-        assert_eq!(gemvt_launch(0, 248_320, 2048, 1680, 132), None);
-        assert_eq!(gemvt_launch(4, 248_320, 2048, 1682, 132), None);
-        assert_eq!(gemvt_launch(4, 248_320, 4096, 3360, 132), None);
+        // Off, no rows, rows that are not whole 16-byte vectors, rings that do not fit: none.
+        assert_eq!(gemvt_launch(0, 1, 248_320, 2048, 1680, 132), None);
+        assert_eq!(gemvt_launch(4, 0, 248_320, 2048, 1680, 132), None);
+        assert_eq!(gemvt_launch(4, 1, 248_320, 2048, 1682, 132), None);
+        assert_eq!(gemvt_launch(4, 1, 248_320, 4096, 3360, 132), None);
     }
 
     #[test]
