@@ -15,6 +15,8 @@
 # 2.2-2.5 TB/s on an H100... 2.1 (ncu had 190 us), gemvt ~2.8-3.0 TB/s; (4) same digests, tg128
 # +1.5-2%; (5) off ~1.2% slower at pp8192.
 set -u
+# LIMIT: the seconds this call may take (the run's timeout less ~30 s).
+LIMIT=${LIMIT:-565}
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s48c s48b
@@ -54,15 +56,16 @@ for v in off 4 2; do TALLY_GEMVT=$v run_json "$v" "$L4"; done
 row "digests l4 gemvt off/4/2" "$(logits_same "$OUT" l4 off 4 2) ($(el))"
 for round in 1 2; do
     for v in off 4 2; do
+        [ "$(( $(date +%s) - t0 ))" -lt $(( LIMIT - 40 )) ] || continue
         TALLY_GEMVT=$v timeout 100 "$N" bench -m "$F" --backend cuda -p 512 -n 128 -r 3 -o json > "$OUT/tg-$v-$round.json" 2> "$OUT/tg-$v-$round.err"
         row "tg128 gemvt=$v $round" "rc=$? $(bench_row "$OUT/tg-$v-$round.json") ($(el))"
     done
 done
 pack
 stage ab
-B=$N ARM3="TALLY_WSX=off" AB_UNTIL=430 ab p3 "$F" -p 512,8192,32768 -n 0
+B=$N ARM3="TALLY_WSX=off" AB_UNTIL=$(( LIMIT - 135 )) ab p3 "$F" -p 512,8192,32768 -n 0
 stage ncu
-left=$(( 565 - $(date +%s) + t0 ))
+left=$(( LIMIT - $(date +%s) + t0 ))
 if [ "$left" -gt 50 ]; then
     timeout "$left" ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu40.csv" \
         "$N" run --model "$F" --backend cuda --tokens 8192 -n 0 > "$OUT/ncu40.out" 2>&1
