@@ -1068,7 +1068,7 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
 // (and gemv4_<t>'s) bit for bit, but each
 // warp's RW weight rows (contiguous in memory) arrive in shared memory by one cp.async.bulk into
 // a ring of S stages per warp, S groups ahead, and the lanes take their pieces from there
-// (Piece<T>::issue<LdS>). gemvr_<t> asked the load units for every piece of every lane (seventeen
+// (Piece<T>::issue<LdS>). gemvr_<t> asked the load units for every piece of every lane (15 to 18
 // narrow loads per Q6_K piece); here a group is one bulk copy, and the loads in flight do not
 // live in registers. Dense, M <= MR, K <= GEMVR_K_MAX, row bytes and w 16-byte aligned (the
 // host checks; anything else returns at once). Dynamic shared memory, gemvt_smem_bytes(K, rb,

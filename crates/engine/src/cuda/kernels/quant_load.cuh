@@ -81,12 +81,42 @@ struct LdG {
     static __device__ __forceinline__ u32 ld32(const u8* p) { return ldg_u32(p); }
     static __device__ __forceinline__ uint4 ld128(const u8* p) { return ldg_u128(p); }
 };
+// LdS's loads are ld.shared on the shared-window address: the windows round their addresses
+// through integers (Ld16A2, RawBytes), after which the compiler can no longer tell the pointer
+// is shared and would emit generic loads. Volatile, so that they stay after the mbarrier wait
+// (itself volatile asm) that makes the bytes they read valid.
+#ifndef TALLY_EMU
+struct LdS {
+    static __device__ __forceinline__ u32 sa(const u8* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+    static __device__ __forceinline__ u32 ld8(const u8* p) {
+        unsigned short v;
+        asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(sa(p)));
+        return v;
+    }
+    static __device__ __forceinline__ u32 ld16(const u8* p) {
+        unsigned short v;
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(sa(p)));
+        return v;
+    }
+    static __device__ __forceinline__ u32 ld32(const u8* p) {
+        u32 v;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(sa(p)));
+        return v;
+    }
+    static __device__ __forceinline__ uint4 ld128(const u8* p) {
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sa(p)));
+        return v;
+    }
+};
+#else
 struct LdS {
     static __device__ __forceinline__ u32 ld8(const u8* p) { return *p; }
     static __device__ __forceinline__ u32 ld16(const u8* p) { return *reinterpret_cast<const unsigned short*>(p); }
     static __device__ __forceinline__ u32 ld32(const u8* p) { return *reinterpret_cast<const unsigned int*>(p); }
     static __device__ __forceinline__ uint4 ld128(const u8* p) { return *reinterpret_cast<const uint4*>(p); }
 };
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
