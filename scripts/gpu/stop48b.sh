@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 2026-12-07, stop 48, call 2: the bulk-fed one-row GEMV (gemvt_<t>, TALLY_GEMVT=4 / 2) for the
 # output head. Carry .carry/s48b.tar.xz: bin/tally (the working tree with gemvt, no peer),
-# lab/gemm_bench (lab/gemm/bench.cu of the same tree), kcache (sm_90a); the tree of 16d585d.
+# lab/gemm_bench (lab/gemm/bench.cu of the same tree), kcache (sm_90a); the tree of 104f13b.
 #   1. lab: the head (Q6_K, 248,320 x 2,048) at one x row on gemv4 / gemvr / gemvt / gemvt2, each
 #      checked against the CPU, and every decode GEMV shape on the same variants;
 #   2. ncu of the three head kernels' first launches (memory, warp states, instructions);

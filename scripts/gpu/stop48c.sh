@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 2026-12-07, stop 48, one call for an H100 (or an H200 without the llama.cpp peer): stop48a's
 # questions without the side by side, then stop48b's. Carry .carry/s48b.tar.xz (bin/tally:
-# 16d585d, main plus the opt-in gemvt, no peer; lab/gemm_bench; kcache). nvidia-smi samples the
+# 104f13b, main plus the opt-in gemvt, no peer; lab/gemm_bench; kcache). nvidia-smi samples the
 # SM clock, power and throttle reasons every 100 ms (smi.csv; per stage in clocks.txt).
 #   1. the 4-layer file (35B shapes) and the 40-layer file at pp512/8192/32768: per-layer time
 #      (on an H100, 4 layers x 10 came to ~49k tok/s at pp8192, the 40-layer file 39.9k);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 2026-12-07, stop 48, one call for an H200: stop48c.sh's questions (without its lab step) after
-# the side by side with llama.cpp. Carry .carry/s48d.tar.xz (bin/tally: 16d585d, main plus the
+# the side by side with llama.cpp. Carry .carry/s48d.tar.xz (bin/tally: 104f13b, main plus the
 # opt-in gemvt, with the dynamic-link llama.cpp peer; llama-lib; kcache). nvidia-smi samples the
 # SM clock, power and throttle reasons every 100 ms (smi.csv; per stage in clocks.txt).
 #   0. side by side with llama.cpp on the 35B-A3B Q4_K_M file: pp512, pp8192, pp32768, tg128
