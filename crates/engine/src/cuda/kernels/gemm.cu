@@ -1065,12 +1065,11 @@ __device__ __forceinline__ void gemvr_body(const GemmArgs& a) {
 // gemvr_<t>'s / gemvr4_<t>'s GEMV of up to MR x rows fed by bulk copies (gemvt_<t>, gemvt2_<t>:
 // one x row, 4 or 2 weight rows a warp; gemvt4_<t>: up to 4 x rows, 2 weight rows a warp, as
 // gemvr4_<t>): the same row groups, lanes, pieces and expressions, so every output is gemvr's
-// (and gemv4_<t>'s) bit for bit, but each
-// warp's RW weight rows (contiguous in memory) arrive in shared memory by one cp.async.bulk into
-// a ring of S stages per warp, S groups ahead, and the lanes take their pieces from there
-// (Piece<T>::issue<LdS>). gemvr_<t> asked the load units for every piece of every lane (15 to 18
-// narrow loads per Q6_K piece); here a group is one bulk copy, and the loads in flight do not
-// live in registers. Dense, M <= MR, K <= GEMVR_K_MAX, row bytes and w 16-byte aligned (the
+// (and gemv4_<t>'s) bit for bit, but each warp's RW weight rows (contiguous in memory) arrive in
+// shared memory by one cp.async.bulk into a ring of S stages per warp, S groups ahead, and the
+// lanes take their pieces from there (Piece<T>::issue<LdS>). gemvr_<t> asked the load units for
+// every piece of every lane (15 to 18 narrow loads per Q6_K piece); here a group is one bulk
+// copy, and the loads in flight do not live in registers. Dense, M <= MR, K <= GEMVR_K_MAX, row bytes and w 16-byte aligned (the
 // host checks; anything else returns at once). Dynamic shared memory, gemvt_smem_bytes(K, rb,
 // warps, M): the quantised x rows (gemvr_body's layout), S mbarriers a warp, then the rings (RW x
 // rb bytes a stage) and 16 bytes of slack (Win16 reads whole vectors).
@@ -1084,7 +1083,6 @@ __device__ __forceinline__ void gemvt_body(const GemmArgs& a) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
         const int P = a.K / 32, N = a.N, M = a.M;
         const i64 rb = a.w_row_bytes;
-        const int groups = (N + warps * RW - 1) / (warps * RW);
         constexpr int ZO = gemv_zo<T>();
         TALLY_DYNAMIC_SMEM(gemvt_raw);
         uint4* sq = reinterpret_cast<uint4*>(gemvt_raw);
@@ -1113,7 +1111,6 @@ __device__ __forceinline__ void gemvt_body(const GemmArgs& a) {
         for (int j = 0; j < M; j++)
             gemv_quantize_x<T>(a.x + static_cast<i64>(j) * a.ldx, a.K, xvec, sq + 4 * P * j, sm + P * j);
         __syncthreads();  // x and the barriers' initialisation; no barriers from here on
-        (void)groups;
         for (int i = 0;; i++) {
             const int nb = first_row(i);
             if (nb >= N) break;
@@ -1622,7 +1619,7 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
         gemvt_body<T, 1, 2, GEMVT_STAGES>(a);                                                        \
     } \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 1) gemvt4_##name(GemmArgs a) {                             \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 2) gemvt4_##name(GemmArgs a) {                             \
         pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
         gemvt_body<T, 4, 2, GEMVT_STAGES>(a);                                                        \
     } \
