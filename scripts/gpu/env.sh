@@ -147,3 +147,20 @@ ab() {
         done
     done
 }
+# smi_start: nvidia-smi samples the SM clock, memory clock, power, temperature and throttle
+# reasons every 100 ms into $OUT/smi.csv until smi_stop; `stage NAME` marks where a script's
+# stage begins ($OUT/stages.txt); smi_stop ends the sampling and writes each stage's medians
+# to $OUT/clocks.txt (tools/gpu/smi_stages.py).
+smi_start() {
+    local r=clocks_event_reasons.active
+    nvidia-smi --query-gpu=$r --format=csv > /dev/null 2>&1 || r=clocks_throttle_reasons.active
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$r \
+        --format=csv,noheader,nounits -lms 100 > "$OUT/smi.csv" 2>&1 &
+    SMI=$!
+}
+stage() { echo "$1 $(date +%s.%N)" >> "$OUT/stages.txt"; }
+smi_stop() {
+    stage end
+    kill "$SMI" 2> /dev/null
+    python3 tools/gpu/smi_stages.py "$OUT" > "$OUT/clocks.txt" 2>&1
+}

@@ -19,12 +19,7 @@ cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s48a s48a
 B=$N
-R=clocks_event_reasons.active
-nvidia-smi --query-gpu=$R --format=csv > /dev/null 2>&1 || R=clocks_throttle_reasons.active
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$R \
-    --format=csv,noheader,nounits -lms 100 > "$OUT/smi.csv" 2>&1 &
-SMI=$!
-stage() { echo "$1 $(date +%s.%N)" >> "$OUT/stages.txt"; }
+smi_start
 stage start
 mid_l4_files
 synth_35b q4_k_m
@@ -58,9 +53,7 @@ if [ "$left" -gt 60 ]; then
     python3 tools/gpu/ncu_kernels.py "$OUT/ncu40.csv" > "$OUT/kernels40-pp8192.txt" 2>&1
     gzip -f "$OUT/ncu40.csv"
 fi
-stage end
-kill "$SMI" 2> /dev/null
-python3 tools/gpu/smi_stages.py "$OUT" > "$OUT/clocks.txt" 2>&1
+smi_stop
 row "clocks" "$(wc -l < "$OUT/smi.csv") samples"
 pack
 printf '%s\n' "${summary[@]}"

@@ -13,12 +13,7 @@ cd "$(dirname "$0")/../.."
 LIMIT=${LIMIT:-400}
 . scripts/gpu/env.sh
 ab_start s48e s48b
-R=clocks_event_reasons.active
-nvidia-smi --query-gpu=$R --format=csv > /dev/null 2>&1 || R=clocks_throttle_reasons.active
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$R \
-    --format=csv,noheader,nounits -lms 100 > "$OUT/smi.csv" 2>&1 &
-SMI=$!
-stage() { echo "$1 $(date +%s.%N)" >> "$OUT/stages.txt"; }
+smi_start
 stage lab
 timeout 90 .carry/lab/gemm_bench --decode --head > "$OUT/lab-head.txt" 2>&1
 row "lab head" "rc=$? ($(el))"
@@ -46,9 +41,7 @@ for round in 1 2; do
         row "tg128 gemvt=$v $round" "rc=$? $(bench_row "$OUT/tg-$v-$round.json") ($(el))"
     done
 done
-stage end
-kill "$SMI" 2> /dev/null
-python3 tools/gpu/smi_stages.py "$OUT" > "$OUT/clocks.txt" 2>&1
+smi_stop
 pack
 printf '%s\n' "${summary[@]}"
 cat "$OUT/clocks.txt"
