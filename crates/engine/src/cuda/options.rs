@@ -100,7 +100,8 @@ pub struct CudaOptions {
     /// groups ahead; gemvr's sums bit for bit) for the GEMVs that would take `gemvr_<t>` /
     /// `gemvr4_<t>`, where their rows fit its shared-memory ring: the weight rows a warp of the
     /// one-row kernel, `gemvt_<t>` (4) or `gemvt2_<t>` (2; 2 to 4 x rows always take
-    /// `gemvt4_<t>`); 0 keeps gemvr. `TALLY_GEMVT=off|4|2`.
+    /// `gemvt4_<t>`); 0 keeps gemvr. `TALLY_GEMVT=off|4|2`, default 4: on an H100 the head
+    /// 188 -> 153 us in the lab, tg128 +2.1% (docs/results/2026-12-07-stop48/).
     pub gemvt: u8,
     /// The MoE tiles of 2026-12-04 where they measured faster (`ops/matmul.rs` `wg_tile`): the
     /// x-resident wgmma tiles for the down projections (Q4_K from 33 rows per expert on
@@ -286,7 +287,7 @@ impl Default for CudaOptions {
             add_norm_loads: AddNormLoads::Early,
             add_norm_blocks: 2,
             gemvr: true,
-            gemvt: 0,
+            gemvt: 4,
             wgx: true,
             f16_keep: true,
             gated: true,
@@ -678,7 +679,7 @@ mod tests {
                 "add_norm_loads=early",
                 "add_norm_blocks=2",
                 "gemvr=on",
-                "gemvt=off",
+                "gemvt=4",
                 "wgx=on",
                 "f16_keep=on",
                 "gated=on",
