@@ -1344,19 +1344,26 @@ fn dense_gemm(
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 && use_gemvr(b, ty, m, n, k) {
-        if let Some((i, grid, threads, smem)) = gemvt_launch(
-            b.options.gemvt,
-            m,
-            n,
-            k,
-            a.w_row_bytes as usize,
-            b.props.sm_count,
-        ) {
+        // The bulk copies start at w: a tensor that does not start on a 16-byte boundary (every
+        // device allocation does) stays on gemvr rather than reach a kernel that would refuse it.
+        let launch_t = if a.w % 16 == 0 {
+            gemvt_launch(
+                b.options.gemvt,
+                m,
+                n,
+                k,
+                a.w_row_bytes as usize,
+                b.props.sm_count,
+            )
+        } else {
+            None
+        };
+        if let Some((i, grid, threads, smem)) = launch_t {
             // SAFETY: as for gemvr below (dense, M <= the kernel's rows, K <= GEMVR_K_MAX, an integer
             // format), with GEMV_THREADS threads (the launch bound) and gemm.cu's shared memory
             // for (K, row bytes, warps), at most SMEM_OPT_IN_MAX (configure raised the kernel's
-            // limit to that); gemvt_launch checked the rows are whole 16-byte vectors (the
-            // kernel also checks and writes nothing otherwise). Its warps walk their row groups
+            // limit to that); w and the rows are whole 16-byte vectors (checked above and in
+            // gemvt_launch; the kernel also checks and writes nothing otherwise). Its warps walk their row groups
             // grid-stride inside N (the last group's copy takes only the rows that exist).
             return unsafe { launch(set.gemvt[i], (grid, 1, 1), (threads, 1, 1), smem, s, &a) };
         }
@@ -1613,10 +1620,8 @@ mod tests {
         assert_eq!(gemv_grid(32, 1, 1, sms, f), (16, 64));
     }
 
-    /// The persistent multi-row GEMV's grids and shared memory on the H200 (132 SMs): the head
-    /// at one row in 264 blocks of 256 threads (each walks ~29 of its 7,760 row groups), and at
-    /// 4 rows (2 a warp) in as many; short N get small blocks (the kernel takes any N, the
-    /// engine sends it N >= 8192 only).
+    /// The bulk-fed GEMV's kernel, grid and shared memory: where its ring fits, and not where
+    /// it does not.
     #[test]
     fn gemvt_launches_where_the_ring_fits() {
         // The Q6_K head (K 2,048, 1,680-byte rows): 4 rows a warp, one 166.6 KB block an SM;
@@ -1657,6 +1662,10 @@ mod tests {
         assert_eq!(gemvt_launch(4, 1, 248_320, 4096, 3360, 132), None);
     }
 
+    /// The persistent multi-row GEMV's grids and shared memory on the H200 (132 SMs): the head
+    /// at one row in 264 blocks of 256 threads (each walks ~29 of its 7,760 row groups), and at
+    /// 4 rows (2 a warp) in as many; short N get small blocks (the kernel takes any N, the
+    /// engine sends it N >= 8192 only).
     #[test]
     fn gemvr_grids_and_shared_memory() {
         assert_eq!(gemvr_grid(248320, 1, 132), (264, 256));
