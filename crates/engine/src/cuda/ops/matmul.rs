@@ -1359,12 +1359,13 @@ fn dense_gemm(
             None
         };
         if let Some((i, grid, threads, smem)) = launch_t {
-            // SAFETY: as for gemvr below (dense, M <= the kernel's rows, K <= GEMVR_K_MAX, an integer
-            // format), with GEMV_THREADS threads (the launch bound) and gemm.cu's shared memory
-            // for (K, row bytes, warps), at most SMEM_OPT_IN_MAX (configure raised the kernel's
-            // limit to that); w and the rows are whole 16-byte vectors (checked above and in
-            // gemvt_launch; the kernel also checks and writes nothing otherwise). Its warps walk their row groups
-            // grid-stride inside N (the last group's copy takes only the rows that exist).
+            // SAFETY: as for gemvr below (dense, M <= the kernel's rows, K <= GEMVR_K_MAX, an
+            // integer format), with GEMV_THREADS threads (the launch bound) and gemm.cu's shared
+            // memory for (K, row bytes, warps), at most SMEM_OPT_IN_MAX (configure raised the
+            // kernel's limit to that); w and the rows are whole 16-byte vectors (checked above
+            // and in gemvt_launch; the kernel also checks and writes nothing otherwise). Its
+            // warps walk their row groups grid-stride inside N (the last group's copy takes only
+            // the rows that exist).
             return unsafe { launch(set.gemvt[i], (grid, 1, 1), (threads, 1, 1), smem, s, &a) };
         }
         let (grid, threads) = gemvr_grid(n, m, b.props.sm_count);
