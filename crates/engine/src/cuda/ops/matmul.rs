@@ -138,9 +138,11 @@ pub(crate) fn gemvt_smem_bytes(
 /// `gemvr4_<t>`, if `TALLY_GEMVT` asks for one and it fits: (kernel index 0 = gemvt, 1 =
 /// gemvt2, 2 = gemvt4, blocks, threads, shared memory). GEMV_THREADS a block; as many blocks
 /// as fit a multiprocessor's shared memory (SMEM_PER_SM, 1 KB of it reserved a block), at most
-/// one per row group; the rows must be whole 16-byte vectors (the bulk copies' unit).
+/// one per row group; `w` (the weights' device address) and the rows must be whole 16-byte
+/// vectors (the bulk copies' unit; every device allocation starts on one).
 pub(crate) fn gemvt_launch(
     gemvt: u8,
+    w: u64,
     m: usize,
     n: usize,
     k: usize,
@@ -154,7 +156,7 @@ pub(crate) fn gemvt_launch(
         (2, 1) => (1, 2),
         _ => return None,
     };
-    if row_bytes % 16 != 0 {
+    if w % 16 != 0 || row_bytes % 16 != 0 {
         return None;
     }
     let threads = GEMV_THREADS;
@@ -1344,26 +1346,20 @@ fn dense_gemm(
         return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 && use_gemvr(b, ty, m, n, k) {
-        // The bulk copies start at w: a tensor that does not start on a 16-byte boundary (every
-        // device allocation does) stays on gemvr rather than reach a kernel that would refuse it.
-        let launch_t = if a.w % 16 == 0 {
-            gemvt_launch(
-                b.options.gemvt,
-                m,
-                n,
-                k,
-                a.w_row_bytes as usize,
-                b.props.sm_count,
-            )
-        } else {
-            None
-        };
-        if let Some((i, grid, threads, smem)) = launch_t {
+        if let Some((i, grid, threads, smem)) = gemvt_launch(
+            b.options.gemvt,
+            a.w,
+            m,
+            n,
+            k,
+            a.w_row_bytes as usize,
+            b.props.sm_count,
+        ) {
             // SAFETY: as for gemvr below (dense, M <= the kernel's rows, K <= GEMVR_K_MAX, an
             // integer format), with GEMV_THREADS threads (the launch bound) and gemm.cu's shared
             // memory for (K, row bytes, warps), at most SMEM_OPT_IN_MAX (configure raised the
-            // kernel's limit to that); w and the rows are whole 16-byte vectors (checked above
-            // and in gemvt_launch; the kernel also checks and writes nothing otherwise). Its
+            // kernel's limit to that); w and the rows are whole 16-byte vectors (checked by
+            // gemvt_launch; the kernel also checks and writes nothing otherwise). Its
             // warps walk their row groups grid-stride inside N (the last group's copy takes only
             // the rows that exist).
             return unsafe { launch(set.gemvt[i], (grid, 1, 1), (threads, 1, 1), smem, s, &a) };
@@ -1625,6 +1621,7 @@ mod tests {
     /// it does not.
     #[test]
     fn gemvt_launches_where_the_ring_fits() {
+        const W: u64 = 0x7f00_0000_0000; // a device address on a 16-byte boundary
         // The Q6_K head (K 2,048, 1,680-byte rows): 4 rows a warp, one 166.6 KB block an SM;
         // 2 rows a warp, two 86 KB blocks.
         assert_eq!(
@@ -1632,35 +1629,37 @@ mod tests {
             5120 + 192 + 161_280 + 16
         );
         assert_eq!(
-            gemvt_launch(4, 1, 248_320, 2048, 1680, 132),
+            gemvt_launch(4, W, 1, 248_320, 2048, 1680, 132),
             Some((0, 132, 256, 166_608))
         );
         assert_eq!(
-            gemvt_launch(2, 1, 248_320, 2048, 1680, 132),
+            gemvt_launch(2, W, 1, 248_320, 2048, 1680, 132),
             Some((1, 264, 256, 85_968))
         );
         // A verification batch's rows (2 to 4) take gemvt4 at 2 weight rows a warp, whichever
         // one-row kernel is asked for; their x rows add 5 KB each.
         for g in [4, 2] {
             assert_eq!(
-                gemvt_launch(g, 4, 248_320, 2048, 1680, 132),
+                gemvt_launch(g, W, 4, 248_320, 2048, 1680, 132),
                 Some((2, 264, 256, 101_328))
             );
         }
         // Q8_0's 2,176-byte rows still fit at 4 rows; a short N takes one block a row group.
         assert_eq!(
-            gemvt_launch(4, 1, 248_320, 2048, 2176, 132),
+            gemvt_launch(4, W, 1, 248_320, 2048, 2176, 132),
             Some((0, 132, 256, 214_224))
         );
         assert_eq!(
-            gemvt_launch(2, 1, 100, 2048, 1680, 132),
+            gemvt_launch(2, W, 1, 100, 2048, 1680, 132),
             Some((1, 7, 256, 85_968))
         );
         // Off, no rows, rows that are not whole 16-byte vectors, rings that do not fit: none.
-        assert_eq!(gemvt_launch(0, 1, 248_320, 2048, 1680, 132), None);
-        assert_eq!(gemvt_launch(4, 0, 248_320, 2048, 1680, 132), None);
-        assert_eq!(gemvt_launch(4, 1, 248_320, 2048, 1682, 132), None);
-        assert_eq!(gemvt_launch(4, 1, 248_320, 4096, 3360, 132), None);
+        assert_eq!(gemvt_launch(0, W, 1, 248_320, 2048, 1680, 132), None);
+        assert_eq!(gemvt_launch(4, W, 0, 248_320, 2048, 1680, 132), None);
+        assert_eq!(gemvt_launch(4, W, 1, 248_320, 2048, 1682, 132), None);
+        assert_eq!(gemvt_launch(4, W, 1, 248_320, 4096, 3360, 132), None);
+        // Weights that do not start on a 16-byte boundary stay on gemvr.
+        assert_eq!(gemvt_launch(4, W + 8, 1, 248_320, 2048, 1680, 132), None);
     }
 
     /// The persistent multi-row GEMV's grids and shared memory on the H200 (132 SMs): the head
