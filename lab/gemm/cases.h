@@ -201,6 +201,13 @@ struct GemmCase {
 // Row-step blocks of an mmv launch: small in the correctness cases so the grid-stride loop runs
 // several steps per block; the timed cases set it from the SM count.
 inline int mmv_max_blocks = 3;
+// Dynamic shared memory of a gemvt_<t> launch (rw weight rows a warp, M x rows of K, rows of rb
+// bytes): ops/matmul.rs gemvt_smem_bytes, gemm.cu gemvt_body's layout.
+inline size_t gemvt_smem_bytes(int K, int64_t rb, int threads, int rw, int M) {
+    const size_t warps = size_t(threads / 32);
+    return size_t(M) * size_t(K / 8 + K / 32) * 16 + 8 * GEMVT_STAGES * warps +
+           warps * GEMVT_STAGES * size_t(rw) * size_t(rb) + 16;
+}
 inline int gemvr_blocks = 264;  // V_GEMVR's grid cap at 256 threads (2 per SM of the H200)
 
 // LAB_ROUTING=FILE: a routing the model chose (`tally run --routing --routing-table FILE`: `#`
@@ -494,11 +501,10 @@ DevCase upload_case(B& b, const Setup& s, const uint8_t* dev_w = nullptr) {
         d.gy = 1;
         d.smem = size_t(s.M) * size_t(c.K / 8 + c.K / 32) * 16;
     }
-    if (gemvt) {  // ops/matmul.rs gemvt_launch / gemvt_smem_bytes: rw rows a warp, as many blocks as fit
+    if (gemvt) {  // ops/matmul.rs gemvt_launch: rw rows a warp, as many blocks as fit
         const int rw = c.variant == V_GEMVT ? 4 : 2, warps = gemv_t / 32;
         const int groups = (c.N + rw * warps - 1) / (rw * warps);
-        d.smem = size_t(s.M) * size_t(c.K / 8 + c.K / 32) * 16 + size_t(8 * GEMVT_STAGES * warps) +
-                 size_t(warps) * GEMVT_STAGES * size_t(rw) * size_t(s.rb) + 16;
+        d.smem = gemvt_smem_bytes(c.K, s.rb, gemv_t, rw, s.M);
         const int per_sm = std::max(1, int(233472 / (d.smem + 1024)));
         d.gx = unsigned(std::min(groups, per_sm * gemvr_blocks / 2));
         d.gy = 1;

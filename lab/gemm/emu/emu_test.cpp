@@ -365,36 +365,6 @@ static GemmFnR gemvr_fn(int type, bool four) {
         default: return nullptr;
     }
 }
-// gemvt_<t> (4 weight rows a warp), gemvt2_<t> (2), gemvt4_<t> (up to 4 x rows, 2 weight rows a
-// warp): the bulk-fed forms of gemvr_<t> / gemvr4_<t>. which: 4, 2 or 44.
-static GemmFnR gemvt_fn(int type, int which) {
-    switch (type) {
-#define GEMVT_CASE(T, name) \
-    case T: return which == 2 ? gemvt2_##name : which == 44 ? gemvt4_##name : gemvt_##name;
-        GEMVT_CASE(ref::Q4_K, q4_k)
-        GEMVT_CASE(ref::Q5_K, q5_k)
-        GEMVT_CASE(ref::Q6_K, q6_k)
-        GEMVT_CASE(ref::Q8_0, q8_0)
-        GEMVT_CASE(ref::Q4_0, q4_0)
-        GEMVT_CASE(ref::Q4_1, q4_1)
-        GEMVT_CASE(ref::Q5_0, q5_0)
-        GEMVT_CASE(ref::Q5_1, q5_1)
-        GEMVT_CASE(ref::IQ4_NL, iq4_nl)
-        GEMVT_CASE(ref::IQ4_XS, iq4_xs)
-        GEMVT_CASE(ref::MXFP4, mxfp4)
-        GEMVT_CASE(ref::Q2_K, q2_k)
-        GEMVT_CASE(ref::Q3_K, q3_k)
-#undef GEMVT_CASE
-        default: return nullptr;
-    }
-}
-// Dynamic shared memory of gemvt_<t> (rw weight rows a warp, M x rows): ops/matmul.rs
-// gemvt_smem_bytes.
-static size_t gemvt_smem(int K, int64_t rb, int threads, int rw, int M) {
-    const size_t warps = size_t(threads / 32);
-    return size_t(M) * size_t(K / 8 + K / 32) * 16 + 8 * GEMVT_STAGES * warps +
-           warps * GEMVT_STAGES * size_t(rw) * size_t(rb) + 16;
-}
 static int test_gemvr(int type, ref::Rng& rng) {
     struct Shape { int M, N, K, threads, grid; };
     const Shape shapes[] = {{1, 1000, 2048, 256, 5}, {1, 37, 256, 64, 1}, {2, 300, 4096, 128, 3},
@@ -437,10 +407,11 @@ static int test_gemvr(int type, ref::Rng& rng) {
         // The bulk-fed form (one x row; row bytes whole 16-byte vectors): the same bits.
         for (int which : {4, 2, 44}) {
             if ((sh.M == 1) == (which == 44) || rb % 16 != 0) continue;
-            const size_t tsmem = gemvt_smem(sh.K, rb, sh.threads, which == 4 ? 4 : 2, sh.M);
+            const size_t tsmem = gemvt_smem_bytes(sh.K, rb, sh.threads, which == 4 ? 4 : 2, sh.M);
             if (tsmem > 232448) continue;
             b.poison(got, ny);
-            b.gemm(gemvt_fn(type, which), unsigned(sh.grid), 1, sh.threads, tsmem, a);
+            b.gemm(gemm_fn(type, which == 4 ? V_GEMVT : which == 2 ? V_GEMVT2 : V_GEMVT4), unsigned(sh.grid), 1,
+                   sh.threads, tsmem, a);
             long long badt = 0;
             for (size_t i = 0; i < ny; i++) badt += std::memcmp(&got[i], &want[i], 4) != 0 || want[i] != want[i];
             std::printf("  %s gemvt%d %-5s M=%d N=%-4d K=%-4d threads=%-3d grid=%-2d: %lld of %zu outputs differ\n",
