@@ -6,14 +6,15 @@ lines). The clock and power medians are over the busy samples (over 150 W).
 
 Usage: smi_stages.py OUT
 """
-import sys, statistics as st
+import statistics as st
+import sys
+from datetime import datetime
 o = sys.argv[1]
 stages = [l.split() for l in open(f"{o}/stages.txt")]
 smi = []
 for l in open(f"{o}/smi.csv"):
     p = [x.strip() for x in l.split(",")]
     try:
-        from datetime import datetime
         t = datetime.strptime(p[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
         smi.append((t, float(p[1]), float(p[3]), float(p[4]), p[5]))
     except Exception:
