@@ -2,18 +2,25 @@
 //! ggml tensors. Everything unsafe about talking to llama.cpp lives here or next to a
 //! `// SAFETY:` comment in the module that needs a raw call.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::{Mutex, Once};
+use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
 use crate::PeerError;
 
-/// Last warning/error lines llama.cpp logged (quoted in load errors).
-static LOG_TAIL: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+thread_local! {
+    /// Last warning/error lines llama.cpp logged on this thread (quoted in load errors).
+    ///
+    /// Per thread, not per process: llama.cpp logs a failed load, quantisation or graph call on
+    /// the thread that made it, and a process-wide tail let another thread's `clear_log_tail`
+    /// (tests load files in parallel) erase the line an error message was about to quote.
+    static LOG_TAIL: RefCell<VecDeque<String>> = const { RefCell::new(VecDeque::new()) };
+}
 const LOG_TAIL_LINES: usize = 12;
 static INIT: Once = Once::new();
 
@@ -27,27 +34,37 @@ unsafe extern "C" fn log_sink(level: sys::ggml_log_level, text: *const c_char, _
         eprint!("{line}");
     }
     if level == sys::GGML_LOG_LEVEL_WARN || level == sys::GGML_LOG_LEVEL_ERROR {
-        if let Ok(mut tail) = LOG_TAIL.lock() {
-            if tail.len() == LOG_TAIL_LINES {
-                tail.pop_front();
+        // `try_with`/`try_borrow_mut`: a log line during thread teardown or from inside a
+        // borrow is dropped, never a panic across the FFI boundary.
+        let _ = LOG_TAIL.try_with(|t| {
+            if let Ok(mut tail) = t.try_borrow_mut() {
+                if tail.len() == LOG_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line.trim_end().to_string());
             }
-            tail.push_back(line.trim_end().to_string());
-        }
+        });
     }
 }
 
-/// The last warnings and errors llama.cpp logged, oldest first, joined by " | ".
+/// The last warnings and errors llama.cpp logged on this thread, oldest first, joined by " | ".
 pub(crate) fn log_tail() -> String {
     LOG_TAIL
-        .lock()
-        .map(|t| t.iter().cloned().collect::<Vec<_>>().join(" | "))
+        .try_with(|t| {
+            t.try_borrow()
+                .map(|t| t.iter().cloned().collect::<Vec<_>>().join(" | "))
+                .unwrap_or_default()
+        })
         .unwrap_or_default()
 }
 
+/// Forgets this thread's tail (before a call whose failure will quote it).
 pub(crate) fn clear_log_tail() {
-    if let Ok(mut t) = LOG_TAIL.lock() {
-        t.clear();
-    }
+    let _ = LOG_TAIL.try_with(|t| {
+        if let Ok(mut t) = t.try_borrow_mut() {
+            t.clear();
+        }
+    });
 }
 
 /// Initialises llama.cpp once per process and routes its log into [`log_tail`] (set
@@ -713,5 +730,60 @@ pub(crate) fn ggml_version() -> String {
             c_str(sys::ggml_version()),
             c_str(sys::ggml_commit())
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A failed load quotes llama.cpp's own reason even while other threads load (and so clear
+    /// their tails) at the same time: the race that once made a CI run read only "failed to load
+    /// model".
+    #[test]
+    fn a_load_error_keeps_its_reason_while_other_threads_clear_theirs() {
+        let dir = std::env::temp_dir().join(format!("tally-ffi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad-magic.gguf");
+        std::fs::write(&bad, b"NOTAGGUF-at-all-but-long-enough-to-read-a-header").unwrap();
+        init_once();
+        let stop = AtomicBool::new(false);
+        let msgs = std::thread::scope(|s| {
+            let clearer = s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    clear_log_tail();
+                    log_sink_line("clearer's own line");
+                }
+            });
+            // Collected first and asserted after the join: a failed assert inside the scope
+            // would wait forever for the clearer.
+            let msgs: Vec<String> = (0..400)
+                .map(|_| {
+                    Model::load(&bad, 0)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default()
+                })
+                .collect();
+            stop.store(true, Ordering::Relaxed);
+            clearer.join().unwrap();
+            msgs
+        });
+        for msg in &msgs {
+            assert!(msg.contains("magic"), "the reason was lost: {msg}");
+            assert!(
+                !msg.contains("clearer"),
+                "another thread's line leaked in: {msg}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Sends one warning through the real sink, as llama.cpp would.
+    fn log_sink_line(text: &str) {
+        let c = CString::new(text).unwrap();
+        // SAFETY: a valid NUL-terminated string that outlives the call; no user data.
+        unsafe { log_sink(sys::GGML_LOG_LEVEL_WARN, c.as_ptr(), std::ptr::null_mut()) };
     }
 }
