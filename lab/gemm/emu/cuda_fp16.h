@@ -227,11 +227,16 @@ inline void launch(EmuDim3 grid, EmuDim3 block, const std::function<void()>& bod
                 }
                 int live = n;
                 std::vector<char> skip_warp(size_t(n / 32));
+                // One warp of each block is slow: it sits out three passes in four, so that it
+                // falls whole phases behind the others (a copy issued into a buffer it still
+                // reads, a missing barrier between warpgroups, get their chance to show).
+                const size_t slow = size_t(s.order_rng() % unsigned(n / 32));
                 while (live > 0) {
                     std::shuffle(order.begin(), order.end(), s.order_rng);
                     // Whole warps sit out a pass at random, so that warps drift apart the way
                     // they do on hardware and a missing barrier gets a chance to show.
                     for (auto& k : skip_warp) k = (s.order_rng() % 3) == 0;
+                    if ((s.order_rng() & 3) != 0) skip_warp[slow] = 1;
                     bool progress = false, runnable = false;
                     for (int i : order) {
                         Fiber& f = s.fibers[i];
@@ -533,8 +538,13 @@ template <int N>
 inline void setmaxnreg_dec() {}
 inline void fence_proxy_async() {}
 inline void wg_commit() { emu::st().fibers[emu::tid()].mma_committed++; }
+// The tensor cores read a wgmma's shared-memory operands at some time between its issue and the
+// wait that retires it: the thread yields 0 to 7 times first, so other threads (a bulk copy's
+// issuer, a store of the next operands) may run before the operands are read, as on hardware.
 template <int N>
 inline void wg_wait() {
+    if (!emu::st().fibers[emu::tid()].mmas.empty())
+        for (int y = int(emu::st().order_rng() % 8); y > 0; y--) emu::yield_to_scheduler();
     emu::Fiber& f = emu::st().fibers[emu::tid()];
     std::vector<emu::PendingMma> keep;
     for (const emu::PendingMma& q : f.mmas) {
