@@ -20,7 +20,8 @@ cargo clippy --workspace --all-targets --features tally/llama -- -D warnings
 scripts/fuzz.sh 60
 cargo test --workspace --features tally/llama
 # The chunked delta rule's CUDA kernels (prep on mma.sync, scan on wgmma) on the CPU emulator of
-# lab/gemm/emu, against a float64 reference (lab/delta/emu_test.cpp; a few seconds).
+# lab/gemm/emu, against a float64 reference, and the two-set scan (TALLY_DELTA_SCAN=ring) bit for
+# bit against the one-set scan (lab/delta/emu_test.cpp; ~20 s).
 c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
     lab/delta/emu_test.cpp -o target/delta_emu
 # Every quantisation's CUDA front end (quant.cuh, quant_small.cuh) on the same emulator: dequant8

@@ -247,13 +247,22 @@ static DeltaDev upload(const DeltaInputs& in) {
     return d;
 }
 
-static void launch_chunked(const DeltaArgs& a, bool sync) {
+// The scan launch: delta_rule_chunk_scan, or with two (TALLY_DELTA_SCAN=ring) its two-set form.
+static void launch_scan(const DeltaArgs& a, bool sync, bool two) {
+    if (two) {
+        delta_rule_chunk_scan2<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk, 2)>>>(a);
+        after_launch("delta_rule_chunk_scan2", sync);
+    } else {
+        delta_rule_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
+        after_launch("delta_rule_chunk_scan", sync);
+    }
+}
+static void launch_chunked(const DeltaArgs& a, bool sync, bool two = false) {
     if (a.T == 0) return;
     const int nc = (int)delta_chunks(a.T);
     delta_rule_chunk_prep<<<dim3(nc, a.Hv), 256, delta_prep_smem_bytes(a.dk)>>>(a);
     after_launch("delta_rule_chunk_prep", sync);
-    delta_rule_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
-    after_launch("delta_rule_chunk_scan", sync);
+    launch_scan(a, sync, two);
 }
 static void launch_step(const DeltaArgs& a, bool sync) {
     if (a.T == 0) return;
@@ -499,10 +508,25 @@ static double time_ms(F f, int reps = 20) {
     return median(ts);
 }
 
+// o and the final state of the chunked path from the initial state, with the one- or two-set scan.
+static void chunked_outputs(const DeltaInputs& in, DeltaDev& d, int R, bool two, std::vector<float>& o,
+                            std::vector<float>& st) {
+    CK(cudaMemcpy(d.state, in.s0.data(), in.s0.size() * 4, cudaMemcpyHostToDevice));
+    poison(d.o, (size_t)std::max(R, 1) * in.s.Hv * in.s.dv * 4);
+    launch_chunked(delta_args(in, d, R), true, two);
+    o.resize((size_t)R * in.s.Hv * in.s.dv);
+    st.resize(in.s0.size());
+    CK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(st.data(), d.state, st.size() * 4, cudaMemcpyDeviceToHost));
+}
+
 static void delta_timing(bool quick) {
     printf("\n== delta rule: timing (Hk=16 Hv=32 dk=dv=128, R=T, g in [-2,0], median of 20, CUDA events) ==\n");
     printf("   effective FLOPs = 7*T*Hv*dk*dv (decay, S^T k, update, S^T q, token by token)\n");
-    printf("  %-28s %10s %10s %10s %9s %10s %10s\n", "shape", "total ms", "prep ms", "scan ms", "TFLOP/s", "rel err o", "rel err S");
+    printf("   scan2 = delta_rule_chunk_scan2 (two operand sets, TALLY_DELTA_SCAN=ring): its time, and whether\n"
+           "   its o and state equal the one-set scan's bit for bit (\"same\") from the same workspace\n");
+    printf("  %-28s %10s %10s %10s %10s %6s %9s %10s %10s\n", "shape", "total ms", "prep ms", "scan ms", "scan2 ms", "bits",
+           "TFLOP/s", "rel err o", "rel err S");
     const DeltaShape s = {16, 32, 128, 128};
     std::vector<int> Ts = {512, 2048, 8192};
     if (quick) Ts.pop_back();
@@ -523,12 +547,17 @@ static void delta_timing(bool quick) {
             delta_rule_chunk_prep<<<dim3(nc, a.Hv), 256, delta_prep_smem_bytes(a.dk)>>>(a);
             after_launch("delta_rule_chunk_prep", false);
         });
-        const double ts = time_ms([&] {
-            delta_rule_chunk_scan<<<dim3(a.Hv, a.dv / DELTA_NS), 256, delta_scan_smem_bytes(a.dk)>>>(a);
-            after_launch("delta_rule_chunk_scan", false);
-        });
+        const double ts = time_ms([&] { launch_scan(a, false, false); });
+        const double ts2 = time_ms([&] { launch_scan(a, false, true); });
+        std::vector<float> o1, s1, o2, s2;
+        chunked_outputs(in, d, T, false, o1, s1);
+        chunked_outputs(in, d, T, true, o2, s2);
+        const bool same = o1.size() == o2.size() && s1.size() == s2.size() &&
+                          !memcmp(o1.data(), o2.data(), o1.size() * 4) && !memcmp(s1.data(), s2.data(), s1.size() * 4);
+        check(same, (std::string(name) + ": scan2 bit for bit").c_str());
         const double fl = 7.0 * T * s.Hv * s.dk * s.dv;
-        printf("  %-28s %10.4f %10.4f %10.4f %9.2f %10.2e %10.2e\n", name, tot, tp, ts, fl / (tot * 1e9), r.o.rel, r.s.rel);
+        printf("  %-28s %10.4f %10.4f %10.4f %10.4f %6s %9.2f %10.2e %10.2e\n", name, tot, tp, ts, ts2, same ? "same" : "DIFF",
+               fl / (tot * 1e9), r.o.rel, r.s.rel);
         d.free_all();
     }
     for (int T : {1, 16, 64, 512}) {
@@ -756,9 +785,12 @@ int main(int argc, char** argv) {
     const int prep_smem = delta_prep_smem_bytes(128), scan_smem = delta_scan_smem_bytes(128);
     CK(cudaFuncSetAttribute(delta_rule_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, prep_smem));
     CK(cudaFuncSetAttribute(delta_rule_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, scan_smem));
+    const int scan2_smem = delta_scan_smem_bytes(128, 2);
+    CK(cudaFuncSetAttribute(delta_rule_chunk_scan2, cudaFuncAttributeMaxDynamicSharedMemorySize, scan2_smem));
     struct K { const char* n; const void* f; int threads, smem; } ks[] = {
         {"delta_rule_chunk_prep", (const void*)delta_rule_chunk_prep, 256, prep_smem},
         {"delta_rule_chunk_scan", (const void*)delta_rule_chunk_scan, 256, scan_smem},
+        {"delta_rule_chunk_scan2", (const void*)delta_rule_chunk_scan2, 256, scan2_smem},
         {"delta_rule_step", (const void*)delta_rule_step, 128, 0},
         {"conv_silu", (const void*)conv_silu, CONV_THREADS, 0},
         {"conv_silu_l2norm", (const void*)conv_silu_l2norm, CONV_THREADS, 0},

@@ -3,7 +3,8 @@
 // ldmatrix, cp.async and wgmma (both operands from shared memory, through their descriptors)
 // emulated with the hardware's fragment layouts, barriers released in a random order. Checked as
 // lab/delta/bench.cu checks the GPU: o and the final state against a sequential float64
-// reference, bound 1e-3 (norm-wise relative error); NaN-poisoned outputs.
+// reference, bound 1e-3 (norm-wise relative error); NaN-poisoned outputs. The two-set scan
+// (delta_rule_chunk_scan2, TALLY_DELTA_SCAN=ring) bit for bit against the one-set scan.
 // Build and run (from the repository root; ~10 s):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/delta/emu_test.cpp -o /tmp/delta_emu && /tmp/delta_emu
@@ -113,16 +114,28 @@ int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
     a.T = T, a.R = R, a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
     const unsigned nc = unsigned(delta_chunks(T));
     emu::launch({nc, unsigned(s.Hv), 1}, {256, 1, 1}, [&] { delta_rule_chunk_prep(a); });
+    // The two-set scan (delta_rule_chunk_scan2) first, on the initial state and NaN outputs,
+    // then the one-set scan on the same inputs: every output of the first must equal the
+    // second's bit for bit (the same products in the same order, only the copies' timing
+    // differs), and the second is checked against the float64 reference below.
+    emu::launch({unsigned(s.Hv), unsigned(s.dv / DELTA_NS), 1}, {256, 1, 1}, [&] { delta_rule_chunk_scan2(a); });
+    const std::vector<float> o2(a.o, a.o + size_t(R) * s.Hv * s.dv), s2(a.state, a.state + s0.size());
+    std::copy(s0.begin(), s0.end(), a.state);
+    for (size_t i = 0; i < size_t(R) * s.Hv * s.dv; i++) a.o[i] = NAN;
     emu::launch({unsigned(s.Hv), unsigned(s.dv / DELTA_NS), 1}, {256, 1, 1}, [&] { delta_rule_chunk_scan(a); });
+    long long differ = 0;
+    for (size_t i = 0; i < o2.size(); i++) differ += std::memcmp(&o2[i], &a.o[i], 4) != 0;
+    for (size_t i = 0; i < s2.size(); i++) differ += std::memcmp(&s2[i], &a.state[i], 4) != 0;
 
     std::vector<double> og(size_t(R) * s.Hv * s.dv), ow(og.size()), sg(sref.size());
     for (size_t i = 0; i < og.size(); i++) og[i] = a.o[i], ow[i] = oref[size_t(T - R) * s.Hv * s.dv + i];
     for (size_t i = 0; i < sg.size(); i++) sg[i] = a.state[i];
     long long nf_o, nf_s;
     const double eo = rel(og, ow, &nf_o), es = rel(sg, sref, &nf_s);
-    const bool ok = eo < 1e-3 && es < 1e-3 && nf_o == 0 && nf_s == 0;
-    std::printf("  %-4s Hk=%d Hv=%d dk=%d dv=%d T=%d R=%d gmin=%g  o %.2e  state %.2e%s\n", ok ? "ok" : "FAIL", s.Hk, s.Hv,
-                s.dk, s.dv, T, R, gmin, eo, es, (nf_o || nf_s) ? "  (non-finite values)" : "");
+    const bool ok = eo < 1e-3 && es < 1e-3 && nf_o == 0 && nf_s == 0 && differ == 0;
+    std::printf("  %-4s Hk=%d Hv=%d dk=%d dv=%d T=%d R=%d gmin=%g  o %.2e  state %.2e  scan2 vs scan: %lld values differ%s\n",
+                ok ? "ok" : "FAIL", s.Hk, s.Hv, s.dk, s.dv, T, R, gmin, eo, es, differ,
+                (nf_o || nf_s) ? "  (non-finite values)" : "");
     return ok ? 0 : 1;
 }
 
@@ -138,6 +151,8 @@ int main(int argc, char** argv) {
         bad += run_case({2, 4, 128, 64}, 70, 1, -2, 3);
         bad += run_case({1, 1, 128, 32}, 64, 64, -20, 4);
         bad += run_case({1, 2, 64, 32}, 200, 37, -0.02, 5);
+        // Nine chunks: each of scan2's two operand sets refilled four times while the other is read.
+        bad += run_case({1, 2, 128, 32}, 520, 520, -1, 6);
     }
     std::printf("%s\n", bad ? "FAILED" : "all passed");
     return bad ? 1 : 0;

@@ -89,6 +89,7 @@ pub struct Kernels {
     pub conv_silu: Kernel,
     pub delta_rule_chunk_prep: Kernel,
     pub delta_rule_chunk_scan: Kernel,
+    pub delta_rule_chunk_scan2: Kernel,
     pub delta_rule_step: Kernel,
     /// `flash_attn_d{D}` by [`ATTN_HEAD_DIMS`].
     pub flash_attn: [Kernel; 4],
@@ -270,6 +271,7 @@ impl Kernels {
             conv_silu: m("conv")?.get("conv_silu")?,
             delta_rule_chunk_prep: delta.get("delta_rule_chunk_prep")?,
             delta_rule_chunk_scan: delta.get("delta_rule_chunk_scan")?,
+            delta_rule_chunk_scan2: delta.get("delta_rule_chunk_scan2")?,
             delta_rule_step: delta.get("delta_rule_step")?,
             flash_attn: by_dim("flash_attn")?,
             flash_attn_h: by_dim("flash_attn_h_w4")?,

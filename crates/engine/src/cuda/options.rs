@@ -215,6 +215,12 @@ pub struct CudaOptions {
     pub wsx: bool,
     /// `TALLY_WSX=all`: xs128 for every block format's downs, not only Q6_K's.
     pub wsx_all: bool,
+    /// `TALLY_DELTA_SCAN=ring`: the chunked delta rule's scan on `delta_rule_chunk_scan2`
+    /// (two sets of its copied operands, each chunk's bulk copies issued a whole chunk ahead
+    /// instead of half a chunk; the same outputs bit for bit: lab/delta/emu_test.cpp).
+    /// Opt-in until measured on a GPU (written 2026-12-07 without one; `=single` is the
+    /// default, the one-set scan).
+    pub delta_ring: bool,
 }
 
 /// The prefill attention kernels (`TALLY_ATTN`).
@@ -306,6 +312,7 @@ impl Default for CudaOptions {
             ws256: true,
             wsx: true,
             wsx_all: false,
+            delta_ring: false,
         }
     }
 }
@@ -465,6 +472,12 @@ impl CudaOptions {
             // `on`: its meaning before stop 47 (every block format), for the dated scripts.
             Some("all" | "on") => (o.wsx, o.wsx_all) = (true, true),
             Some(v) => return Err(bad("TALLY_WSX", v, "off, q6_k or all")),
+        }
+        match get("TALLY_DELTA_SCAN").as_deref() {
+            None | Some("") => {}
+            Some("single") => o.delta_ring = false,
+            Some("ring") => o.delta_ring = true,
+            Some(v) => return Err(bad("TALLY_DELTA_SCAN", v, "single or ring")),
         }
         if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
             o.wgx_walk = Some(
@@ -641,6 +654,10 @@ impl CudaOptions {
                     (true, true) => "all",
                 }
             ),
+            format!(
+                "delta_scan={}",
+                if self.delta_ring { "ring" } else { "single" }
+            ),
         ]
     }
 }
@@ -694,7 +711,8 @@ mod tests {
                 "cast_reuse=on",
                 "ws=on",
                 "ws256=on",
-                "wsx=q6_k"
+                "wsx=q6_k",
+                "delta_scan=single"
             ]
         );
     }
@@ -770,6 +788,18 @@ mod tests {
         assert!(kc.f32_cublas);
         let x = opts(&[("TALLY_EXPERT_F16", "on")]).expect("options");
         assert!(x.expert_f16 && x.describe().contains(&"expert_f16=on".into()));
+        let r = opts(&[("TALLY_DELTA_SCAN", "ring")]).expect("options");
+        assert!(r.delta_ring && r.describe().contains(&"delta_scan=ring".into()));
+        assert!(
+            !opts(&[("TALLY_DELTA_SCAN", "single")])
+                .expect("options")
+                .delta_ring
+        );
+        let e = opts(&[("TALLY_DELTA_SCAN", "on")]).unwrap_err().to_string();
+        assert!(
+            e.contains("TALLY_DELTA_SCAN=on") && e.contains("single or ring"),
+            "{e}"
+        );
         assert!(opts(&[("TALLY_EXPERT_F16", "f16")]).is_err());
         let g = opts(&[("TALLY_X32", "off")]).expect("options");
         assert!(!g.x32 && g.describe().contains(&"x32=off".into()));

@@ -16,6 +16,8 @@
 //         (f32). Per chunk: vnew = U - W S;  o = exp(G) (Q S) + P vnew;
 //         S = exp(G_last) S + K^T (exp(G_last - G) vnew). Its products on wgmma, its operands
 //         moved by bulk copies (cp.async.bulk + mbarrier; sm_90a).
+//         delta_rule_chunk_scan2: the same with two sets of the copied operands, each chunk's
+//         copies issued a whole chunk ahead (TALLY_DELTA_SCAN=ring; the same outputs bit for bit).
 //    Both launches on one stream, prep first. nc = ceil(T/64). T = 0: launch neither.
 //  * token by token (decode, small T): delta_rule_step  grid (Hv, dv/32), 128 threads, no dynamic smem.
 //
@@ -31,7 +33,8 @@
 //
 // Host contract:
 //   * dynamic smem: delta_prep_smem_bytes(dk) (107,136 B at dk 128; 2 blocks/SM) and
-//     delta_scan_smem_bytes(dk) (107,856 B at dk 128); both need cudaFuncAttributeMax-
+//     delta_scan_smem_bytes(dk) (107,856 B at dk 128; scan2: delta_scan_smem_bytes(dk, 2),
+//     183,392 B); all three need cudaFuncAttributeMax-
 //     DynamicSharedMemorySize raised (once per kernel, to the dk = 128 value covers both).
 //   * workspace: delta_work_floats(T, Hk, Hv, dk, dv) =
 //       ceil(T/64) * (Hv*(32*dk + 4096 + 64*dv + 64) + Hk*64*dk) floats, 16-byte aligned
@@ -416,16 +419,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) delta_rule_chunk_prep(Delta
 //        S hi/lo -> shared memory (skipped after the last chunk)
 //   WG1: o = (Y + P vnew) 2^-sv -> global
 // The same operands and hi/lo splits as the products had on mma.sync, so the same precision.
+//
+// ST = 1 (delta_rule_chunk_scan): one set of A and B buffers, so B(c) goes out at #0 of chunk c
+// and is waited for at #2, and A(c + 1) goes out at #1 and is waited for at the next #0: each
+// copy has half a chunk's work to arrive in, and what it lacks is on the chain of 128 chunks.
+// ST = 2 (delta_rule_chunk_scan2): two sets (delta_scan_layout's stages), chunk c's in set c % 2;
+// A(c + 1) and B(c + 1) go out together at #0 of chunk c, into the set chunk c - 1 read (its
+// last reads, of A by #1 and of B by the end of chunk c - 1, are behind that barrier), so each
+// has a whole chunk to arrive in. The same values reach the same products in the same order: the
+// outputs are ST = 1's bit for bit (lab/delta/emu_test.cpp checks it).
 
-template <int DK>
+template <int DK, int ST>
 __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned char* sm_raw) {
+    static_assert(ST == 1 || ST == 2, "one or two sets of copied operands");
     constexpr int MS = DK / 64;  // m64 blocks of S's rows
-    const DeltaScanSmem L = delta_scan_layout(DK);
+    const DeltaScanSmem L = delta_scan_layout(DK, ST);
     const u32 raw = delta_smem_addr(sm_raw);
     const u32 sbase = (raw + 1023u) & ~1023u;  // the swizzle needs 1024-byte aligned blocks
     unsigned char* sm = sm_raw + (sbase - raw);
-    float* Ub = (float*)(sm + L.ub);
-    float* Gb = (float*)(sm + L.gb);
     float* red = (float*)(sm + L.red);
 
     const int h = blockIdx.x, n0 = blockIdx.y * DELTA_NS;
@@ -442,23 +453,30 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
     float S[MS][16];  // warpgroup 0 only
 
     // Thread 0: the bulk copies of chunk cc's {W, Q, U slice, G} (mbarrier A) and {K^T, P hi + lo}
-    // (mbarrier B); the workspace holds them as the images of these shared-memory tiles.
-    const u32 mb_a = sbase + L.mb, mb_b = mb_a + 8;
+    // (mbarrier B); the workspace holds them as the images of these shared-memory tiles. Chunk
+    // cc's set is cc % ST (offset set_off), its barriers A, B at L.mb + 16 (cc % ST), their
+    // phase of parity (cc / ST) & 1.
+    auto set_off = [&](int cc) { return (u32)((cc % ST) * L.stage); };
+    auto mb_a = [&](int cc) { return sbase + L.mb + 16u * (u32)(cc % ST); };
+    auto mb_b = [&](int cc) { return mb_a(cc) + 8u; };
+    auto parity = [&](int cc) { return (u32)((cc / ST) & 1); };
     auto issue_a = [&](int cc) {
         const i64 ch = (i64)cc * a.Hv + h, ck = (i64)cc * a.Hk + kh;
         const bool out = a.R > 0 && cc * DELTA_C + DELTA_C > q0;
-        mbar_expect_tx(mb_a, (u32)(64 * DK * 2 * (out ? 2 : 1) + 64 * 32 * 4 + 64 * 4));
-        bulk_g2s(sbase + L.wt, wk.w + ch * 64 * DK, 64 * DK * 2, mb_a);
-        if (out) bulk_g2s(sbase + L.qt, wk.qh + ck * 64 * DK, 64 * DK * 2, mb_a);
-        bulk_g2s(sbase + L.ub, wk.u + ch * 64 * dv + (n0 / 32) * 2048, 64 * 32 * 4, mb_a);
-        bulk_g2s(sbase + L.gb, wk.g + ch * 64, 64 * 4, mb_a);
+        const u32 so = sbase + set_off(cc), mb = mb_a(cc);
+        mbar_expect_tx(mb, (u32)(64 * DK * 2 * (out ? 2 : 1) + 64 * 32 * 4 + 64 * 4));
+        bulk_g2s(so + L.wt, wk.w + ch * 64 * DK, 64 * DK * 2, mb);
+        if (out) bulk_g2s(so + L.qt, wk.qh + ck * 64 * DK, 64 * DK * 2, mb);
+        bulk_g2s(so + L.ub, wk.u + ch * 64 * dv + (n0 / 32) * 2048, 64 * 32 * 4, mb);
+        bulk_g2s(so + L.gb, wk.g + ch * 64, 64 * 4, mb);
     };
     auto issue_b = [&](int cc) {
         const i64 ch = (i64)cc * a.Hv + h, ck = (i64)cc * a.Hk + kh;
         const bool out = a.R > 0 && cc * DELTA_C + DELTA_C > q0;
-        mbar_expect_tx(mb_b, (u32)(DK * 64 * 2 + (out ? 2 * 64 * 64 * 2 : 0)));
-        bulk_g2s(sbase + L.kt, wk.kh + ck * 64 * DK, DK * 64 * 2, mb_b);
-        if (out) bulk_g2s(sbase + L.ph, wk.p + ch * 8192, 2 * 64 * 64 * 2, mb_b);
+        const u32 so = sbase + set_off(cc), mb = mb_b(cc);
+        mbar_expect_tx(mb, (u32)(DK * 64 * 2 + (out ? 2 * 64 * 64 * 2 : 0)));
+        bulk_g2s(so + L.kt, wk.kh + ck * 64 * DK, DK * 64 * 2, mb);
+        if (out) bulk_g2s(so + L.ph, wk.p + ch * 8192, 2 * 64 * 64 * 2, mb);
     };
     // Warpgroup 0's max of m (named barrier 1: warpgroup 1 does not take part), through red[slot..+3].
     auto wg0_max = [&](float m, int slot) {
@@ -498,10 +516,14 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
     };
 
     if (tid == 0) {
-        mbar_init(mb_a, 1);
-        mbar_init(mb_b, 1);
+#pragma unroll
+        for (int st = 0; st < ST; ++st) {
+            mbar_init(mb_a(st), 1);
+            mbar_init(mb_b(st), 1);
+        }
         mbar_init_fence();
         if (nc > 0) issue_a(0);
+        if (ST == 2 && nc > 0) issue_b(0);
     }
 
     // Initial state (read once; this block alone writes these columns at the end).
@@ -519,12 +541,20 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
 
     for (int c = 0; c < nc; ++c) {
         const bool out = a.R > 0 && c * DELTA_C + DELTA_C > q0;
-        mbar_wait(mb_a, c & 1);           // A(c) landed
+        const u32 so = set_off(c);
+        const float* Ub = (const float*)(sm + so + L.ub);
+        const float* Gb = (const float*)(sm + so + L.gb);
+        mbar_wait(mb_a(c), parity(c));    // A(c) landed
         if (wg == 0) fence_proxy_async();  // this thread's S stores, seen by the tensor cores
         __syncthreads();         // #0 (at c = 0 also: the mbarriers initialised)
         if (tid == 0) {
             fence_proxy_async();  // the last chunk's generic reads, before the copies overwrite
-            issue_b(c);
+            if constexpr (ST == 1) {
+                issue_b(c);
+            } else if (c + 1 < nc) {
+                issue_a(c + 1);
+                issue_b(c + 1);
+            }
         }
 
         const float invS = red[12];
@@ -535,7 +565,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
         float el[2];     // exp(G_last - G_i) for rows g, g + 8 (warpgroup 0); exp(G_i) 2^-sS (1)
         float mv = 0.0f;
         if (wg == 0 || out) {
-            const u32 ab = sbase + (wg == 0 ? L.wt : L.qt);
+            const u32 ab = sbase + so + (wg == 0 ? L.wt : L.qt);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DK / 16; ++kk) {
@@ -568,7 +598,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
         if (wg == 0 && lane == 0) red[w4] = mv;
         __syncthreads();  // #1: W, Q, U, G, S hi/lo consumed; red[0..3] ready
 
-        if (tid == 0 && c + 1 < nc) {
+        if (ST == 1 && tid == 0 && c + 1 < nc) {
             fence_proxy_async();
             issue_a(c + 1);
         }
@@ -597,7 +627,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[4 * nt + e] = acc[4 * nt + e] * el[e >> 1] * scv;
         }
-        mbar_wait(mb_b, c & 1);           // B(c) landed
+        mbar_wait(mb_b(c), parity(c));    // B(c) landed
         if (wg == 0) fence_proxy_async();  // the vnew / X stores
         __syncthreads();         // #2
 
@@ -608,7 +638,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
             for (int mb = 0; mb < MS; ++mb)
 #pragma unroll
                 for (int kk = 0; kk < 4; ++kk) {
-                    const u64 ad = wg_desc(sbase + L.kt + mb * (64 * 128) + 32 * kk);
+                    const u64 ad = wg_desc(sbase + so + L.kt + mb * (64 * 128) + 32 * kk);
                     WgmmaSS<32>::mma(acc2[mb], ad, wg_desc(sbase + L.xh + 32 * kk), kk == 0 ? 0 : 1);
                     WgmmaSS<32>::mma(acc2[mb], ad, wg_desc(sbase + L.xl + 32 * kk));
                 }
@@ -623,7 +653,7 @@ __device__ __forceinline__ void delta_scan_body(const DeltaArgs& a, unsigned cha
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
-                const u64 ph = wg_desc(sbase + L.ph + 32 * kk), pl = wg_desc(sbase + L.pl + 32 * kk);
+                const u64 ph = wg_desc(sbase + so + L.ph + 32 * kk), pl = wg_desc(sbase + so + L.pl + 32 * kk);
                 const u64 vh = wg_desc(sbase + L.vh + 32 * kk), vl = wg_desc(sbase + L.vl + 32 * kk);
                 WgmmaSS<32>::mma(acc, ph, vh);
                 WgmmaSS<32>::mma(acc, ph, vl);
@@ -662,8 +692,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) delta_rule_chunk_scan(Delta
     pdl_enter();
     TALLY_DYNAMIC_SMEM(delta_sm);
     if (!delta_shape_ok(a)) return;
-    if (a.dk == 128) delta_scan_body<128>(a, delta_sm);
-    else if (a.dk == 64) delta_scan_body<64>(a, delta_sm);
+    if (a.dk == 128) delta_scan_body<128, 1>(a, delta_sm);
+    else if (a.dk == 64) delta_scan_body<64, 1>(a, delta_sm);
+}
+
+// The same with two sets of copied operands (delta_scan_smem_bytes(dk, 2): 183,392 B at dk 128),
+// each chunk's copies issued a whole chunk ahead; the same outputs bit for bit.
+// TALLY_DELTA_SCAN=ring picks it (ops/delta.rs).
+extern "C" __global__ void __launch_bounds__(256, 1) delta_rule_chunk_scan2(DeltaArgs a) {
+    pdl_enter();
+    TALLY_DYNAMIC_SMEM(delta_sm);
+    if (!delta_shape_ok(a)) return;
+    if (a.dk == 128) delta_scan_body<128, 2>(a, delta_sm);
+    else if (a.dk == 64) delta_scan_body<64, 2>(a, delta_sm);
 }
 
 // ---------------------------------------------------------------------------------------------

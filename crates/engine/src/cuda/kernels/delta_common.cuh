@@ -127,11 +127,15 @@ __host__ __device__ constexpr int delta_prep_smem_bytes(int dk) { return delta_p
 // f32, as delta_img_u), G, the reduction slots and two mbarriers (the bulk copies of chunk c's
 // {W, Q, U, G} and {K^T, P}). Offsets from a 1024-aligned base: the kernel rounds its dynamic
 // buffer up, so the size has 1024 bytes of slack.
+// With stages = 2 (delta_rule_chunk_scan2) the copied operands, {W, Q, K^T, P hi, lo, U, G},
+// form one block (`stage` bytes, a multiple of 1024) held twice, chunk c's in block c % 2, and
+// there are two mbarriers a set (A, B of block 0, then of block 1); the S, vnew and X operands
+// and the reduction slots stay single. stages = 1 is the layout before (stage = 0).
 struct DeltaScanSmem {
-    int wt, qt, kt, ph, pl, sh, sl, vh, vl, xh, xl, ub, gb, red, mb, total;
+    int wt, qt, kt, ph, pl, sh, sl, vh, vl, xh, xl, ub, gb, red, mb, stage, total;
 };
 
-__host__ __device__ constexpr DeltaScanSmem delta_scan_layout(int dk) {
+__host__ __device__ constexpr DeltaScanSmem delta_scan_layout(int dk, int stages = 1) {
     DeltaScanSmem s{};
     int o = 0;
     s.wt = o; o += 64 * dk * 2;
@@ -139,21 +143,31 @@ __host__ __device__ constexpr DeltaScanSmem delta_scan_layout(int dk) {
     s.kt = o; o += dk * 64 * 2;
     s.ph = o; o += 64 * 64 * 2;
     s.pl = o; o += 64 * 64 * 2;
+    if (stages == 2) {
+        s.ub = o; o += 64 * 32 * 4;
+        s.gb = o; o += 64 * 4;
+        o = (o + 1023) / 1024 * 1024;
+        s.stage = o;
+        o *= 2;
+    }
     s.sh = o; o += 32 * dk * 2;
     s.sl = o; o += 32 * dk * 2;
     s.vh = o; o += 32 * 64 * 2;
     s.vl = o; o += 32 * 64 * 2;
     s.xh = o; o += 32 * 64 * 2;
     s.xl = o; o += 32 * 64 * 2;
-    s.ub = o; o += 64 * 32 * 4;
-    s.gb = o; o += 64 * 4;
+    if (stages != 2) {
+        s.ub = o; o += 64 * 32 * 4;
+        s.gb = o; o += 64 * 4;
+        s.stage = 0;
+    }
     s.red = o; o += 16 * 4;
-    s.mb = o; o += 2 * 8;
+    s.mb = o; o += 2 * stages * 8;
     s.total = o + 1024;
     return s;
 }
 
-__host__ __device__ constexpr int delta_scan_smem_bytes(int dk) { return delta_scan_layout(dk).total; }
+__host__ __device__ constexpr int delta_scan_smem_bytes(int dk, int stages = 1) { return delta_scan_layout(dk, stages).total; }
 
 // ---------------------------------------------------------------------------------------------
 // Offsets in wgmma.cuh's swizzled K-major blocks: 16-byte chunk c (of the 8 in a 128-byte row) of

@@ -63,20 +63,28 @@ pub fn prep_smem_bytes(dk: i64) -> u32 {
     o as u32
 }
 
-/// Dynamic shared memory of `delta_rule_chunk_scan` (`delta_scan_smem_bytes` in delta.cu): the
-/// wgmma operand blocks W, Q [64][dk], K^T [dk][64], P hi + lo [64][64], S^T hi + lo [32][dk],
-/// vnew and its decayed copy hi + lo [32][64] (f16), U (this block's f32 64 x 32 slice), G, 16
-/// reduction slots, two mbarriers, and 1024 bytes of slack for the blocks' alignment.
-pub fn scan_smem_bytes(dk: i64) -> u32 {
-    let o = 2 * 64 * dk * 2 // wt, qt
+/// Dynamic shared memory of `delta_rule_chunk_scan` (`stages` = 1) and
+/// `delta_rule_chunk_scan2` (2) (`delta_scan_smem_bytes` in delta.cu): the copied operands
+/// (the wgmma blocks W, Q [64][dk], K^T [dk][64], P hi + lo [64][64]; U, this block's f32
+/// 64 x 32 slice; G), once or twice (each set then rounded up to 1024 bytes), S^T hi + lo
+/// [32][dk], vnew and its decayed copy hi + lo [32][64] (f16), 16 reduction slots, two
+/// mbarriers a set, and 1024 bytes of slack for the blocks' alignment.
+pub fn scan_smem_bytes(dk: i64, stages: i64) -> u32 {
+    let copied = 2 * 64 * dk * 2 // wt, qt
         + dk * 64 * 2 // kt
         + 2 * 64 * 64 * 2 // ph, pl
+        + 64 * 32 * 4 // ub
+        + 64 * 4; // gb
+    let sets = if stages == 2 {
+        2 * ((copied + 1023) / 1024 * 1024)
+    } else {
+        copied
+    };
+    let o = sets
         + 2 * 32 * dk * 2 // sh, sl
         + 4 * 32 * 64 * 2 // vh, vl, xh, xl
-        + 64 * 32 * 4 // ub
-        + 64 * 4 // gb
         + 16 * 4 // red
-        + 2 * 8 // two mbarriers
+        + stages * 2 * 8 // two mbarriers a set
         + 1024;
     o as u32
 }
@@ -89,10 +97,12 @@ pub fn geometry_asserts() -> String {
             "static_assert(delta_prep_smem_bytes({dk}) == {}, \"delta prep smem differs from delta.rs\");\n",
             prep_smem_bytes(dk)
         );
-        s += &format!(
-            "static_assert(delta_scan_smem_bytes({dk}) == {}, \"delta scan smem differs from delta.rs\");\n",
-            scan_smem_bytes(dk)
-        );
+        for stages in [1, 2] {
+            s += &format!(
+                "static_assert(delta_scan_smem_bytes({dk}, {stages}) == {}, \"delta scan smem differs from delta.rs\");\n",
+                scan_smem_bytes(dk, stages)
+            );
+        }
     }
     for (t, hk, hv, dk, dv) in [
         (512, 16, 32, 128, 128),
@@ -256,14 +266,21 @@ pub fn delta_rule_with(
             &a,
         )
     }?;
+    let (scan, stages) = if b.options.delta_ring {
+        (b.kernels.delta_rule_chunk_scan2, 2)
+    } else {
+        (b.kernels.delta_rule_chunk_scan, 1)
+    };
     // SAFETY: as for the prep, grid (Hv, dv / DELTA_NS); it reads what the prep wrote to the
-    // workspace, earlier on the same stream.
+    // workspace, earlier on the same stream. Either scan kernel takes the same arguments; its
+    // shared memory is delta.cu's size for dk and its stages (asserted at kernel build), within
+    // the limit `configure` raised for that kernel.
     unsafe {
         launch(
-            b.kernels.delta_rule_chunk_scan,
+            scan,
             (v_heads as u32, slices, 1),
             (256, 1, 1),
-            scan_smem_bytes(dk),
+            scan_smem_bytes(dk, stages),
             s,
             &a,
         )
