@@ -18,7 +18,14 @@ cargo clippy --workspace --all-targets --features tally/llama -- -D warnings
 # Coverage-guided fuzzing of GGUF reading, config validation and plan building, bounded (the
 # one-hour campaign's result is in docs/results/fuzz-model-file.md).
 scripts/fuzz.sh 60
+# The kernel-compile test leaves the CUBINs NVRTC built (exactly the backend's) in target/cubins.
+rm -rf target/cubins
+export TALLY_CUBIN_DIR="$PWD/target/cubins"
 cargo test --workspace --features tally/llama
+# Their machine code: no kernel reads or writes global memory before its griddepcontrol.wait, so
+# none can see a previous kernel's half-written output under programmatic dependent launch
+# (tools/cuda/pdl_audit.py; ~40 s).
+tools/cuda/pdl_audit.sh --cubins target/cubins
 # The chunked delta rule's CUDA kernels (prep on mma.sync, scan on wgmma) on the CPU emulator of
 # lab/gemm/emu, against a float64 reference, and the two-set scan (TALLY_DELTA_SCAN=ring) bit for
 # bit against the one-set scan (lab/delta/emu_test.cpp; ~20 s).

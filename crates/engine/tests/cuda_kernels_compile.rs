@@ -1,7 +1,8 @@
 //! Every CUDA kernel source compiles with NVRTC for sm_90a, with the host's checks appended (each
 //! argument struct's layout against its `#[repr(C)]` mirror, the launch geometry against the
 //! kernels' formulas) and the host's constants as `-D` defines, exactly as the backend builds
-//! them; and a wrong offset fails the build. Runs wherever libnvrtc and the CUDA headers are
+//! them; and a wrong offset fails the build. With TALLY_CUBIN_DIR set, the CUBINs are written
+//! there (`<source>.cubin`) for the PDL audit of their machine code (tools/cuda/pdl_audit.sh). Runs wherever libnvrtc and the CUDA headers are
 //! found (CI installs them from PyPI wheels); says so and passes where they are not, unless
 //! TALLY_REQUIRE_NVRTC is set.
 
@@ -45,6 +46,15 @@ fn every_kernel_source_compiles_for_sm_90a() {
             .unwrap_or_else(|e| panic!("{}: {e}", src.name));
         assert!(cubin.len() > 1000, "{}: suspiciously small CUBIN", src.name);
         cubins.push((src.name, cubin));
+    }
+    // The exact machine code the backend would load, for tools/cuda/pdl_audit.sh (scripts/test.sh
+    // sets TALLY_CUBIN_DIR and audits it after the tests).
+    if let Some(dir) = std::env::var_os("TALLY_CUBIN_DIR") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("TALLY_CUBIN_DIR");
+        for (name, cubin) in &cubins {
+            std::fs::write(dir.join(format!("{name}.cubin")), cubin).expect("write cubin");
+        }
     }
     // Every kernel the backend resolves when it opens is a symbol of the source it names (a
     // misspelt or moved kernel fails here, not on the GPU's first call): the symbol table holds
