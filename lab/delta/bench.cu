@@ -403,19 +403,29 @@ struct DeltaResult {
 };
 
 // Runs one path on fresh device copies; returns errors vs the reference.
+// o and the final state from the initial state (outputs and workspace poisoned first): the
+// chunked path (with two: the two-set scan) or token by token.
+static void run_outputs(const DeltaInputs& in, DeltaDev& d, int R, bool chunked, bool two, std::vector<float>& o,
+                        std::vector<float>& st) {
+    const int cols = in.s.Hv * in.s.dv;
+    CK(cudaMemcpy(d.state, in.s0.data(), in.s0.size() * 4, cudaMemcpyHostToDevice));
+    poison(d.o, (size_t)std::max(R, 1) * cols * 4);
+    poison(d.work, d.work_floats * 4);
+    const DeltaArgs a = delta_args(in, d, R);
+    if (chunked) launch_chunked(a, true, two);
+    else launch_step(a, true);
+    o.resize((size_t)R * cols);
+    st.resize(in.s0.size());
+    CK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(st.data(), d.state, st.size() * 4, cudaMemcpyDeviceToHost));
+}
+
 static DeltaResult run_delta(const DeltaInputs& in, DeltaDev& d, int R, bool chunked,
                              const std::vector<double>& oref, const std::vector<double>& sref, bool verbose) {
     const DeltaShape s = in.s;
     const int cols = s.Hv * s.dv;
-    CK(cudaMemcpy(d.state, in.s0.data(), in.s0.size() * 4, cudaMemcpyHostToDevice));
-    poison(d.o, (size_t)std::max(R, 1) * cols * 4);
-    poison(d.work, d.work_floats * 4);
-    DeltaArgs a = delta_args(in, d, R);
-    if (chunked) launch_chunked(a, true);
-    else launch_step(a, true);
-    std::vector<float> o((size_t)R * cols), st(in.s0.size());
-    CK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(st.data(), d.state, st.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> o, st;
+    run_outputs(in, d, R, chunked, false, o, st);
     DeltaResult r;
     r.o = compare(o.data(), oref.data() + (size_t)(in.T - R) * cols, o.size());
     r.s = compare(st.data(), sref.data(), st.size());
@@ -508,18 +518,6 @@ static double time_ms(F f, int reps = 20) {
     return median(ts);
 }
 
-// o and the final state of the chunked path from the initial state, with the one- or two-set scan.
-static void chunked_outputs(const DeltaInputs& in, DeltaDev& d, int R, bool two, std::vector<float>& o,
-                            std::vector<float>& st) {
-    CK(cudaMemcpy(d.state, in.s0.data(), in.s0.size() * 4, cudaMemcpyHostToDevice));
-    poison(d.o, (size_t)std::max(R, 1) * in.s.Hv * in.s.dv * 4);
-    launch_chunked(delta_args(in, d, R), true, two);
-    o.resize((size_t)R * in.s.Hv * in.s.dv);
-    st.resize(in.s0.size());
-    CK(cudaMemcpy(o.data(), d.o, o.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(st.data(), d.state, st.size() * 4, cudaMemcpyDeviceToHost));
-}
-
 static void delta_timing(bool quick) {
     printf("\n== delta rule: timing (Hk=16 Hv=32 dk=dv=128, R=T, g in [-2,0], median of 20, CUDA events) ==\n");
     printf("   effective FLOPs = 7*T*Hv*dk*dv (decay, S^T k, update, S^T q, token by token)\n");
@@ -550,8 +548,8 @@ static void delta_timing(bool quick) {
         const double ts = time_ms([&] { launch_scan(a, false, false); });
         const double ts2 = time_ms([&] { launch_scan(a, false, true); });
         std::vector<float> o1, s1, o2, s2;
-        chunked_outputs(in, d, T, false, o1, s1);
-        chunked_outputs(in, d, T, true, o2, s2);
+        run_outputs(in, d, T, true, false, o1, s1);
+        run_outputs(in, d, T, true, true, o2, s2);
         const bool same = o1.size() == o2.size() && s1.size() == s2.size() &&
                           !memcmp(o1.data(), o2.data(), o1.size() * 4) && !memcmp(s1.data(), s2.data(), s1.size() * 4);
         check(same, (std::string(name) + ": scan2 bit for bit").c_str());

@@ -14,9 +14,9 @@
 # Exit codes: 0 clean, 1 a finding, 2 bad usage or a missing tool.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cu13=${TALLY_CU13:-/opt/cu13}
-[ -w "$cu13" ] || [ -w "$(dirname "$cu13")" ] || cu13="${XDG_CACHE_HOME:-$HOME/.cache}/tally/cu13"
-ndir=${TALLY_NVDISASM_DIR:-$cu13-nvdisasm}
+# The CUDA wheels' folder as setup-cuda-local.sh chose it (it prints its include path).
+eval "$(scripts/setup-cuda-local.sh --nvrtc-only)"
+ndir=${TALLY_NVDISASM_DIR:-${TALLY_CUDA_INCLUDE%/nvidia/cu13/include}-nvdisasm}
 nvdisasm="$ndir/nvidia/cu13/bin/nvdisasm"
 if [ ! -x "$nvdisasm" ]; then
     echo "pdl audit: installing nvdisasm (nvidia-cuda-nvdisasm 13.2.78) into $ndir" >&2
