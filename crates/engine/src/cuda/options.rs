@@ -218,8 +218,8 @@ pub struct CudaOptions {
     /// `TALLY_DELTA_SCAN=ring`: the chunked delta rule's scan on `delta_rule_chunk_scan2`
     /// (two sets of its copied operands, each chunk's bulk copies issued a whole chunk ahead
     /// instead of half a chunk; the same outputs bit for bit: lab/delta/emu_test.cpp).
-    /// Opt-in until measured on a GPU (written 2026-12-07 without one; `=single` is the
-    /// default, the one-set scan).
+    /// Opt-in (`=single` is the default, the one-set scan): measured in stop 50 (H100), the
+    /// scan 3% faster at 8,192 tokens and prefill within noise, for 75 KB more shared memory.
     pub delta_ring: bool,
 }
 
