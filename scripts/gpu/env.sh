@@ -106,6 +106,19 @@ ncu_prefill() {
     row "ncu pp$2" "$(head -1 "$OUT/kernels-pp$2.txt") ($(el))"
     gzip -f "$OUT/ncu-pp$2.csv"
 }
+# ncu_step TAG FILE [BIN]: ncu's device time per kernel of a short generation of FILE on CUDA
+# (a 9-word prompt's prefill + 3 decode steps; clocks and caches left alone, kernels serialised)
+# with BIN (default $TALLY_NOPEER; prefix the call with variables to set options) into
+# $OUT/step-TAG.txt (tools/gpu/ncu_step.py: the last full decode step per kernel), with a row.
+ncu_step() {
+    command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
+    timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --log-file "$OUT/ncu-$1.csv" "${3:-$TALLY_NOPEER}" generate --model "$2" --tokenizer crates/text/tests/data/tiny.gguf \
+        --backend cuda --prompt "The quick brown fox jumps over the lazy dog" -n 4 --temp 0 --ignore-eos > "$OUT/ncu-$1.out" 2>&1
+    python3 tools/gpu/ncu_step.py "$OUT/ncu-$1.csv" > "$OUT/step-$1.txt" 2>&1
+    gzip -f "$OUT/ncu-$1.csv"
+    row "ncu step $1" "$(grep 'last full' "$OUT/step-$1.txt") ($(el))"
+}
 # ab_start JOB TAR: the start of an A/B script: .carry/TAR.tar.xz unpacked into .carry (bin/tally
 # the change, bin/tally-base the base, kcache; llama-lib, llama.cpp's libraries for a tally built
 # with the dynamic-link peer, put on LD_LIBRARY_PATH when it came), TALLY and TALLY_NOPEER the

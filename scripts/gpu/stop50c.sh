@@ -28,16 +28,8 @@ done
 row "digests l4 base/new" "$(logits_same "$OUT" l4 base new) ($(el))"
 timeout 200 "$N" check --model "$MID" --backend cuda --tokens 300 -n 3 > "$OUT/check-mid.log" 2>&1
 row "check mid 300 tokens, new" "rc=$? ($(el))"
-command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-for v in base new; do
-    bin=$N; [ $v = base ] && bin=$B
-    timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --log-file "$OUT/ncu-$v.csv" "$bin" generate --model "$L4" --tokenizer crates/text/tests/data/tiny.gguf \
-        --backend cuda --prompt "The quick brown fox jumps over the lazy dog" -n 4 --temp 0 --ignore-eos > "$OUT/ncu-$v.out" 2>&1
-    python3 tools/gpu/ncu_step.py "$OUT/ncu-$v.csv" > "$OUT/step-$v.txt" 2>&1
-    gzip -f "$OUT/ncu-$v.csv"
-    row "ncu step $v" "$(grep 'last full' "$OUT/step-$v.txt") ($(el))"
-done
+ncu_step base "$L4" "$B"
+ncu_step new "$L4" "$N"
 pack
 synth_35b q4_k_m
 ab tg "$F" -p 512 -n 128

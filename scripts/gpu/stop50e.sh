@@ -20,15 +20,7 @@ ab_start s50e s50e
 mid_l4_files
 for v in off one; do TALLY_GEMV_WAVE=$v run_json "$v" "$L4"; done
 row "digests l4 off/one" "$(logits_same "$OUT" l4 off one) ($(el))"
-command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-for v in ${NCU_ARMS:-one}; do
-    TALLY_GEMV_WAVE=$v timeout 60 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --log-file "$OUT/ncu-$v.csv" "$N" generate --model "$L4" --tokenizer crates/text/tests/data/tiny.gguf \
-        --backend cuda --prompt "The quick brown fox jumps over the lazy dog" -n 4 --temp 0 --ignore-eos > "$OUT/ncu-$v.out" 2>&1
-    python3 tools/gpu/ncu_step.py "$OUT/ncu-$v.csv" > "$OUT/step-$v.txt" 2>&1
-    gzip -f "$OUT/ncu-$v.csv"
-    row "ncu step $v" "$(grep 'last full' "$OUT/step-$v.txt") ($(el))"
-done
+for v in ${NCU_ARMS:-one}; do TALLY_GEMV_WAVE=$v ncu_step "$v" "$L4" "$N"; done
 pack
 synth_35b q4_k_m
 for round in 1 2; do
