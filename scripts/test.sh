@@ -46,6 +46,10 @@ target/gemm_emu xs128 q4_k,q6_k
 # The persistent one-row GEMVs (gemvr_<t>, and gemvt_<t> fed by bulk copies) against gemv4_<t>,
 # bit for bit, every integer format (~25 s).
 target/gemm_emu gemvr | tail -n 1
+# The one-row integer GEMVs on their own kernels (gemvi_<t>, and mmvi_<t>: mmv's geometry on the
+# integer arithmetic) and their multi forms against gemv_<t>, bit for bit, every integer format,
+# K 256 to 2,048 (~1 min).
+target/gemm_emu int | tail -n 1
 target/delta_emu
 # The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
 # loop forms against norm_rows at 128 threads; add_rms_norm's register form, its loads as the

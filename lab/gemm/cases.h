@@ -28,10 +28,12 @@ typedef void (*GemmFn)(GemmArgs);
 // integer formats; grid gemvr_blocks, every x row in one block).
 enum { V_M128 = 0, V_M64 = 1, V_M32 = 2, V_GEMV = 3, V_MMV = 4, N_VARIANTS = 5, V_SIMT = 5, V_SIMT_M32 = 6, V_GEMV4 = 7,
        V_S16 = 8, V_S32 = 9, V_W32 = 10, V_W64 = 11, V_W128 = 12, V_GEMVR = 13, V_GEMVR4 = 14, V_X64 = 15, V_X128 = 16, V_X96 = 17, V_X32G = 18,
-       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21, V_XS128 = 22, V_GEMVT = 23, V_GEMVT2 = 24, V_GEMVT4 = 25 };
+       V_TF32 = 19, V_TF32_M32 = 20, V_X32 = 21, V_XS128 = 22, V_GEMVT = 23, V_GEMVT2 = 24, V_GEMVT4 = 25,
+       V_GEMVI = 26, V_MMVI = 27 };
 inline const char* variant_name(int v) {
     static const char* n[] = {"m128", "m64", "m32", "gemv", "mmv", "simt", "simt32", "gemv4", "s16", "s32", "w32", "w64", "w128",
-                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32", "xs128", "gemvt", "gemvt2", "gemvt4"};
+                              "gemvr", "gemvr4", "x64", "x128", "x96", "x32g", "tf32", "tf32m32", "x32", "xs128", "gemvt", "gemvt2", "gemvt4",
+                              "gemvi", "mmvi"};
     return n[v];
 }
 inline bool variant_swap(int v) { return v == V_S16 || v == V_S32; }
@@ -63,7 +65,9 @@ inline size_t variant_smem(int type, int v) {
     if (v == V_XS128) return size_t(WSX_SMEM_BYTES(type));
     if (variant_wgx(v)) return size_t(WGX_SMEM_BYTES_K(type, variant_bm(v), variant_kmax(v)));
     if (variant_wg(v)) return size_t(WG_SMEM_BYTES(type, variant_bm(v)));
-    return v == V_GEMV || v == V_GEMV4 || v == V_MMV || variant_simt(v) ? 0 : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
+    return v == V_GEMV || v == V_GEMV4 || v == V_MMV || v == V_GEMVI || v == V_MMVI || variant_simt(v)
+               ? 0
+               : size_t(GEMM_SMEM_BYTES(type, variant_bm(v)));
 }
 #define LAB_KERNELS(name)                                                                      \
     switch (v) {                                                                               \
@@ -77,6 +81,8 @@ inline size_t variant_smem(int type, int v) {
         case V_GEMVT: return gemvt_##name;                                                     \
         case V_GEMVT2: return gemvt2_##name;                                                   \
         case V_GEMVT4: return gemvt4_##name;                                                   \
+        case V_GEMVI: return gemvi_##name;                                                     \
+        case V_MMVI: return mmvi_##name;                                                       \
         case V_S16: return gemm_##name##_s16;                                                  \
         case V_S32: return gemm_##name##_s32;                                                  \
         case V_W32: return gemm_##name##_w32;                                                  \

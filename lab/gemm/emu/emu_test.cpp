@@ -551,6 +551,157 @@ static int test_expert_side_by_side(int type, ref::Rng& rng) {
     return bad ? 1 : 0;
 }
 
+// gemvi_<t> / gemvi_multi_<t> (the integer GEMV body alone, more blocks a multiprocessor) and
+// mmvi_<t> / mmvi_multi_<t> (mmv's geometry on the integer arithmetic) against gemv_<t>, every
+// output bit for bit: dense (2 x rows, grid.y), one-row MoE tiles from the ids, paired gate/up
+// (gemvi), two segments of one multi launch; K 256 to 2,048 for gemvi, 256 to 1,024 for mmvi
+// (use_mmv's K); grids and block sizes other than the reference's. Poisoned outputs.
+typedef void (*MultiIntFn)(MultiGemvArgs);
+static void int_multi_fns(int type, MultiIntFn& gi, MultiIntFn& mi) {
+    switch (type) {
+#define INT_CASE(T, name)             \
+    case T:                           \
+        gi = gemvi_multi_##name;      \
+        mi = mmvi_multi_##name;       \
+        return;
+        INT_CASE(ref::Q4_K, q4_k)
+        INT_CASE(ref::Q5_K, q5_k)
+        INT_CASE(ref::Q6_K, q6_k)
+        INT_CASE(ref::Q8_0, q8_0)
+        INT_CASE(ref::Q4_0, q4_0)
+        INT_CASE(ref::Q4_1, q4_1)
+        INT_CASE(ref::Q5_0, q5_0)
+        INT_CASE(ref::Q5_1, q5_1)
+        INT_CASE(ref::IQ4_NL, iq4_nl)
+        INT_CASE(ref::IQ4_XS, iq4_xs)
+        INT_CASE(ref::MXFP4, mxfp4)
+        INT_CASE(ref::Q2_K, q2_k)
+        INT_CASE(ref::Q3_K, q3_k)
+#undef INT_CASE
+        default: gi = mi = nullptr;
+    }
+}
+static int test_int_kernels(int type, int K, ref::Rng& rng) {
+    const int N = 100, E = 6, topk = 3, M = 2;
+    const int64_t rb = ref::row_bytes(type, K);
+    const bool mmvi = K <= 1024;
+    MultiIntFn gi_multi, mi_multi;
+    int_multi_fns(type, gi_multi, mi_multi);
+    std::vector<float> x(size_t(M) * K);
+    for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
+    EmuBackend b;
+    long long bad = 0, total = 0;
+    auto check = [&](const float* got, const float* want, size_t n) {
+        for (size_t i = 0; i < n; i++) bad += std::memcmp(&got[i], &want[i], 4) != 0 || want[i] != want[i];
+        total += n;
+    };
+    const float* dx = b.upload(x);
+    // Case 0: dense over M x rows (grid.y); case 1: one-row MoE tiles from the ids (x row t /
+    // x_div); case 2: dense, paired with a second weight (gate and up rows of a column, y3 the
+    // SwiGlu), gemvi only.
+    GemmArgs seg[2];
+    float* want_seg[2];
+    size_t ny_seg[2];
+    for (int c = 0; c < 3; c++) {
+        const bool moe = c == 1, paired = c == 2;
+        const int rows = moe ? topk : M;
+        GemmArgs a{};
+        a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * N, K, rng));
+        a.w_row_bytes = rb;
+        a.w_expert_bytes = moe ? rb * N : 0;
+        a.x = dx;
+        a.ldx = K;
+        a.M = rows;
+        a.N = N;
+        a.K = K;
+        a.x_div = moe ? topk : 1;
+        if (moe) {
+            a.n_expert = E;
+            a.tile_expert = b.upload(ref::route_random(1, topk, E, rng));
+        }
+        const size_t ny = size_t(rows) * N;
+        float* want = b.alloc<float>(ny);
+        float* got = b.alloc<float>(ny);
+        float *want2 = nullptr, *got2 = nullptr, *want3 = nullptr, *got3 = nullptr;
+        a.ldy = N;
+        if (paired) {
+            a.w2 = b.upload(ref::random_weights(type, N, K, rng));
+            want2 = b.alloc<float>(ny);
+            got2 = b.alloc<float>(ny);
+            want3 = b.alloc<float>(ny);
+            got3 = b.alloc<float>(ny);
+            a.ldy2 = a.ldy3 = N;
+        }
+        b.poison(want, ny);
+        a.y = want;
+        if (paired) {
+            b.poison(want2, ny);
+            b.poison(want3, ny);
+            a.y2 = want2;
+            a.y3 = want3;
+        }
+        const int cols = paired ? 8 : 16;  // 256 threads: 8 warps of 1 (paired) or 2 columns
+        b.gemm(gemm_fn(type, V_GEMV), unsigned((N + cols - 1) / cols), unsigned(rows), 256, 0, a);
+        // gemvi at 64 threads (2 warps: 2 or 4 columns a block).
+        b.poison(got, ny);
+        a.y = got;
+        if (paired) {
+            b.poison(got2, ny);
+            b.poison(got3, ny);
+            a.y2 = got2;
+            a.y3 = got3;
+        }
+        const int cols64 = paired ? 2 : 4;
+        b.gemm(gemm_fn(type, V_GEMVI), unsigned((N + cols64 - 1) / cols64), unsigned(rows), 64, 0, a);
+        check(got, want, ny);
+        if (paired) {
+            check(got2, want2, ny);
+            check(got3, want3, ny);
+            continue;
+        }
+        if (mmvi) {  // mmvi: 3 blocks walking the row steps grid-stride
+            b.poison(got, ny);
+            b.gemm(gemm_fn(type, V_MMVI), 3u, unsigned(rows), MMV_THREADS, 0, a);
+            check(got, want, ny);
+        }
+        seg[c] = a;
+        want_seg[c] = want;
+        ny_seg[c] = ny;
+    }
+    // Two segments (the MoE tiles beside the dense rows: grid.y = the larger) of one launch.
+    for (int which = 0; which < (mmvi ? 2 : 1); which++) {
+        MultiGemvArgs m{};
+        m.seg[0] = seg[1];
+        m.seg[1] = seg[0];
+        float* got0 = b.alloc<float>(ny_seg[1]);
+        float* got1 = b.alloc<float>(ny_seg[0]);
+        b.poison(got0, ny_seg[1]);
+        b.poison(got1, ny_seg[0]);
+        m.seg[0].y = got0;
+        m.seg[1].y = got1;
+        m.rw[0] = m.rw[1] = 2;
+        m.n_seg = 2;
+        const unsigned threads = which == 0 ? 128 : MMV_THREADS;
+        if (which == 0) {
+            const int cols = 2 * 4;
+            m.block_end[0] = (N + cols - 1) / cols;
+            m.block_end[1] = m.block_end[0] + (N + cols - 1) / cols;
+        } else {
+            m.block_end[0] = 2;
+            m.block_end[1] = 5;
+        }
+        m.block_end[2] = m.block_end[3] = m.block_end[1];
+        MultiIntFn f = which == 0 ? gi_multi : mi_multi;
+        emu::launch({unsigned(m.block_end[1]), unsigned(std::max(topk, M)), 1}, {threads, 1, 1}, [&] { f(m); });
+        check(got0, want_seg[1], ny_seg[1]);
+        check(got1, want_seg[0], ny_seg[0]);
+    }
+    std::printf("  %s gemvi%s %-6s K=%-4d (dense, MoE tiles, paired, multi): %lld of %lld outputs differ\n",
+                bad ? "FAIL" : "ok  ", mmvi ? " + mmvi" : "", ref::type_name(type), K, bad, total);
+    b.release();
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     // `pieces`: only the per-format front ends (pieces, dequant8, dequant_rows, dequant_f16).
@@ -578,6 +729,17 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "gemvr") {
         for (int t : ref::ALL_TYPES)
             if (gemvr_fn(t, false)) fails += test_gemvr(t, rng);
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
+    // "int": gemvi_<t> / mmvi_<t> and their multi forms against gemv_<t>, every integer format.
+    if (argc > 1 && std::string(argv[1]) == "int") {
+        for (int t : ref::ALL_TYPES) {
+            MultiIntFn gi, mi;
+            int_multi_fns(t, gi, mi);
+            if (gi == nullptr) continue;
+            for (int K : {256, 512, 1024, 2048}) fails += test_int_kernels(t, K, rng);
+        }
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }

@@ -49,9 +49,17 @@ pub struct GemmSet {
     pub gemvt: [Kernel; 3],
     /// Up to four GEMVs of one input in one launch (`MultiGemvArgs`; the same sums as `gemv`).
     pub gemv_multi: Kernel,
+    /// `gemv` and `gemv_multi` (one x row a block, 2 rows a warp) on the integer body alone
+    /// (`gemvi_<t>`, `gemvi_multi_<t>`: more blocks a multiprocessor; the same sums).
+    pub gemvi: Kernel,
+    pub gemvi_multi: Kernel,
     pub mmv: Kernel,
     /// Up to four `mmv_<t>` launches in one (`MultiGemvArgs`; the same sums as `mmv`).
     pub mmv_multi: Kernel,
+    /// `mmv` and `mmv_multi` on the integer body (`mmvi_<t>`, `mmvi_multi_<t>`: gemv_<t>'s sums
+    /// bit for bit at K <= 1,024, every use of mmv).
+    pub mmvi: Kernel,
+    pub mmvi_multi: Kernel,
     /// The swapped tile `gemm_<t>_s32` (weights on the MMA's A side, tiles of 32 x rows).
     pub swap: Kernel,
     /// The swapped tile on wgmma and its x-resident form for K <= 512 (x from `x_f16_perm`), in
@@ -232,8 +240,12 @@ impl Kernels {
                     k(format!("gemvt4_{t}"))?,
                 ],
                 gemv_multi: k(format!("gemv_multi_{t}"))?,
+                gemvi: k(format!("gemvi_{t}"))?,
+                gemvi_multi: k(format!("gemvi_multi_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
                 mmv_multi: k(format!("mmv_multi_{t}"))?,
+                mmvi: k(format!("mmvi_{t}"))?,
+                mmvi_multi: k(format!("mmvi_multi_{t}"))?,
                 swap: k(format!("gemm_{t}_s32"))?,
                 wg: [
                     k(format!("gemm_{t}_w32"))?,

@@ -96,6 +96,19 @@ pub struct CudaOptions {
     /// `gemvr4_<t>` (each weight byte read once for all rows; gemv4_<t>'s sums bit for bit).
     /// On unless `TALLY_GEMVR=off`.
     pub gemvr: bool,
+    /// The one-row integer GEMVs (`gemv_<t>` / `gemv4_<t>` / `gemv_multi_<t>` where they take
+    /// the integer body: an integer format, K <= `GEMV_QK_MAX`) on `gemvi_<t>` /
+    /// `gemvi_multi_<t>`, that body alone at 2 rows a warp, compiled for up to 4 blocks a
+    /// multiprocessor (gemm.cu `GEMVI_MIN_BLOCKS`) instead of 2: the same sums bit for bit.
+    /// Off unless `TALLY_GEMVI=on` until measured on a GPU (with it on, `TALLY_GEMV_RW` and
+    /// `TALLY_GEMV_BLOCKS` apply only to the GEMVs it does not take).
+    pub gemvi: bool,
+    /// The MoE down projections and other K <= 1,024 GEMVs of integer formats that take
+    /// `mmv_<t>` / `mmv_multi_<t>` (f32 arithmetic) on `mmvi_<t>` / `mmvi_multi_<t>`: mmv's
+    /// geometry with gemv_int_body's integer arithmetic (x quantised once a block into shared
+    /// memory), the outputs gemv_<t>'s bit for bit, compiled for `MMVI_MIN_BLOCKS(T)` blocks.
+    /// Off unless `TALLY_MMVI=on` until measured on a GPU.
+    pub mmvi: bool,
     /// The bulk-fed GEMV (gemm.cu `gemvt_body`: each warp's rows arrive by one bulk copy, S
     /// groups ahead; gemvr's sums bit for bit) for the GEMVs that would take `gemvr_<t>` /
     /// `gemvr4_<t>`, where their rows fit its shared-memory ring: the weight rows a warp of the
@@ -293,6 +306,8 @@ impl Default for CudaOptions {
             add_norm_loads: AddNormLoads::Early,
             add_norm_blocks: 2,
             gemvr: true,
+            gemvi: false,
+            mmvi: false,
             gemvt: 4,
             wgx: true,
             f16_keep: true,
@@ -431,6 +446,8 @@ impl CudaOptions {
                 .ok_or_else(|| bad("TALLY_ADD_NORM_BLOCKS", &v, "1 to 4"))?;
         }
         o.gemvr = on_off("TALLY_GEMVR", o.gemvr)?;
+        o.gemvi = on_off("TALLY_GEMVI", o.gemvi)?;
+        o.mmvi = on_off("TALLY_MMVI", o.mmvi)?;
         match get("TALLY_GEMVT").as_deref() {
             None | Some("") => {}
             Some("off") => o.gemvt = 0,
@@ -613,6 +630,8 @@ impl CudaOptions {
             ),
             format!("add_norm_blocks={}", self.add_norm_blocks),
             format!("gemvr={}", on(self.gemvr)),
+            format!("gemvi={}", on(self.gemvi)),
+            format!("mmvi={}", on(self.mmvi)),
             format!(
                 "gemvt={}",
                 match self.gemvt {
@@ -696,6 +715,8 @@ mod tests {
                 "add_norm_loads=early",
                 "add_norm_blocks=2",
                 "gemvr=on",
+                "gemvi=off",
+                "mmvi=off",
                 "gemvt=4",
                 "wgx=on",
                 "f16_keep=on",
@@ -731,12 +752,16 @@ mod tests {
             ("TALLY_NORM", "block"),
             ("TALLY_ADD_NORM", "loop"),
             ("TALLY_GEMVR", "off"),
+            ("TALLY_GEMVI", "on"),
+            ("TALLY_MMVI", "on"),
             ("TALLY_WGX", "off"),
             ("TALLY_F16_KEEP", "off"),
             ("TALLY_GATED", "off"),
         ])
         .expect("options");
         assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
+        assert!(o.gemvi && opts(&[("TALLY_GEMVI", "2")]).is_err());
+        assert!(o.mmvi && opts(&[("TALLY_MMVI", "int")]).is_err());
         assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
         assert!(!o.f16_keep && opts(&[("TALLY_F16_KEEP", "1")]).is_err());
         assert!(!o.gated && opts(&[("TALLY_GATED", "no")]).is_err());

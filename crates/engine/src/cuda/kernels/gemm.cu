@@ -1527,6 +1527,16 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
 #define MMV_MIN_BLOCKS 2
 #endif
 #define GEMM_M32_MIN_BLOCKS(T) ((T) == QT_Q6_K || (T) == QT_Q3_K ? 2 : 3)
+// Blocks per multiprocessor of gemvi_<t> / gemvi_multi_<t> (the integer body alone, 2 rows a
+// warp): without gemv_<t>'s f32 body and gemv_multi's multi-row body beside it (95-117
+// registers, 2 blocks), ptxas fits the integer body in 64 registers with no spills for Q4_K,
+// the 32-element and codebook formats and Q2_K (4 blocks: 32 warps a multiprocessor), Q5_K and
+// Q8_0 in 80 (3); Q6_K and Q3_K spill below 128 (2, as gemv_<t>). Measured with nvcc -Xptxas -v
+// at sm_90a (2026-12-07).
+#define GEMVI_MIN_BLOCKS(T)                                                                      \
+    ((T) == QT_Q6_K || (T) == QT_Q3_K || (T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16 ? 2  \
+     : (T) == QT_Q5_K || (T) == QT_Q8_0                                                 ? 3  \
+                                                                                         : 4)
 
 // The lab's variants of the wgmma tiles (nvcc builds), not compiled into the engine: w64, x32g.
 #ifdef TALLY_NVRTC
@@ -1630,7 +1640,46 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MULTI_MIN_BLOCKS) gemv_multi_##name(MultiGemvArgs m) {     \
         pdl_enter_prefetch(gemv_multi_range(m));                                                     \
         gemv_multi_body<T>(m);                                                                       \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMVI_MIN_BLOCKS(T)) gemvi_##name(GemmArgs a) {            \
+        pdl_enter_prefetch(gemv_dense_range(a, blockIdx.x, 2));                                      \
+        gemvi_body<T>(a, static_cast<int>(blockIdx.x));                                              \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMVI_MIN_BLOCKS(T)) gemvi_multi_##name(MultiGemvArgs m) { \
+        pdl_enter_prefetch(gemv_multi_range(m));                                                     \
+        gemvi_multi_body<T>(m);                                                                      \
     }
+
+// gemvi_<t>: gemv_<t> (2 rows a warp, or paired) where it takes its integer body (an integer
+// format, K <= GEMV_QK_MAX; the host launches it only there), that body alone, so that its
+// launch bound can ask for GEMVI_MIN_BLOCKS(T) blocks a multiprocessor: the same bits as
+// gemv_<t> and gemv4_<t> (gemv_int_body's sums do not depend on RW). Anything else (a float
+// type: gemv_<t>'s body; K > GEMV_QK_MAX: nothing written) is not what the host launches.
+template <int T>
+__device__ __forceinline__ void gemvi_body(const GemmArgs& a, const int bx) {
+    if constexpr (qt_has_bytes(T)) {
+        if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
+        if (a.w2 != nullptr && (a.layout != 0 || !a.y2)) return;
+        if (a.K > GEMV_QK_MAX) return;
+        gemv_int_body<T, 2>(a, bx);
+    } else {
+        gemv_body<T, 2>(a, bx);
+    }
+}
+// gemvi_multi_<t>: gemv_multi_<t> of one x row a block (mr 0) with every segment at 2 rows a
+// warp, on gemvi_body (segments at another rw, or mr > 1: nothing written).
+template <int T>
+__device__ __forceinline__ void gemvi_multi_body(const MultiGemvArgs& m) {
+    int s, bx, gx;
+    if (m.mr > 1 || !multi_segment(m, s, bx, gx)) return;
+#pragma unroll
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
+        if (s == j) {
+            if (m.rw[j] == 2) gemvi_body<T>(m.seg[j], bx);
+            return;
+        }
+    }
+}
 
 // One inlined body per segment (constant indices: the arguments stay in the parameter bank).
 template <int T>
@@ -1717,13 +1766,21 @@ __host__ __device__ constexpr int mmv_rows_per_step(int type, int K) {
 
 // bx, gx: the block's index among the launch's (or its segment's) grid.x blocks, and their
 // number (the grid-stride loop's start and stride).
-template <int T>
+//
+// INT (mmvi_<t>, integer formats, K <= GEMV_QK_MAX): each x row quantised once per block into
+// shared memory as gemv_int_body does (gemv_quantize_x), each thread's piece of it kept in
+// registers, and each (piece, row) product gemv_int_body's (gemv_piece_dot, added to 0.0f): for
+// tpr <= 32 (K <= 1,024, every use of mmv: use_mmv) the group's xor tree over its tpr lanes is
+// the tree warp_sum applies to gemv_int_body's lanes (the lanes past P hold 0.0f), so every
+// output is gemv_<t>'s bit for bit. About a third of the f32 body's instructions per weight byte.
+template <int T, bool INT = false>
 __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const int gx) {
     constexpr int U = MMV_UNROLL(T);
     constexpr int NW = MMV_THREADS / 32;
     if (!gemm_args_ok(a, qt_block_elems(T) > 32 ? qt_block_elems(T) : 32)) return;
     const int P = a.K / 32;
     if (P > MMV_THREADS) return;
+    if (INT && a.K > GEMV_QK_MAX) return;
     const int tpr = mmv_tpr(a.K);
     const int groups = MMV_THREADS / tpr;
     const int g = threadIdx.x / tpr, p = threadIdx.x % tpr;
@@ -1743,8 +1800,19 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
         int xrow, yrow;
         if (!gemm_row(a, start, i, xrow, yrow)) continue;  // block-uniform
         const float* xr = a.x + static_cast<i64>(xrow) * a.ldx;
-        float xv[32], xs0, xs1;
-        gemv_x_piece<T>(xr, pp, xvec, xv, xs0, xs1);
+        float xv[INT ? 1 : 32], xs0 = 0.0f, xs1 = 0.0f;
+        u32 xw[INT ? 16 : 1];
+        uint4 xm = make_uint4(0u, 0u, 0u, 0u);
+        if constexpr (INT) {
+            GemvX& sx = gemv_x_smem();
+            __syncthreads();  // the previous row's readers are done with sx
+            gemv_quantize_x<T>(xr, a.K, xvec, sx.q, sx.m);
+            __syncthreads();
+            gemv_x_piece(sx.q, pp, xw);
+            xm = sx.m[pp];
+        } else {
+            gemv_x_piece<T>(xr, pp, xvec, xv, xs0, xs1);
+        }
         for (int step = bx; step < steps; step += gx) {
             const int n0 = step * rows_per_step + g;  // this thread's rows: n0 + groups * u
             Piece<T> pc[U];
@@ -1756,15 +1824,22 @@ __device__ __forceinline__ void mmv_body(const GemmArgs& a, const int bx, const 
             float acc[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float v[32], sc[2], off[2];
-                gemv_parts<T>(pc[u], pp, v, sc, off);
-                float d0 = 0.0f, d1 = 0.0f;
+                if constexpr (INT) {
+                    u32 b[8];
+                    float sc[2], off[2];
+                    gemv_bytes<T>(pc[u], pp, b, sc, off);
+                    acc[u] = active ? 0.0f + gemv_piece_dot<gemv_zo<T>()>(xw, xm, b, sc, off) : 0.0f;
+                } else {
+                    float v[32], sc[2], off[2];
+                    gemv_parts<T>(pc[u], pp, v, sc, off);
+                    float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
-                for (int j = 0; j < 16; j++) {
-                    d0 = fmaf(xv[gemv_elem<T>(j)], v[j], d0);
-                    d1 = fmaf(xv[gemv_elem<T>(16 + j)], v[16 + j], d1);
+                    for (int j = 0; j < 16; j++) {
+                        d0 = fmaf(xv[gemv_elem<T>(j)], v[j], d0);
+                        d1 = fmaf(xv[gemv_elem<T>(16 + j)], v[16 + j], d1);
+                    }
+                    acc[u] = active ? sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1 : 0.0f;
                 }
-                acc[u] = active ? sc[0] * d0 + off[0] * xs0 + sc[1] * d1 + off[1] * xs1 : 0.0f;
             }
             if (tpr <= 32) {
 #pragma unroll
@@ -1834,19 +1909,30 @@ __device__ __forceinline__ L2Ranges mmv_multi_range(const MultiGemvArgs& m) {
     }
     return L2Ranges{{nullptr, nullptr}, {0, 0}};
 }
-template <int T>
+template <int T, bool INT = false>
 __device__ __forceinline__ void mmv_multi_body(const MultiGemvArgs& m) {
     int s, bx, gx;
     if (!multi_segment(m, s, bx, gx)) return;
 #pragma unroll
     for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
         if (s == j) {
-            mmv_body<T>(m.seg[j], bx, gx);
+            mmv_body<T, INT>(m.seg[j], bx, gx);
             return;
         }
     }
 }
 
+// Blocks per multiprocessor of mmvi_<t> / mmvi_multi_<t> (mmv's integer body): the most that
+// ptxas fits without spilling (nvcc -Xptxas -v at sm_90a, 2026-12-07): 4 for Q6_K (2 pieces in
+// flight, 64 registers), 3 for Q4_K, Q8_0, IQ4_XS, Q4_1 and Q2_K (75-80 registers), 2 for the
+// others (MXFP4, Q5_K, Q3_K, Q4_0, Q5_0, Q5_1, IQ4_NL spill at 3). The float types have no
+// integer body (mmv's, at 2).
+#define MMVI_MIN_BLOCKS(T)                                                                                 \
+    ((T) == QT_Q6_K ? 4                                                                                    \
+     : (T) == QT_MXFP4 || (T) == QT_Q5_K || (T) == QT_Q3_K || (T) == QT_Q4_0 || (T) == QT_Q5_0            \
+             || (T) == QT_Q5_1 || (T) == QT_IQ4_NL || (T) == QT_F32 || (T) == QT_F16 || (T) == QT_BF16       \
+         ? 2                                                                                               \
+         : 3)
 #define TALLY_MMV_KERNEL(name, T)                                                               \
     extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_MIN_BLOCKS) mmv_##name(GemmArgs a) {       \
         pdl_enter_prefetch(mmv_dense_range<T>(a, blockIdx.x, gridDim.x));                       \
@@ -1855,6 +1941,14 @@ __device__ __forceinline__ void mmv_multi_body(const MultiGemvArgs& m) {
     extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_MIN_BLOCKS) mmv_multi_##name(MultiGemvArgs m) { \
         pdl_enter_prefetch(mmv_multi_range<T>(m));                                              \
         mmv_multi_body<T>(m);                                                                   \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMVI_MIN_BLOCKS(T)) mmvi_##name(GemmArgs a) {  \
+        pdl_enter_prefetch(mmv_dense_range<T>(a, blockIdx.x, gridDim.x));                       \
+        mmv_body<T, qt_has_bytes(T)>(a, blockIdx.x, gridDim.x);                                 \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMVI_MIN_BLOCKS(T)) mmvi_multi_##name(MultiGemvArgs m) { \
+        pdl_enter_prefetch(mmv_multi_range<T>(m));                                              \
+        mmv_multi_body<T, qt_has_bytes(T)>(m);                                                  \
     }
 TALLY_MMV_KERNEL(q4_k, QT_Q4_K)
 TALLY_MMV_KERNEL(q5_k, QT_Q5_K)

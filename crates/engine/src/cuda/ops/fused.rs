@@ -42,8 +42,8 @@ use tally_model::{Node, Op, OutLayout, Plan};
 use super::delta;
 use super::elementwise::shared_gate_threads;
 use super::matmul::{
-    WgTile, gemv_grid, gemv_is_int, gemv_min_threads, gemv_rows_per_warp, layout_code, runs_gemv,
-    runs_mmv, wg_tile_smem_if_fits,
+    WgTile, gemv_grid, gemv_is_int, gemv_min_threads, gemv_rows_per_warp, gemv2_kernel,
+    layout_code, mmv_kernel, runs_gemv, runs_mmv, use_gemvi, wg_tile_smem_if_fits,
 };
 use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
@@ -492,14 +492,15 @@ fn paired(
     };
     let (gx, threads) = gemv_grid(p.n, 1, p.tiles, b.props.sm_count, p.min_threads);
     let grid = (gx, p.tiles as u32, 1);
+    let f = gemv2_kernel(b, &p.set, p.ty, p.k);
     // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). gemv_<t> in
     // paired mode: grid.x covers the N output columns at threads / 32 per block (at most
     // GEMV_THREADS, the launch bound), grid.y the M rows (dense) or the T*k one-row tiles, pair t
     // of expert ids[t] (the contiguous T x k view checked in paired_launch, experts <
     // n_expert). Both weights hold N rows (x E experts) of row_bytes (checked there), x is the
     // shared input view, y and y2 the two projections' output views and y3 the SwiGlu node's
-    // (or null), in buffers `prepare` sized.
-    unsafe { launch(p.set.gemv, grid, (threads, 1, 1), 0, b.cu_stream(), &p.a) }?;
+    // (or null), in buffers `prepare` sized. gemvi_<t> has the same launch bound.
+    unsafe { launch(f, grid, (threads, 1, 1), 0, b.cu_stream(), &p.a) }?;
     Ok(true)
 }
 
@@ -529,21 +530,17 @@ fn expert_pairs(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
         b.props.sm_count,
         r.min_threads.max(sh.min_threads),
     );
+    let f = if use_gemvi(b, r.ty, r.k) {
+        r.set.gemvi_multi
+    } else {
+        r.set.gemv_multi
+    };
     // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
     // 0 is the routed paired launch's GemmArgs (one-row tiles from the router's ids, grid.y
     // its T*k tiles), segment 1 the shared expert's (dense, M rows <= the tiles; blocks with
     // grid.y >= M exit before touching memory); both checked by paired_launch as for their own
     // launches; a paired segment's blocks each cover threads / 32 columns (multi_args).
-    unsafe {
-        launch(
-            r.set.gemv_multi,
-            grid,
-            (threads, 1, 1),
-            0,
-            b.cu_stream(),
-            &a,
-        )
-    }?;
+    unsafe { launch(f, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
     Ok(6)
 }
 
@@ -743,22 +740,14 @@ fn expert_downs(
     a.seg[1] = dense;
     a.block_end[0] = gx_r as i32;
     let grid = (gx_r + gx_d, eg.max_tiles as u32, 1);
+    let f = mmv_kernel(b, &eg.set, eg.ty, eg.kk, true);
     // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
     // 0 is the routed node's own mmv_<t> arguments (expert_gemm: one-row tiles from the ids,
     // grid.y its max_tiles) over its first gx_r blocks, segment 1 the shared node's dense
     // mmv_<t> arguments (its weight of N rows of row_bytes, checked above; x and y its views)
     // over the next gx_d, each block count what its own launch takes; the dense segment's
     // blocks past its M <= max_tiles rows exit; K / 32 <= MMV_THREADS (use_mmv).
-    unsafe {
-        launch(
-            eg.set.mmv_multi,
-            grid,
-            (MMV_THREADS, 1, 1),
-            0,
-            b.cu_stream(),
-            &a,
-        )
-    }?;
+    unsafe { launch(f, grid, (MMV_THREADS, 1, 1), 0, b.cu_stream(), &a) }?;
     Ok(true)
 }
 
@@ -933,10 +922,16 @@ fn multi(
     })?;
     let x = b.view(plan, &first.inputs[0])?;
     let mr = multi_rows(b.options.gemv_mr, ty, k as usize, rows);
+    // One x row a block on the integer body: gemvi_multi_<t>, every segment at 2 rows a warp.
+    let gemvi = mr == 0 && use_gemvi(b, ty, k as usize);
     let mut args = Vec::with_capacity(segs.len());
     for &(j, w, row_bytes, n, (layout, head_dim, n_head)) in &segs {
         let y = b.view(plan, &plan.nodes[j].outputs[0])?;
-        let rw = if mr > 1 { 2 } else { gemv_rows_per_warp(b, n) };
+        let rw = if mr > 1 || gemvi {
+            2
+        } else {
+            gemv_rows_per_warp(b, n)
+        };
         args.push((
             n,
             rw,
@@ -958,6 +953,11 @@ fn multi(
     let grid_rows = if mr > 1 { 1 } else { rows };
     let (mut a, grid, threads) = multi_args(&args, grid_rows, b.props.sm_count, min_threads);
     a.mr = mr as i32;
+    let f = if gemvi {
+        set.gemvi_multi
+    } else {
+        set.gemv_multi
+    };
     // SAFETY: MultiGemvArgs mirrors gemm.cu's struct (layout asserted at kernel build). Segment
     // s is the argument set `gemv_<t>` would get for node index + s (dense, plain or q/gate
     // layout, 2 columns per warp): its weight holds N rows of row_bytes (checked above), x is the
@@ -965,8 +965,9 @@ fn multi(
     // block_end[s-1]..block_end[s] of grid.x, each covering rw[s] * threads / 32 columns; grid.y
     // is the M rows, or 1 with mr = M rows in each block (multi_rows: an integer format, K <=
     // GEMV_QK_MAX / GEMVR_MAX_M, 2 <= M <= GEMVR_MAX_M, rw 2); threads <= GEMV_THREADS, the
-    // launch bound.
-    unsafe { launch(set.gemv_multi, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
+    // launch bound (gemvi_multi_<t>'s too: it is launched only with mr 0 and every segment at
+    // rw 2, as it requires).
+    unsafe { launch(f, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
     Ok(segs.len())
 }
 

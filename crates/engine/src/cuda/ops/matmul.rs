@@ -13,7 +13,7 @@ use crate::cuda::consts::{
     GEMV_THREADS, GEMVR_K_MAX, GEMVR_MAX_M, GEMVT_STAGES, MMV_THREADS, SIMT_M32_TILE, SIMT_THREADS,
     SIMT_TILE, SWP_BK, SWP_BN, SWP_LDS, SWP_STAGES,
 };
-use crate::cuda::kernels::{GEMM_TYPES, Kernels};
+use crate::cuda::kernels::{GEMM_TYPES, GemmSet, Kernels};
 use crate::cuda::launch::{Kernel, blocks, launch};
 use crate::cuda::mem::DevBuf;
 use crate::cuda::{CudaBackend, DevWeight};
@@ -78,6 +78,43 @@ pub(crate) fn gemv_min_threads(ty: GgmlType, k: usize, weight_rows_per_warp: usi
     }
     let warps = GEMV_INT_MIN_ROWS.div_ceil(weight_rows_per_warp.max(1)) as u32;
     (32 * warps).clamp(64, GEMV_THREADS)
+}
+
+/// The one-row GEMV kernel for `ty` weights over K = `k` at 2 rows a warp (or paired):
+/// `gemvi_<t>` where it takes the integer body and `TALLY_GEMVI` is on (the same sums,
+/// compiled for more blocks a multiprocessor), `gemv_<t>` otherwise.
+pub(crate) fn gemv2_kernel(b: &CudaBackend, set: &GemmSet, ty: GgmlType, k: usize) -> Kernel {
+    if use_gemvi(b, ty, k) {
+        set.gemvi
+    } else {
+        set.gemv
+    }
+}
+
+/// `mmv_<t>` (`multi`: `mmv_multi_<t>`) for `ty` weights over K = `k`, or its integer form
+/// `mmvi_<t>` / `mmvi_multi_<t>` (gemv_<t>'s sums bit for bit) where the type has one, K fits
+/// the integer body and `TALLY_MMVI` is on.
+pub(crate) fn mmv_kernel(
+    b: &CudaBackend,
+    set: &GemmSet,
+    ty: GgmlType,
+    k: usize,
+    multi: bool,
+) -> Kernel {
+    let int = b.options.mmvi && gemv_is_int(ty, k);
+    match (int, multi) {
+        (true, true) => set.mmvi_multi,
+        (true, false) => set.mmvi,
+        (false, true) => set.mmv_multi,
+        (false, false) => set.mmv,
+    }
+}
+
+/// Whether the one-row GEMVs of `ty` weights over K = `k` run on `gemvi_<t>` /
+/// `gemvi_multi_<t>` (2 rows a warp for every N: the integer body alone leaves the registers
+/// for 4 blocks a multiprocessor, where 4 rows a warp would spill).
+pub(crate) fn use_gemvi(b: &CudaBackend, ty: GgmlType, k: usize) -> bool {
+    b.options.gemvi && gemv_is_int(ty, k)
 }
 
 /// Rows per warp of a dense GEMV of `n` output columns: `TALLY_GEMV_RW`, else 4 where
@@ -1341,9 +1378,10 @@ fn dense_gemm(
     let v = dense_variant(m, n, k, b.props.sm_count, b.options.gemm_variant)?;
     if v == 3 && use_mmv(ty, k) {
         let gx = dense_mmv_grid_x(b, ty, n, k);
+        let f = mmv_kernel(b, set, ty, k, false);
         // SAFETY: as for the SIMT GEMM, with grid (row steps, M): the kernel's grid-stride loop
         // keeps every block inside the N rows, and use_mmv checked K / 32 <= MMV_THREADS.
-        return unsafe { launch(set.mmv, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
+        return unsafe { launch(f, (gx, m as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if v == 3 && use_gemvr(b, ty, m, n, k) {
         if let Some((i, grid, threads, smem)) = gemvt_launch(
@@ -1383,7 +1421,11 @@ fn dense_gemm(
         };
     }
     if v == 3 {
-        let rw = gemv_rows_per_warp(b, n);
+        let rw = if use_gemvi(b, ty, k) {
+            2
+        } else {
+            gemv_rows_per_warp(b, n)
+        };
         if rw == 4 {
             let (gx, threads) = gemv_grid(n, 4, m, b.props.sm_count, gemv_min_threads(ty, k, 4));
             let grid = (gx, m as u32, 1);
@@ -1393,9 +1435,10 @@ fn dense_gemm(
         }
         let (gx, threads) = gemv_grid(n, 2, m, b.props.sm_count, gemv_min_threads(ty, k, 2));
         let grid = (gx, m as u32, 1);
+        let f = gemv2_kernel(b, set, ty, k);
         // SAFETY: as for the SIMT GEMM, with 2 output columns per warp over M rows and at most
-        // GEMV_THREADS threads (the kernel's launch bound).
-        unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
+        // GEMV_THREADS threads (the kernel's launch bound; gemvi_<t>'s is the same block size).
+        unsafe { launch(f, grid, (threads, 1, 1), 0, s, &a) }
     } else {
         let bm = TILE_BM[v];
         let grid = (

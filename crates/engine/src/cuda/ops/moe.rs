@@ -8,7 +8,7 @@ use tally_model::{Node, Plan};
 use super::Io;
 use super::matmul::{
     MoeTiles, SWAP_BT, TILE_BM, WGX_K_MAX, WgTile, gemm_smem_bytes, gemv_grid, gemv_min_threads,
-    mmv_grid_x, swap_smem_bytes, use_mmv, use_swap, wg_tile,
+    gemv2_kernel, mmv_grid_x, mmv_kernel, swap_smem_bytes, use_mmv, use_swap, wg_tile,
 };
 use crate::EngineError;
 use crate::cuda::args::{CombineArgs, GemmArgs, MoeRouteArgs, XPermArgs};
@@ -300,22 +300,14 @@ pub fn moe_matmul(
         return unsafe { launch(f, grid, (tile.threads(), 1, 1), tile.smem_bytes(ty), s, &a) };
     }
     if let Some(gx) = eg.mmv_grid_x(b.props.sm_count) {
+        let f = mmv_kernel(b, &set, ty, kk, false);
         // SAFETY: GemmArgs mirrors gemm.cu's struct (layout asserted at kernel build). grid.y
         // is the max_tiles = T*k one-row tiles, tile t being pair t (tile_start null) whose
         // expert is ids[t], the node's contiguous T x k i32 view; grid.x row steps inside the
         // N rows (grid-stride); input row t / x_div lies inside the node's input view, experts'
         // weights are e < n_expert = E blocks of N rows (size checked in expert_gemm; other ids
         // write nothing), outputs go to the node's T*k x N view.
-        return unsafe {
-            launch(
-                set.mmv,
-                (gx, max_tiles as u32, 1),
-                (MMV_THREADS, 1, 1),
-                0,
-                s,
-                &a,
-            )
-        };
+        return unsafe { launch(f, (gx, max_tiles as u32, 1), (MMV_THREADS, 1, 1), 0, s, &a) };
     }
     if bm == SWAP_BT && use_swap(ty, kk) {
         let grid = (blocks(n as i64, SWP_BN as u32), max_tiles as u32, 1);
@@ -338,9 +330,10 @@ pub fn moe_matmul(
         let min_threads = gemv_min_threads(ty, kk, 2);
         let (gx, threads) = gemv_grid(n, 2, max_tiles, b.props.sm_count, min_threads);
         let grid = (gx, max_tiles as u32, 1);
+        let f = gemv2_kernel(b, &set, ty, kk);
         // SAFETY: as for mmv (one-row tiles read from the ids), with 2 output columns per
-        // warp and at most GEMV_THREADS threads.
-        unsafe { launch(set.gemv, grid, (threads, 1, 1), 0, s, &a) }
+        // warp and at most GEMV_THREADS threads (gemv_<t>'s and gemvi_<t>'s launch bound).
+        unsafe { launch(f, grid, (threads, 1, 1), 0, s, &a) }
     } else {
         let v = TILE_BM
             .iter()
