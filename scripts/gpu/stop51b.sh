@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 2026-12-07, stop 51: the side by side with llama.cpp (issues 13 and 14) on whatever GPU comes.
-# Carry .carry/s51.tar.xz (bin/tally with the dynamic-link llama.cpp peer, bin/tally-base = the
-# same, kcache, llama-lib: llama.cpp's CUDA libraries from scripts/gpu/llama-build-local.sh).
+# Carry .carry/s51.tar.xz (bin/tally with the dynamic-link llama.cpp peer, llama-lib: llama.cpp's
+# CUDA libraries from scripts/gpu/llama-build-local.sh) right after stop51a.sh's call (its kcache).
 # nvidia-smi samples clocks and power every 100 ms (clocks.txt per stage).
 #   1. 35B-A3B Q4_K_M (synth, pool fill, seed 1): pp512, pp8192, pp32768, tg128, both engines;
 #   2. decode at depth (llama-bench -d style): tg64 after 8,192 (a pp512 first: bench needs one) and 32,768 tokens, both engines.
@@ -13,6 +13,9 @@ set -u
 LIMIT=${LIMIT:-565}
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
+# The kernel cache comes from the call before on the same warm machine (the tarball and the tree
+# together fill the carry limit): without it the first run would compile gemm.cu here for minutes.
+[ -d .carry/kcache ] || { echo "stop51b: no .carry/kcache on this machine (cold start): not running"; exit 3; }
 ab_start s51b s51
 smi_start
 stage synth
