@@ -3,7 +3,8 @@
 # downs on mmvi_<t> / mmvi_multi_<t> (issue 13). Carry .carry/bin (tally-nopeer: this commit)
 # and .carry/kcache. TALLY_GEMVI=off TALLY_MMVI=off is the base (gemv_<t> / gemv4_<t> /
 # gemv_multi_<t> / mmv_<t>, as before), the same binary with both on the change; arm3 is
-# TALLY_MMVI=off (gemvi alone). (Both are off by default until this call measures them.)
+# TALLY_MMVI=off (gemvi alone). (Both were off by default until this call measured them; on
+# since: docs/results/2026-12-07-stop51/.)
 # Why (stop 50's ncu sections): the decode GEMVs run 2 blocks a multiprocessor (109-117
 # registers: gemv_multi inlines the f32 and multi-row bodies beside the integer one) and issue
 # an instruction every ~7 cycles per warp. The integer body alone fits 64 registers without
