@@ -11,15 +11,15 @@
 #   worker, so the noise gate discards window after window; one thread leaves a core free;
 # - 128 prompt tokens (DEMO_TOKENS): per-node work grows with the prompt, that fixed cost does
 #   not; 5 clean windows per group (DEMO_REPEATS; the gate keeps 6, as many of each run order);
-# - up to 160 re-measured windows per group (DEMO_RETRIES): these VMs switch between speed levels
+# - up to 100 re-measured windows per group (DEMO_RETRIES): these VMs switch between speed levels
 #   ~30% apart every second or so, and a switch inside a window makes one run an outlier; with the
 #   default budget of 6, one of the 16 groups ran out in most runs, at 20 one group still did in
 #   one of two runs with the 5% floor below (stop 29), and at 40 two groups did in one of six
 #   (stop 30: the host at 0.86-1.03 of its typical speed for the whole run); a retry costs one
-#   window (about 1 s), so a noisy host makes the run longer, not untrusted; 160 since
-#   2026-12-07: on stop 50's and 51's machines (levels 0.77-1.80 of typical, every discard an
-#   outlier, none a busy core) three runs at 80 each had one or two groups a side run out after
-#   246-320 discards in 15-18 min, and refused a verdict;
+#   window (about 1 s), so a noisy host makes the run longer, not untrusted; 100 (the most
+#   `--max-retries` takes) since 2026-12-07: on stop 50's and 51's machines (levels 0.77-1.80 of
+#   typical, every discard an outlier, none a busy core) three runs at 80 each had one or two
+#   groups a side run out after 246-320 discards in 15-18 min, and refused a verdict;
 # - an outlier floor of 5% (DEMO_OUTLIER_FLOOR, `--outlier-floor`): single runs on these VMs
 #   scatter by 2-3% even when the host is steady (levels 0.98-1.08 of typical), and with the
 #   ledger's default 2% floor a window of 6-8 series almost always held one such run: the gate
@@ -39,7 +39,7 @@ cd "$(dirname "$0")/.."
 tokens=${DEMO_TOKENS:-128}
 threads=${DEMO_THREADS:-1}
 repeats=${DEMO_REPEATS:-5}
-retries=${DEMO_RETRIES:-160}
+retries=${DEMO_RETRIES:-100}
 best_of=${DEMO_BEST_OF:-3}
 outlier_floor=${DEMO_OUTLIER_FLOOR:-0.05}
 scripts/setup.sh
