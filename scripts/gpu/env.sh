@@ -177,3 +177,43 @@ smi_stop() {
     kill "$SMI" 2> /dev/null
     python3 tools/gpu/smi_stages.py "$OUT" > "$OUT/clocks.txt" 2>&1
 }
+# sbs_35b: after ab_start, the side by side with llama.cpp ($N, built with the dynamic-link
+# peer) on the 35B-A3B Q4_K_M synth file under nvidia-smi sampling: pp512/8192/32768 and tg128
+# into $OUT/sbs.md, then (while the call is under LIMIT) tg64 at depth 8,192 and 32,768 into
+# $OUT/depth.md; clocks per stage in $OUT/clocks.txt.
+sbs_35b() {
+    smi_start
+    stage synth
+    synth_35b q4_k_m
+    stage sbs
+    timeout 260 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -r 3 \
+        -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
+    row "bench sbs" "rc=$? ($(el))"
+    pack
+    stage depth
+    local left=$(( LIMIT - $(date +%s) + t0 - 10 ))
+    if [ "$left" -gt 60 ]; then
+        timeout "$left" "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512 -n 64 -d 8192,32768 -r 3 \
+            -o md --out-dir "$OUT/depth" > "$OUT/depth.md" 2> "$OUT/depth.err"
+        row "bench depth" "rc=$? ($(el))"
+    fi
+    smi_stop
+    pack
+}
+# ncu_sections REGEX SKIP COUNT: while the call is under LIMIT, ncu's sections (speed of light,
+# occupancy, launch, warp states, memory) of the kernels matching REGEX in a short generation of
+# the 4-layer file (COUNT launches after SKIP) into $OUT/ncu-sections.txt.
+ncu_sections() {
+    local left=$(( LIMIT - $(date +%s) + t0 - 10 ))
+    [ "$left" -gt 60 ] || return 0
+    stage ncu
+    mid_l4_files
+    command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
+    timeout "$left" ncu --clock-control none --cache-control none -k regex:"$1" \
+        --launch-skip "$2" --launch-count "$3" --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis "$N" generate --model "$L4" \
+        --tokenizer crates/text/tests/data/tiny.gguf --backend cuda --prompt "The quick brown fox" -n 3 \
+        --temp 0 --ignore-eos > "$OUT/ncu-sections.txt" 2>&1
+    row "ncu sections" "rc=$? ($(el))"
+    pack
+}

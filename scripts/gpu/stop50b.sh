@@ -12,39 +12,10 @@ LIMIT=${LIMIT:-565}
 cd "$(dirname "$0")/../.."
 . scripts/gpu/env.sh
 ab_start s50b s50
-smi_start
-stage synth
-synth_35b q4_k_m
-stage sbs
-timeout 260 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -r 3 \
-    -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
-row "bench sbs" "rc=$? ($(el))"
-pack
-stage depth
-left=$(( LIMIT - $(date +%s) + t0 - 10 ))
-if [ "$left" -gt 60 ]; then
-    timeout "$left" "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512 -n 64 -d 8192,32768 -r 3 \
-        -o md --out-dir "$OUT/depth" > "$OUT/depth.md" 2> "$OUT/depth.err"
-    row "bench depth" "rc=$? ($(el))"
-fi
-smi_stop
-pack
-# ncu sections (occupancy, launch, warp states, memory) of the decode kernels stop 50's A/B
-# touched: the in-projection and gate/up GEMVs (gemv_multi_q4_k) and conv_silu, 4-layer file,
-# one decode step's launches (after the prefill's), for the next decode work.
-stage ncu
-left=$(( LIMIT - $(date +%s) + t0 - 10 ))
-if [ "$left" -gt 60 ]; then
-    mid_l4_files
-    command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-    timeout "$left" ncu --clock-control none --cache-control none -k regex:'gemv_multi_q4_k|conv_silu|mmv_multi_q4_k' \
-        --launch-skip 24 --launch-count 6 --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis "$N" generate --model "$L4" \
-        --tokenizer crates/text/tests/data/tiny.gguf --backend cuda --prompt "The quick brown fox" -n 3 \
-        --temp 0 --ignore-eos > "$OUT/ncu-sections.txt" 2>&1
-    row "ncu sections" "rc=$? ($(el))"
-    pack
-fi
+sbs_35b
+# ncu sections of the decode kernels stop 50's A/B touched: the in-projection and gate/up
+# GEMVs (gemv_multi_q4_k), the downs (mmv_multi_q4_k) and conv_silu.
+ncu_sections 'gemv_multi_q4_k|conv_silu|mmv_multi_q4_k' 24 6
 printf '%s\n' "${summary[@]}"
 cat "$OUT/clocks.txt"
 head -30 "$OUT/sbs.md"

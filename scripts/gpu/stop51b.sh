@@ -17,39 +17,9 @@ cd "$(dirname "$0")/../.."
 # together fill the carry limit): without it the first run would compile gemm.cu here for minutes.
 [ -d .carry/kcache ] || { echo "stop51b: no .carry/kcache on this machine (cold start): not running"; exit 3; }
 ab_start s51b s51
-smi_start
-stage synth
-synth_35b q4_k_m
-stage sbs
-timeout 260 "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512,8192,32768 -n 128 -r 3 \
-    -o md --out-dir "$OUT/sbs" > "$OUT/sbs.md" 2> "$OUT/sbs.err"
-row "bench sbs" "rc=$? ($(el))"
-pack
-stage depth
-left=$(( LIMIT - $(date +%s) + t0 - 10 ))
-if [ "$left" -gt 60 ]; then
-    timeout "$left" "$N" bench -m "$F" --backend cuda --peer llama.cpp -p 512 -n 64 -d 8192,32768 -r 3 \
-        -o md --out-dir "$OUT/depth" > "$OUT/depth.md" 2> "$OUT/depth.err"
-    row "bench depth" "rc=$? ($(el))"
-fi
-smi_stop
-pack
-# ncu sections (occupancy, launch, warp states, memory) of the decode kernels stop 50's A/B
-# touched: the in-projection and gate/up GEMVs (gemv_multi_q4_k) and conv_silu, 4-layer file,
-# one decode step's launches (after the prefill's), for the next decode work.
-stage ncu
-left=$(( LIMIT - $(date +%s) + t0 - 10 ))
-if [ "$left" -gt 60 ]; then
-    mid_l4_files
-    command -v ncu > /dev/null || PATH="$PATH:$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | tail -1)"
-    timeout "$left" ncu --clock-control none --cache-control none -k regex:'gemvi_multi_q4_k|mmvi_multi_q4_k|gemvi_q4_k|gemv_f32' \
-        --launch-skip 30 --launch-count 8 --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis "$N" generate --model "$L4" \
-        --tokenizer crates/text/tests/data/tiny.gguf --backend cuda --prompt "The quick brown fox" -n 3 \
-        --temp 0 --ignore-eos > "$OUT/ncu-sections.txt" 2>&1
-    row "ncu sections" "rc=$? ($(el))"
-    pack
-fi
+sbs_35b
+# ncu sections of the new decode kernels (gemvi, mmvi) and the router's gemv_f32.
+ncu_sections 'gemvi_multi_q4_k|mmvi_multi_q4_k|gemvi_q4_k|gemv_f32' 30 8
 printf '%s\n' "${summary[@]}"
 cat "$OUT/clocks.txt"
 head -30 "$OUT/sbs.md"
