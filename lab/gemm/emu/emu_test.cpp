@@ -423,6 +423,29 @@ static int test_gemvr(int type, ref::Rng& rng) {
     return fails;
 }
 
+// The GemmArgs of a one-row GEMV case: N rows of random `type` weights (E experts of them for
+// a MoE case, one-row tiles from `ids`, x row t / topk), x = dx of K columns, `rows` x rows or
+// tiles. Outputs are the caller's.
+static GemmArgs gemv_case_args(EmuBackend& b, int type, bool moe, int rows, int N, int K, int E, int topk,
+                               const float* dx, const int32_t* ids, ref::Rng& rng) {
+    const int64_t rb = ref::row_bytes(type, K);
+    GemmArgs a{};
+    a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * N, K, rng));
+    a.w_row_bytes = rb;
+    a.w_expert_bytes = moe ? rb * N : 0;
+    a.x = dx;
+    a.ldx = K;
+    a.M = rows;
+    a.N = N;
+    a.K = K;
+    a.x_div = moe ? topk : 1;
+    if (moe) {
+        a.n_expert = E;
+        a.tile_expert = ids;
+    }
+    return a;
+}
+
 // The decode FFN's side-by-side launches (cuda/ops/fused.rs expert_pairs, expert_downs): the
 // routed experts' paired gate/up (one-row MoE tiles from the ids) and the shared expert's
 // (dense) as two segments of one gemv_multi_<t> launch with grid.y = the tiles, and their down
@@ -443,7 +466,7 @@ static MmvMultiFn mmv_multi_fn(int type) {
 }
 static int test_expert_side_by_side(int type, ref::Rng& rng) {
     const int K = 2048, F = 64, E = 8, topk = 4, KD = 512, ND = 96;  // F: expert width; down: KD -> ND
-    const int64_t rb = ref::row_bytes(type, K), rbd = ref::row_bytes(type, KD);
+    const int64_t rbd = ref::row_bytes(type, KD);
     std::vector<float> x(K), h(size_t(topk + 1) * KD);
     for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
     for (auto& v : h) do v = float(2.0 * rng.uniform() - 1.0); while (v == 0.0f);
@@ -463,21 +486,8 @@ static int test_expert_side_by_side(int type, ref::Rng& rng) {
     for (int s = 0; s < 2; s++) {
         const bool moe = s == 0;
         const int rows = moe ? topk : 1;
-        GemmArgs a{};
-        a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * F, K, rng));
+        GemmArgs a = gemv_case_args(b, type, moe, rows, F, K, E, topk, dx, moe ? b.upload(ids) : nullptr, rng);
         a.w2 = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * F, K, rng));
-        a.w_row_bytes = rb;
-        a.w_expert_bytes = moe ? rb * F : 0;
-        a.x = dx;
-        a.ldx = K;
-        a.M = rows;
-        a.N = F;
-        a.K = K;
-        a.x_div = moe ? topk : 1;
-        if (moe) {
-            a.n_expert = E;
-            a.tile_expert = b.upload(ids);
-        }
         for (int o = 0; o < 3; o++) {
             want[s][o] = b.alloc<float>(size_t(rows) * F);
             got[s][o] = b.alloc<float>(size_t(rows) * F);
@@ -583,7 +593,6 @@ static void int_multi_fns(int type, MultiIntFn& gi, MultiIntFn& mi) {
 }
 static int test_int_kernels(int type, int K, ref::Rng& rng) {
     const int N = 100, E = 6, topk = 3, M = 2;
-    const int64_t rb = ref::row_bytes(type, K);
     const bool mmvi = K <= 1024;
     MultiIntFn gi_multi, mi_multi;
     int_multi_fns(type, gi_multi, mi_multi);
@@ -605,20 +614,8 @@ static int test_int_kernels(int type, int K, ref::Rng& rng) {
     for (int c = 0; c < 3; c++) {
         const bool moe = c == 1, paired = c == 2;
         const int rows = moe ? topk : M;
-        GemmArgs a{};
-        a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * N, K, rng));
-        a.w_row_bytes = rb;
-        a.w_expert_bytes = moe ? rb * N : 0;
-        a.x = dx;
-        a.ldx = K;
-        a.M = rows;
-        a.N = N;
-        a.K = K;
-        a.x_div = moe ? topk : 1;
-        if (moe) {
-            a.n_expert = E;
-            a.tile_expert = b.upload(ref::route_random(1, topk, E, rng));
-        }
+        const int32_t* ids = moe ? b.upload(ref::route_random(1, topk, E, rng)) : nullptr;
+        GemmArgs a = gemv_case_args(b, type, moe, rows, N, K, E, topk, dx, ids, rng);
         const size_t ny = size_t(rows) * N;
         float* want = b.alloc<float>(ny);
         float* got = b.alloc<float>(ny);
