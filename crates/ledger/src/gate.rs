@@ -511,6 +511,16 @@ impl Gate {
         Ok(record)
     }
 
+    /// One window: every entry once in `window_order`, or with `best_of` > 1 the fastest of
+    /// `best_of` runs of each. Those runs go in rounds over each subject's block of the order
+    /// (its consecutive entries): round 1 runs the block's entries once each, round 2 again,
+    /// and so on, before the next subject's block. So each series' runs are spread over its
+    /// block's whole span instead of lying back to back, and a host that switches speed level
+    /// inside the block (the 2-core VMs do, ~1.5x, every few seconds) still leaves every series
+    /// of the block a run at the faster level when a whole round lies at it; back to back, the
+    /// series before the switch kept fast runs and those after it slow ones, which the paired
+    /// differences then carried. The first run after the other subject's block (slower: caches)
+    /// is still only ever one of a series' runs.
     fn run_window(
         &mut self,
         subjects: &mut [&mut dyn Subject],
@@ -518,43 +528,50 @@ impl Gate {
         entries: &[GroupEntry],
         window: usize,
     ) -> Result<Vec<RunSample>, LedgerError> {
-        let mut runs = vec![None; entries.len()];
-        for i in window_order(entries.len(), window, self.cfg.interleave) {
-            let e = &entries[i];
-            let subject = &mut *subjects[e.subject];
-            let mut run_once = || -> Result<crate::subject::RunOutcome, LedgerError> {
-                let out = match &e.spec.action {
-                    Action::Prefill { mode } => {
-                        subject.prefill(prompt.context(), prompt.batch(), mode)?
-                    }
-                    Action::Decode { n_gen } => subject.decode(prompt.all, *n_gen as usize)?,
-                };
-                check_sample(&e.spec.engine, &e.spec.label, out.wall_ms)?;
-                Ok(out)
-            };
-            let mut out = run_once()?;
-            for _ in 1..self.cfg.best_of {
-                let next = run_once()?;
-                // Outputs that differ between the runs of one sample must not hide behind the
-                // fastest: the sample then carries a digest no run had.
-                let digest = if next.output_digest == out.output_digest {
-                    out.output_digest
-                } else {
-                    !(out.output_digest ^ next.output_digest)
-                };
-                if next.wall_ms < out.wall_ms {
-                    out = next;
+        let mut runs: Vec<Option<crate::subject::RunOutcome>> = vec![None; entries.len()];
+        let order = window_order(entries.len(), window, self.cfg.interleave);
+        for block in order.chunk_by(|&a, &b| entries[a].subject == entries[b].subject) {
+            for _ in 0..self.cfg.best_of.max(1) {
+                for &i in block {
+                    let e = &entries[i];
+                    let subject = &mut *subjects[e.subject];
+                    let next = match &e.spec.action {
+                        Action::Prefill { mode } => {
+                            subject.prefill(prompt.context(), prompt.batch(), mode)?
+                        }
+                        Action::Decode { n_gen } => subject.decode(prompt.all, *n_gen as usize)?,
+                    };
+                    check_sample(&e.spec.engine, &e.spec.label, next.wall_ms)?;
+                    runs[i] = Some(match runs[i].take() {
+                        None => next,
+                        Some(mut out) => {
+                            // Outputs that differ between the runs of one sample must not hide
+                            // behind the fastest: the sample then carries a digest no run had.
+                            let digest = if next.output_digest == out.output_digest {
+                                out.output_digest
+                            } else {
+                                !(out.output_digest ^ next.output_digest)
+                            };
+                            if next.wall_ms < out.wall_ms {
+                                out = next;
+                            }
+                            out.output_digest = digest;
+                            out
+                        }
+                    });
                 }
-                out.output_digest = digest;
             }
-            runs[i] = Some(RunSample {
+        }
+        Ok(runs
+            .into_iter()
+            .flatten()
+            .map(|out| RunSample {
                 wall_ms: out.wall_ms,
                 output_digest: out.output_digest,
                 dispatches: out.dispatches,
                 in_node_ms: out.in_node_ms,
-            });
-        }
-        Ok(runs.into_iter().flatten().collect())
+            })
+            .collect())
     }
 
     /// Kept windows (positions in `record.windows`) holding an outlier, with the reasons.

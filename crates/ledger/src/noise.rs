@@ -83,10 +83,12 @@ pub struct NoiseConfig {
     pub probe: ProbeChoice,
     /// Fewer samples than this on either side of a comparison give "no verdict".
     pub min_samples: usize,
-    /// Runs per sample: each series runs this many times back to back in its window and the
-    /// sample is the fastest (1: every run is a sample). For hosts whose slowdowns come and go
-    /// within a run or two (shared cores): noise that only ever adds time leaves the minimum
-    /// closest to the work itself. The raw times of the other runs are not kept.
+    /// Runs per sample: each series runs this many times in its window and the sample is the
+    /// fastest (1: every run is a sample). The runs go in rounds over each subject's
+    /// consecutive series of the window (see `Gate::run_window`), so they spread over the
+    /// block's span. For hosts whose slowdowns come and go (shared cores, speed levels held
+    /// for seconds): noise that only ever adds time leaves the minimum closest to the work
+    /// itself. The raw times of the other runs are not kept.
     #[serde(default = "one_run")]
     pub best_of: usize,
 }

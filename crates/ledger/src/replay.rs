@@ -4,7 +4,9 @@
 //!
 //! The method is validated every time it runs, and a failed validation marks the whole result
 //! untrusted, with reasons, in every report that uses it:
-//! (a) replaying every category at once adds about the observe-all run's time inside its nodes;
+//! (a) replaying every category at once: inside each replay-all run, the replays take about as
+//!     long as the nodes they repeat (`same_run_replays`; engines that cannot time their nodes:
+//!     `replay - observe` against the observe-all run's time);
 //! (b) the per-category increments sum to about the same;
 //! (c) 1, 2 and 4 replays grow linearly (least squares: R^2 and intercept);
 //! (d) the real outputs are bit-identical with and without replay.
@@ -588,6 +590,37 @@ fn group_level(own: &GroupRecord, plain_ref_ms: f64) -> f64 {
     }
 }
 
+/// Check (a) inside the replay-all runs themselves: per kept window, the replay-all run's time
+/// outside its real nodes (its wall time less its time inside them, replays excluded, and
+/// less `outside_ms`, the time outside the nodes that every run spends) is what its replays
+/// took; over the time inside its real nodes that is the replays' cost relative to the nodes
+/// they repeat. Returns (median ratio x median node time, median node time), None when a kept
+/// window's replay run (series 2) or observe run (series 1) did not report its node time.
+///
+/// Why not the observe-all run's node time against `replay - observe` across the two runs (the
+/// rule before 2026-12-07): the 2-core VMs switch between speed levels ~1.5x apart, held for
+/// a fraction of a second to seconds, and in a window of 3 x (plain, observe, replay) of
+/// 90-240 ms the observe and replay runs often ran at different levels; the paired
+/// `replay - observe` then carried half a run's time of host speed, not replay cost
+/// (four demo runs in a row refused on (a), at -18.5% and -18.8%, while the ratio below was
+/// 0.94-1.08 in every kept window of every side). Inside one run the replays interleave node
+/// by node with the nodes they repeat, so a change of level reaches both alike. What the
+/// cross-run form also saw, replays slowing the real nodes (caches), is the same figure as
+/// before in the ledger: the category increments are still `replay - observe` (check (b)).
+fn same_run_replays(all: &GroupRecord, outside_ms: f64) -> Option<(f64, f64)> {
+    let mut ratios = Vec::new();
+    let mut nodes = Vec::new();
+    for w in all.kept() {
+        let (o, r) = (w.runs.get(1)?, w.runs.get(2)?);
+        o.in_node_ms?;
+        let t = r.in_node_ms.filter(|t| *t > 0.0)?;
+        ratios.push((r.wall_ms - t - outside_ms) / t);
+        nodes.push(t / w.level);
+    }
+    let (ratio, node_ms) = (median(&ratios)?, median(&nodes)?);
+    Some((ratio * node_ms, node_ms))
+}
+
 /// Replay series of `g` whose output digest, in any window, differs from that window's observe
 /// run (series `observe`). Replay is compared with observation of the same categories, not with
 /// the plain run: observing may itself change an engine's output (a fusion split at the barrier
@@ -770,13 +803,19 @@ fn build_report(
         outside_nodes_ms: in_node_ms.map(|t| observe_all.median_ms - t),
     };
     let node_time_ms = observation.node_time_ms();
-    let all_at_once = tolerance_check(increment_all.median_ms, node_time_ms, cfg.tolerance_ratio);
+    let same = same_run_replays(&all, observation.outside_nodes_ms.unwrap_or(0.0));
+    let same_run = same.is_some();
+    let all_at_once = match same {
+        Some((replays_ms, nodes_ms)) => tolerance_check(replays_ms, nodes_ms, cfg.tolerance_ratio),
+        None => tolerance_check(increment_all.median_ms, node_time_ms, cfg.tolerance_ratio),
+    };
     if !all_at_once.pass {
         problems.push(ReplayProblem::AllAtOnce {
-            increment_ms: increment_all.median_ms,
-            baseline_ms: node_time_ms,
+            increment_ms: all_at_once.measured_ms,
+            baseline_ms: all_at_once.reference_ms,
             node_time: in_node_ms.is_some(),
             tolerance_ratio: cfg.tolerance_ratio,
+            same_run,
         });
     }
     let sum_of_parts = tolerance_check(sum_of_increments_ms, node_time_ms, cfg.tolerance_ratio);
@@ -822,6 +861,7 @@ fn build_report(
         sum_of_increments_ms,
         validations: Validations {
             all_at_once,
+            all_at_once_same_run: same_run,
             sum_of_parts,
             linearity,
             digest: DigestCheck {

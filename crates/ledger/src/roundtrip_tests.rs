@@ -178,6 +178,7 @@ fn every_record_round_trips() {
             baseline_ms: 2.0,
             node_time: true,
             tolerance_ratio: 0.1,
+            same_run: true,
         },
         ReplayProblem::SumOfParts {
             sum_ms: 1.0,

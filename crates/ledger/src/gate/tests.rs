@@ -499,6 +499,41 @@ fn window_levels_take_out_a_host_that_switches_speed() {
     assert!(rec.discards() > 0);
 }
 
+/// The runs of a sample go in rounds over the subject's block: a host that runs 4 calls in 8
+/// at 1.5x (a speed level held for a while) still leaves each series a run at the fast level,
+/// since a series' three runs lie 2 calls apart and span 5 calls. Back to back (the three runs
+/// of a series adjacent) the slow level took all of the plain series' runs in window 2 (calls
+/// 12-14) and of the observe series' in window 3 (21-23): outliers, and with no retries the
+/// group was exhausted. So this fails on back-to-back runs.
+#[test]
+fn best_of_runs_in_rounds_across_a_level_switch() {
+    let entries = [plain(0, "a"), observe(0, "a")];
+    let cfg = NoiseConfig {
+        windows: 4,
+        max_retries: 0,
+        best_of: 3,
+        interleave: Interleave::Forward,
+        ..cfg()
+    };
+    let mut a = fake("a");
+    a.faults.level_switch = Some((4, 1.5));
+    let plain_ms = a.plain_ms();
+    let mut gate = Gate::new(cfg, Box::new(NoProbe)).unwrap();
+    let rec = gate
+        .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")
+        .unwrap();
+    assert_eq!(rec.discards(), 0, "{:?}", rec.discard_reasons());
+    assert!(!rec.exhausted);
+    assert_eq!(rec.kept().count(), 4);
+    for s in 0..2 {
+        let xs = rec.samples_ms(s);
+        assert!(
+            xs.iter().all(|x| (x - plain_ms).abs() < 0.01 * plain_ms),
+            "{s}: {xs:?}"
+        );
+    }
+}
+
 #[test]
 fn best_of_keeps_the_fastest_run_of_each_sample() {
     let entries = [plain(0, "a"), observe(0, "a")];
@@ -547,10 +582,11 @@ fn best_of_keeps_the_fastest_run_of_each_sample() {
         .unwrap();
     assert!(rec.exhausted);
 
-    // A run whose output differs from its sample's others (call 7: window 1, the observe
-    // series' second run, not its fastest) leaves that sample a digest no run had.
+    // A run whose output differs from its sample's others (call 8: window 1, mirrored, runs
+    // observe, plain in rounds from call 6; call 8 is the observe series' second run, not its
+    // fastest) leaves that sample a digest no run had.
     let mut a = fake("a");
-    a.faults.odd_digest_prefills = vec![7];
+    a.faults.odd_digest_prefills = vec![8];
     let mut gate = Gate::new(cfg.clone(), Box::new(NoProbe)).unwrap();
     let rec = gate
         .run_group(&mut [&mut a], Prompt::fresh(&[1]), &entries, "t")

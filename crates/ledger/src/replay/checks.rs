@@ -24,6 +24,12 @@ pub enum ReplayProblem {
         node_time: bool,
         /// Allowed relative deviation.
         tolerance_ratio: f64,
+        /// Measured inside the replay-all runs (`increment_ms`: what their replays took,
+        /// `baseline_ms`: the time inside their real nodes; see `replay::same_run_replays`);
+        /// false in records judged before 2026-12-07 and where the engine does not time its
+        /// nodes: `replay - observe` against the observe-all run.
+        #[serde(default)]
+        same_run: bool,
     },
     /// (b) failed.
     SumOfParts {
@@ -85,8 +91,23 @@ impl fmt::Display for ReplayProblem {
             ReplayProblem::AllAtOnce {
                 increment_ms,
                 baseline_ms,
+                tolerance_ratio,
+                same_run: true,
+                ..
+            } => write!(
+                f,
+                "(a) replaying every category at once: the replays took {increment_ms:.3} ms \
+                 against the {baseline_ms:.3} ms of the nodes they repeat, in the same runs \
+                 ({}, tolerance {:.0}%)",
+                pct(*increment_ms, *baseline_ms),
+                tolerance_ratio * 100.0
+            ),
+            ReplayProblem::AllAtOnce {
+                increment_ms,
+                baseline_ms,
                 node_time,
                 tolerance_ratio,
+                ..
             } => write!(
                 f,
                 "(a) replaying every category at once added {increment_ms:.3} ms vs the \
@@ -263,9 +284,14 @@ pub struct DigestCheck {
 /// The four validations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Validations {
-    /// (a) all categories at once vs the observe-all run's time inside its nodes (its wall
-    /// time when the engine cannot tell).
+    /// (a) all categories at once: inside the replay-all runs, what their replays took vs the
+    /// time inside the real nodes they repeat (`all_at_once_same_run`); where the engine does
+    /// not time its nodes (and in records judged before 2026-12-07), `replay - observe` vs the
+    /// observe-all run's time inside its nodes (its wall time when the engine cannot tell).
     pub all_at_once: ToleranceCheck,
+    /// (a) was measured inside the replay-all runs (see `all_at_once`).
+    #[serde(default)]
+    pub all_at_once_same_run: bool,
     /// (b) sum of per-category increments vs the same.
     pub sum_of_parts: ToleranceCheck,
     /// (c) 1, 2, 4 replays.

@@ -140,16 +140,21 @@ fn without_node_times_uncovered_time_fails_all_at_once_and_sum_of_parts() {
     ));
 }
 
-/// The checks read the observe run's node time (series 1 of the all-categories group), not the
-/// replay run's: doubling the replay run's node time in the record changes nothing on
-/// re-analysis. And a record without node times (made before they were asked) is judged
-/// against the wall time: the 5 ms of gaps then fail (a) and (b), saying so.
+/// Check (a) reads the replay-all runs' own node time (series 2 of the all-categories group):
+/// their replays against the nodes they repeat, in the same runs. Doubling that node time in
+/// the record makes the replays read as taking nothing (wall - 2 x nodes = 0 with no gaps
+/// outside them): (a) then fails on re-analysis, saying it compared inside the same runs, and
+/// (b) (the observe run's node time) is unchanged. And a record without node times (made
+/// before they were asked) is judged against the wall time: the 5 ms of gaps then fail (a)
+/// and (b), saying so.
 #[test]
-fn reanalysis_reads_the_observe_runs_node_time_and_old_records_the_wall_time() {
+fn reanalysis_reads_the_replay_runs_node_time_and_old_records_the_wall_time() {
     let mut s = fake();
     s.costs.gap_ms = 5.0;
     let r = run(&mut s);
     assert!(r.trusted, "{:?}", r.problems);
+    assert!(r.validations.all_at_once_same_run);
+    assert!(close(r.validations.all_at_once.reference_ms, 19.11));
     let mut doubled = r.clone();
     for w in &mut doubled.all_group.windows {
         if let Some(t) = w.runs[2].in_node_ms.as_mut() {
@@ -157,8 +162,17 @@ fn reanalysis_reads_the_observe_runs_node_time_and_old_records_the_wall_time() {
         }
     }
     let again = doubled.reanalysed(&r.recorded_config()).unwrap();
-    assert_eq!(again.validations, r.validations);
+    assert_eq!(again.validations.sum_of_parts, r.validations.sum_of_parts);
     assert_eq!(again.observation, r.observation);
+    assert!(!again.trusted);
+    assert_eq!(again.problems.len(), 1, "{:?}", again.problems);
+    let text = again.problems[0].to_string();
+    assert!(
+        text.starts_with("(a) replaying every category at once: the replays took ")
+            && text.contains("against the 38.220 ms of the nodes they repeat, in the same runs")
+            && text.contains("(-100.0%, tolerance 10%)"),
+        "{text}"
+    );
     let mut old = r.clone();
     for w in &mut old.all_group.windows {
         for run in &mut w.runs {

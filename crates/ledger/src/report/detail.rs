@@ -266,7 +266,12 @@ fn replay_text(r: &ReplayReport, md: bool) -> String {
     out.push_str(&format!(
         "(a) {}\n(b) {}\n",
         check_line(
-            &format!("all categories at once vs {reference}"),
+            &if v.all_at_once_same_run {
+                "all categories at once: their replays vs the nodes they repeat, in the same runs"
+                    .to_string()
+            } else {
+                format!("all categories at once vs {reference}")
+            },
             &v.all_at_once
         ),
         check_line(

@@ -111,7 +111,9 @@ fn terminal_and_markdown_carry_rows_units_and_verdicts() {
     );
     let m = render_measurement(&a);
     assert!(m.contains("outside them 0.000 ms"), "{m}");
-    assert!(m.contains("all categories at once vs the observe-all run's time inside its nodes"));
+    assert!(m.contains(
+        "all categories at once: their replays vs the nodes they repeat, in the same runs"
+    ));
     let md = render_markdown(&l);
     assert!(
         md.starts_with("# Ledger pp8: A = toy@0.0.0-fake (cpu) vs B = peer <&>@0.0.0-fake (cpu)")

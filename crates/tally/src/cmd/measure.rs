@@ -48,9 +48,11 @@ pub struct Common {
     /// demo's 2-core VM uses 0.05; spikes of 10-30% are still discarded).
     #[arg(long, default_value_t = 0.02, value_name = "F")]
     pub outlier_floor: f64,
-    /// Runs per timing sample: each series runs N times back to back and the sample is the
-    /// fastest. For hosts whose slowdowns come and go within a run or two (shared cores: the
-    /// demo's 2-core VM uses 3); 1 keeps every run.
+    /// Runs per timing sample: each series runs N times and the sample is the fastest. The
+    /// runs go in rounds over each engine's series of a window (every series once, then again),
+    /// so a host that changes speed inside a window still leaves each series a run at the fast
+    /// level. For hosts whose slowdowns come and go (shared cores: the demo's 2-core VM uses
+    /// 3); 1 keeps every run.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub best_of: usize,
     /// Timed calls per op in standalone timing.
