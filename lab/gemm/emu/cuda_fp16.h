@@ -343,9 +343,38 @@ inline unsigned __match_any_sync(unsigned, int key) {
 }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int atomicAdd(int* p, int v) { int o = *p; *p = o + v; return o; }
+// Blocks run one after another and a block's threads one at a time: plain accesses are atomic
+// and every store is visible to the next block (router.cu's last-block handover).
+inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+inline void __threadfence() {}
+template <class T>
+inline T __ldcg(const T* p) { return *p; }
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+    auto sl = emu::exchange(&v, 4);
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) {
+        unsigned k;
+        std::memcpy(&k, sl[l], 4);
+        m = k > m ? k : m;
+    }
+    emu::syncwarp();
+    return m;
+}
+inline unsigned __reduce_min_sync(unsigned, unsigned v) {
+    auto sl = emu::exchange(&v, 4);
+    unsigned m = ~0u;
+    for (int l = 0; l < 32; l++) {
+        unsigned k;
+        std::memcpy(&k, sl[l], 4);
+        m = k < m ? k : m;
+    }
+    emu::syncwarp();
+    return m;
+}
 template <class T>
 inline T __ldg(const T* p) { return *p; }
 inline float __uint_as_float(unsigned u) { return ref::bits_f32(u); }
+inline float __int_as_float(int i) { return ref::bits_f32(unsigned(i)); }
 inline unsigned __float_as_uint(float f) { return ref::f32_bits(f); }
 inline float __fmul_rn(float a, float b) { return ref::mul(a, b); }
 inline float __fsub_rn(float a, float b) { return ref::sub(a, b); }

@@ -178,6 +178,23 @@ pub struct TopkArgs {
     pub k: i32,
 }
 
+/// `RouterArgs` of router.cu (`router_fused`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RouterArgs {
+    pub x: DPtr,
+    pub w: DPtr,
+    pub ldw: i64,
+    pub logits: DPtr,
+    pub ids: DPtr,
+    pub wts: DPtr,
+    pub counter: DPtr,
+    pub experts: i32,
+    pub k_dim: i32,
+    pub k: i32,
+    pub pad0: i32,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct CombineArgs {
@@ -568,7 +585,11 @@ pub fn layout_asserts(source: &str) -> String {
             }),
         ]
         .concat(),
-        "router" => layout!(TopkArgs { logits, ld, ids, ld_ids, w, ld_w, rows, experts, k }),
+        "router" => [
+            layout!(TopkArgs { logits, ld, ids, ld_ids, w, ld_w, rows, experts, k }),
+            layout!(RouterArgs { x, w, ldw, logits, ids, wts, counter, experts, k_dim as K, k, pad0 }),
+        ]
+        .concat(),
         "moe" => [
             layout!(MoeRouteArgs {
                 ids, n_tokens, k, n_expert, bm, max_tiles, chunk, counts, sorted_rows, tile_expert,

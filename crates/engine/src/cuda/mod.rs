@@ -117,6 +117,9 @@ pub struct CudaBackend {
     /// expert's gate and up) cast it once: sized by `prepare` for every such projection of the
     /// plans it prepared.
     cast_buf: Option<DevBuf>,
+    /// `router_fused`'s block counter (router.cu): 0 between launches (each launch's last block
+    /// sets it back); allocated and zeroed by the first `prepare`, before any graph capture.
+    router_counter: Option<DevBuf>,
     /// What `cast_buf` holds (the input view it was cast from and the node that cast it) and
     /// where the run is (`ops::CastState`).
     cast: ops::CastState,
@@ -212,6 +215,7 @@ impl CudaBackend {
             f16_weights: HashMap::new(),
             f16_experts: HashMap::new(),
             cast_buf: None,
+            router_counter: None,
             cast: ops::CastState::default(),
         })
     }
@@ -360,6 +364,11 @@ impl Backend for CudaBackend {
             work = work.max(ops::work_bytes(self, plan, i)?);
         }
         self.workspace(work.max(256))?;
+        if self.router_counter.is_none() {
+            let buf = DevBuf::alloc(16, "the router's block counter")?;
+            self.zero(buf.ptr, buf.bytes)?;
+            self.router_counter = Some(buf);
+        }
         let cast = ops::cast_bytes(self, plan)?;
         if cast > self.cast_buf.as_ref().map_or(0, |b| b.bytes) {
             // A graph pointing at the old buffer must go (as for the workspace), before the

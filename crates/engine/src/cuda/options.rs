@@ -110,6 +110,14 @@ pub struct CudaOptions {
     /// memory), the outputs gemv_<t>'s bit for bit, compiled for `MMVI_MIN_BLOCKS(T)` blocks.
     /// On unless `TALLY_MMVI=off`.
     pub mmvi: bool,
+    /// The router of one token on `router_fused` (router.cu): the f32 GEMV with every block's
+    /// weight loads in flight at once (each thread 16-byte pieces of 4 rows) instead of
+    /// `gemv_f32` (2 rows a warp, 64 blocks of 64 threads, 3% occupancy), and, fused with the
+    /// TopK after it, router_topk8's softmax and top-k in the block that finishes last: one
+    /// launch where there were two. The unfused router node runs the same GEMV (the logits
+    /// alone), so fused and unfused runs stay bit for bit; the logits differ from gemv_f32's in
+    /// the last bits (another summation order). Off with `TALLY_ROUTER_FUSE=off`.
+    pub router_fuse: bool,
     /// The bulk-fed GEMV (gemm.cu `gemvt_body`: each warp's rows arrive by one bulk copy, S
     /// groups ahead; gemvr's sums bit for bit) for the GEMVs that would take `gemvr_<t>` /
     /// `gemvr4_<t>`, where their rows fit its shared-memory ring: the weight rows a warp of the
@@ -308,6 +316,7 @@ impl Default for CudaOptions {
             add_norm_blocks: 2,
             gemvr: true,
             gemvi: true,
+            router_fuse: true,
             mmvi: true,
             gemvt: 4,
             wgx: true,
@@ -448,6 +457,7 @@ impl CudaOptions {
         }
         o.gemvr = on_off("TALLY_GEMVR", o.gemvr)?;
         o.gemvi = on_off("TALLY_GEMVI", o.gemvi)?;
+        o.router_fuse = on_off("TALLY_ROUTER_FUSE", o.router_fuse)?;
         o.mmvi = on_off("TALLY_MMVI", o.mmvi)?;
         match get("TALLY_GEMVT").as_deref() {
             None | Some("") => {}
@@ -633,6 +643,7 @@ impl CudaOptions {
             format!("gemvr={}", on(self.gemvr)),
             format!("gemvi={}", on(self.gemvi)),
             format!("mmvi={}", on(self.mmvi)),
+            format!("router_fuse={}", on(self.router_fuse)),
             format!(
                 "gemvt={}",
                 match self.gemvt {
@@ -718,6 +729,7 @@ mod tests {
                 "gemvr=on",
                 "gemvi=on",
                 "mmvi=on",
+                "router_fuse=on",
                 "gemvt=4",
                 "wgx=on",
                 "f16_keep=on",
@@ -755,6 +767,7 @@ mod tests {
             ("TALLY_GEMVR", "off"),
             ("TALLY_GEMVI", "off"),
             ("TALLY_MMVI", "off"),
+            ("TALLY_ROUTER_FUSE", "off"),
             ("TALLY_WGX", "off"),
             ("TALLY_F16_KEEP", "off"),
             ("TALLY_GATED", "off"),
@@ -763,6 +776,7 @@ mod tests {
         assert!(!o.fuse && !o.fuse_delta && !o.norm_warp && !o.gemvr && !o.add_norm_regs);
         assert!(!o.gemvi && opts(&[("TALLY_GEMVI", "2")]).is_err());
         assert!(!o.mmvi && opts(&[("TALLY_MMVI", "int")]).is_err());
+        assert!(!o.router_fuse && opts(&[("TALLY_ROUTER_FUSE", "1")]).is_err());
         assert!(!o.wgx && opts(&[("TALLY_WGX", "x")]).is_err());
         assert!(!o.f16_keep && opts(&[("TALLY_F16_KEEP", "1")]).is_err());
         assert!(!o.gated && opts(&[("TALLY_GATED", "no")]).is_err());

@@ -47,6 +47,7 @@ use super::matmul::{
 };
 use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
+use super::router::{router_gemv, runs_router_gemv};
 use super::{Io, io};
 use crate::EngineError;
 use crate::backend::Target;
@@ -66,6 +67,9 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     let n = expert_pairs(b, plan, index)?;
     if n > 0 {
         return Ok(n);
+    }
+    if router_topk(b, plan, index)? {
+        return Ok(2);
     }
     if let Some(pair) = down_pair_nodes(plan, index) {
         if expert_downs(b, plan, index, pair)? {
@@ -118,6 +122,57 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
         return norm_fused(b, plan, index, first, NormWith::Second(second));
     }
     Ok(0)
+}
+
+/// The router of one token at `index` (an f32 projection that `runs_router_gemv` sends to
+/// `router_fused`'s GEMV) and the TopK of its logits right after it: one `router_fused` launch,
+/// the block that finishes last running router_topk8's body on the logits every block stored.
+/// The logits, ids and weights are the two nodes' own launches' bits (the router node alone
+/// runs the same GEMV; the top-k is router_topk8's on those logits: lab/router/emu_test.cpp).
+/// False (nothing launched) for anything else, or more than 256 experts or k > 16.
+fn router_topk(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<bool, EngineError> {
+    let (Some(mm), Some(tk)) = (plan.nodes.get(index), plan.nodes.get(index + 1)) else {
+        return Ok(false);
+    };
+    let (
+        Op::MatMul {
+            layout: OutLayout::Plain,
+        },
+        Op::TopK { k },
+    ) = (&mm.op, &tk.op)
+    else {
+        return Ok(false);
+    };
+    let (Some(x), Some(logits)) = (mm.inputs.first(), mm.outputs.first()) else {
+        return Ok(false);
+    };
+    if tk.inputs.first() != Some(logits) || tk.outputs.len() < 2 || *k == 0 || *k > 16 {
+        return Ok(false);
+    }
+    let dw = b.weights.of(plan, index, 0)?;
+    // A short buffer is left to the node, which reports it.
+    if dw.dims.len() < 2 || dw.buf.bytes < dw.row_bytes * dw.dims[1] as usize {
+        return Ok(false);
+    }
+    let (ty, shape) = (
+        dw.ty,
+        (
+            dw.buf.ptr,
+            dw.row_bytes,
+            dw.dims[1] as usize,
+            dw.dims[0] as usize,
+        ),
+    );
+    let xp = b.view(plan, x)?.0;
+    if shape.2 > 256 || logits.cols != shape.2 || !runs_router_gemv(b, ty, shape, xp, x.rows, true)
+    {
+        return Ok(false);
+    }
+    let y = b.view(plan, logits)?.0;
+    let ids = b.view(plan, &tk.outputs[0])?.0;
+    let wts = b.view(plan, &tk.outputs[1])?.0;
+    router_gemv(b, shape, xp, y, Some((ids, wts, *k)))?;
+    Ok(true)
 }
 
 /// A norm (RMS or L2) at `index` whose output the next node, a MulSilu, gates in place: the

@@ -6,7 +6,7 @@ use tally_model::Node;
 use super::Io;
 use crate::EngineError;
 use crate::cuda::CudaBackend;
-use crate::cuda::args::TopkArgs;
+use crate::cuda::args::{RouterArgs, TopkArgs};
 use crate::cuda::launch::{blocks, launch};
 
 pub fn topk(b: &CudaBackend, node: &Node, io: &Io, k: usize) -> Result<(), EngineError> {
@@ -43,6 +43,93 @@ pub fn topk(b: &CudaBackend, node: &Node, io: &Io, k: usize) -> Result<(), Engin
             kernel,
             (blocks(l.rows as i64, 8), 1, 1),
             (256, 1, 1),
+            0,
+            b.cu_stream(),
+            &a,
+        )
+    }
+}
+
+/// Rows (output columns) up to which a one-token f32 projection runs on `router_fused`'s GEMV
+/// (the router: 256 experts; a longer f32 projection keeps `gemv_f32`).
+pub(crate) const ROUTER_GEMV_MAX_N: usize = 1024;
+/// Rows of a `router_fused` block and its threads (router.cu `ROUTER_ROWS`, `ROUTER_THREADS`).
+const ROUTER_ROWS: usize = 4;
+const ROUTER_THREADS: u32 = 256;
+
+/// A one-token projection of `ty` weights: weight at `w` (`n` rows of `row_bytes`, K = `k`), input row at
+/// `x`, plain layout. Whether it runs on `router_fused` (`TALLY_ROUTER_FUSE`, on by default):
+/// both the router node alone and the router fused with its top-k ask this, so that a fused and
+/// an unfused run compute the logits alike.
+pub(crate) fn runs_router_gemv(
+    b: &CudaBackend,
+    ty: tally_gguf::GgmlType,
+    (w, row_bytes, n, k): (u64, usize, usize, usize),
+    x: u64,
+    m: usize,
+    plain: bool,
+) -> bool {
+    b.options.router_fuse
+        && ty == tally_gguf::GgmlType::F32
+        && m == 1
+        && plain
+        && (1..=ROUTER_GEMV_MAX_N).contains(&n)
+        && k >= 4
+        && k % 4 == 0
+        && row_bytes >= 4 * k
+        && row_bytes % 16 == 0
+        && (w | x) % 16 == 0
+}
+
+/// `router_fused` over `n` rows: the logits alone into `y`, or with `topk` (the ids' and
+/// weights' pointers, k) the top-k too. The caller checked [`runs_router_gemv`]; with `topk`,
+/// n <= 256 and k <= 16.
+pub(crate) fn router_gemv(
+    b: &CudaBackend,
+    (w, row_bytes, n, k): (u64, usize, usize, usize),
+    x: u64,
+    y: u64,
+    topk: Option<(u64, u64, usize)>,
+) -> Result<(), EngineError> {
+    let counter = match (topk, b.router_counter.as_ref()) {
+        (None, _) => 0,
+        (Some(_), Some(c)) => c.ptr,
+        (Some(_), None) => {
+            return Err(EngineError::Internal(
+                "the router's block counter is not allocated (no prepare before the launch)".into(),
+            ));
+        }
+    };
+    let (ids, wts, top) = topk.unwrap_or((0, 0, 0));
+    if top > 0 && (n > 256 || top > 16) {
+        return Err(EngineError::Internal(format!(
+            "router_fused's top-{top} of {n} rows exceeds its limits (256, 16)"
+        )));
+    }
+    let a = RouterArgs {
+        x,
+        w,
+        ldw: (row_bytes / 4) as i64,
+        logits: y,
+        ids,
+        wts,
+        counter,
+        experts: n as i32,
+        k_dim: k as i32,
+        k: top as i32,
+        pad0: 0,
+    };
+    // SAFETY: RouterArgs mirrors router.cu's struct (layout asserted at kernel build). Grid:
+    // one block of ROUTER_THREADS per ROUTER_ROWS rows; it reads n rows of K f32 at w (the
+    // caller's weight, >= n rows of row_bytes >= 4K, 16-byte aligned as runs_router_gemv
+    // checked) and K f32 at x, writes n logits at y (the node's output row); with a top-k,
+    // k ids and weights (the TopK node's outputs) and the backend's zeroed counter, which the
+    // last block sets back to 0.
+    unsafe {
+        launch(
+            b.kernels.router_fused,
+            (n.div_ceil(ROUTER_ROWS) as u32, 1, 1),
+            (ROUTER_THREADS, 1, 1),
             0,
             b.cu_stream(),
             &a,
