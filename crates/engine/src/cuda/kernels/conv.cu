@@ -90,29 +90,6 @@ __device__ __forceinline__ void conv_body(const ConvSiluArgs& a, const ConvNorm 
         win[j] = v;
     }
 
-    // The tile's first 4 rows of x (a decode step's one, a verification's up to 4), loaded with
-    // the window (one round trip for a decode step):
-    // the state stores below would otherwise keep the compiler from issuing them before those
-    // stores (x and the state may alias as far as it knows), and a one-token step then waited
-    // for memory three times (the state, x for the new state, x again for the output).
-    const int rows = min(CONV_ROWS, T - t0);
-    float4 first[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        first[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (active && u < rows) first[u] = conv_ld4(a.x, a.ldx, t0 + u, c, C, vr);
-    }
-    // Row t0 + u of x: from `first` for u < 4 (rows the tile holds), else loaded.
-    auto xrow = [&](int u) -> float4 {
-        if (u < 4 && u < rows) {
-            float4 v = first[0];
-#pragma unroll
-            for (int j = 1; j < 4; ++j)
-                if (u == j) v = first[j];
-            return v;
-        }
-        return conv_ld4(a.x, a.ldx, t0 + u, c, C, vr);
-    };
     // New state = last K-1 rows of [state; x]: row i = xe[T+i] = T+i < K-1 ? state[T+i] : x[T+i-(K-1)].
     // Written by the first token tile's block, by the thread that just read these channels' old
     // state into win (win[j] = state[j] there), so no other thread or block reads it afterwards.
@@ -121,7 +98,7 @@ __device__ __forceinline__ void conv_body(const ConvSiluArgs& a, const ConvNorm 
         for (int i = 0; i < K - 1; ++i) {
             const int u = T + i - (K - 1);
             float4 v = win[0];
-            if (u >= 0) v = xrow(u);  // t0 = 0 in this block
+            if (u >= 0) v = conv_ld4(a.x, a.ldx, u, c, C, vr);
 #pragma unroll
             for (int j = 1; j < K - 1; ++j)
                 if (u < 0 && j == T + i) v = win[j];
@@ -134,7 +111,7 @@ __device__ __forceinline__ void conv_body(const ConvSiluArgs& a, const ConvNorm 
                 for (int i = 0; i < K - 1; ++i) {
                     const int e = t + 1 + i, u = e - (K - 1);
                     float4 v = win[0];
-                    if (u >= 0) v = xrow(u);
+                    if (u >= 0) v = conv_ld4(a.x, a.ldx, u, c, C, vr);
 #pragma unroll
                     for (int j = 1; j < K - 1; ++j)
                         if (u < 0 && j == e) v = win[j];
@@ -146,16 +123,13 @@ __device__ __forceinline__ void conv_body(const ConvSiluArgs& a, const ConvNorm 
 
     // Rows in groups of 8: the 8 loads are issued before any store (y and x may alias as far
     // as the compiler knows, so it would not hoist them itself).
+    const int rows = min(CONV_ROWS, T - t0);
     for (int r0 = 0; r0 < rows; r0 += 8) {
         float4 cur[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
-            if (r0 == 0 && u < 4) {
-                cur[u] = first[u];
-            } else {
-                cur[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (active && r0 + u < rows) cur[u] = conv_ld4(a.x, a.ldx, t0 + r0 + u, c, C, vr);
-            }
+            cur[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (active && r0 + u < rows) cur[u] = conv_ld4(a.x, a.ldx, t0 + r0 + u, c, C, vr);
         }
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
