@@ -51,6 +51,12 @@ target/gemm_emu gemvr | tail -n 1
 # K 256 to 2,048 (~1 min).
 target/gemm_emu int | tail -n 1
 target/delta_emu
+# The decode router in one launch (router.cu router_fused: the f32 GEMV and router_topk8's top-k
+# in the last block) against float64 and router_topk8, bit for bit, its counter back at 0, and
+# its logits alone the same bits (lab/router/emu_test.cpp; seconds).
+c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
+    lab/router/emu_test.cpp -o target/router_emu
+target/router_emu | tail -n 1
 # The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
 # loop forms against norm_rows at 128 threads; add_rms_norm's register form, its loads as the
 # engine builds it by default and with TALLY_ADD_NORM_LOADS=prefill and =late, against its loop
