@@ -17,35 +17,10 @@
 #include <cstring>
 #include <vector>
 
-#include <memory>
-
 #include "router.cu"
+#include "../../gemm/emu/emu_mem.h"
 
 namespace {
-
-// Device buffers: host memory, kept until the case ends.
-struct Bufs {
-    std::vector<std::unique_ptr<unsigned char[]>> owned;
-    template <class T>
-    T* alloc(size_t n) {
-        owned.emplace_back(new unsigned char[(std::max<size_t>(n, 4) * sizeof(T) + 15) / 16 * 16 + 16]);
-        const uintptr_t p = (reinterpret_cast<uintptr_t>(owned.back().get()) + 15) & ~uintptr_t(15);
-        return reinterpret_cast<T*>(p);
-    }
-    template <class T>
-    T* upload(const std::vector<T>& v) {
-        T* p = alloc<T>(v.size());
-        std::copy(v.begin(), v.end(), p);
-        return p;
-    }
-    void poison(float* p, size_t n) {
-        for (size_t i = 0; i < n; i++) p[i] = NAN;
-    }
-    template <class T>
-    std::vector<T> download(const T* p, size_t n) {
-        return std::vector<T>(p, p + n);
-    }
-};
 
 struct Case {
     int E, K, k;
@@ -58,7 +33,7 @@ struct Out {
     unsigned counter;
 };
 
-Out launch_fused(Bufs& b, const float* x, const float* w, const Case& c, unsigned* counter) {
+Out launch_fused(EmuMem& b, const float* x, const float* w, const Case& c, unsigned* counter) {
     float* logits = b.alloc<float>(c.E);
     int* ids = b.alloc<int>(c.k);
     float* wts = b.alloc<float>(c.k);
@@ -71,7 +46,7 @@ Out launch_fused(Bufs& b, const float* x, const float* w, const Case& c, unsigne
 }
 
 // router_topk8 on `logits` (one row).
-void topk8(Bufs& b, const std::vector<float>& logits, int k, std::vector<int>& ids, std::vector<float>& wts) {
+void topk8(EmuMem& b, const std::vector<float>& logits, int k, std::vector<int>& ids, std::vector<float>& wts) {
     float* l = b.upload(logits);
     int* id = b.alloc<int>(k);
     float* wt = b.alloc<float>(k);
@@ -81,9 +56,24 @@ void topk8(Bufs& b, const std::vector<float>& logits, int k, std::vector<int>& i
     wts = b.download(wt, k);
 }
 
+// The worst logit error against float64, relative to sum |w x| of its row (1e30 for a
+// non-finite logit).
+double worst_error(const std::vector<float>& w, const std::vector<float>& x, const float* logits, const Case& c) {
+    double worst = 0;
+    for (int e = 0; e < c.E; e++) {
+        double want = 0, mag = 0;
+        for (int i = 0; i < c.K; i++) {
+            want += double(w[size_t(e) * c.ldw + i]) * x[i];
+            mag += std::fabs(double(w[size_t(e) * c.ldw + i]) * x[i]);
+        }
+        worst = std::max(worst, std::isfinite(logits[e]) ? std::fabs(logits[e] - want) / mag : 1e30);
+    }
+    return worst;
+}
+
 int run_case(const Case& c, uint64_t seed) {
     ref::Rng r(seed);
-    Bufs b;
+    EmuMem b;
     std::vector<float> w(size_t(c.E) * c.ldw), x1(c.K), x2(c.K);
     for (auto& v : w) v = float(r.normal() * 0.05);
     for (auto& v : x1) v = float(r.normal());
@@ -98,15 +88,7 @@ int run_case(const Case& c, uint64_t seed) {
         b.poison(lg0, c.E);
         RouterArgs a0{dx, dw, c.ldw, lg0, nullptr, nullptr, nullptr, c.E, c.K, 0, 0};
         emu::launch({unsigned((c.E + ROUTER_ROWS - 1) / ROUTER_ROWS), 1, 1}, {ROUTER_THREADS, 1, 1}, [&] { router_fused(a0); });
-        double worst = 0;
-        for (int e = 0; e < c.E; e++) {
-            double want = 0, mag = 0;
-            for (int i = 0; i < c.K; i++) {
-                want += double(w[size_t(e) * c.ldw + i]) * x1[i];
-                mag += std::fabs(double(w[size_t(e) * c.ldw + i]) * x1[i]);
-            }
-            worst = std::max(worst, std::isfinite(lg0[e]) ? std::fabs(lg0[e] - want) / mag : 1e30);
-        }
+        const double worst = worst_error(w, x1, lg0, c);
         const Out o = launch_fused(b, dx, dw, c, counter);
         bool untouched = *counter == 0;
         for (int e = 0; e < c.E; e++) untouched = untouched && std::isnan(o.logits[e]);
@@ -114,6 +96,7 @@ int run_case(const Case& c, uint64_t seed) {
         const bool ok = worst < 1e-5 && untouched;
         std::printf("%s E %3d K %4d: logits alone, error %.2e; with a top-k %s\n", ok ? "ok    " : "FAILED", c.E, c.K,
                     worst, untouched ? "nothing written" : "WROTE");
+        b.release();
         return (!ok) * 2;
     }
     for (int pass = 0; pass < 2; pass++) {
@@ -123,16 +106,7 @@ int run_case(const Case& c, uint64_t seed) {
         const Out o = launch_fused(b, dx, dw, c, counter);
         emu::st().order_rng.seed(0x9E3779B9u + unsigned(seed));
         const Out o2 = launch_fused(b, dx, dw, c, counter);
-        double worst = 0;
-        for (int e = 0; e < c.E; e++) {
-            double want = 0, mag = 0;
-            for (int i = 0; i < c.K; i++) {
-                want += double(w[size_t(e) * c.ldw + i]) * xv[i];
-                mag += std::fabs(double(w[size_t(e) * c.ldw + i]) * xv[i]);
-            }
-            const double err = std::isfinite(o.logits[e]) ? std::fabs(o.logits[e] - want) / mag : 1e30;
-            worst = std::max(worst, err);
-        }
+        const double worst = worst_error(w, xv, o.logits.data(), c);
         // The logits alone (k = 0: the router node of an unfused run): the same bits, and
         // nothing else written.
         float* lg0 = b.alloc<float>(c.E);
@@ -156,6 +130,7 @@ int run_case(const Case& c, uint64_t seed) {
                     same_runs ? "same bits" : "DIFFERS", same_alone ? "same bits" : "DIFFER");
         fails += !ok;
     }
+    b.release();
     return fails;
 }
 

@@ -349,27 +349,25 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v
 inline void __threadfence() {}
 template <class T>
 inline T __ldcg(const T* p) { return *p; }
-inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+// __reduce_max_sync / __reduce_min_sync: the warp's values folded by `pick` (the larger or the
+// smaller of two).
+template <class Pick>
+inline unsigned emu_reduce(unsigned v, unsigned init, Pick pick) {
     auto sl = emu::exchange(&v, 4);
-    unsigned m = 0;
+    unsigned m = init;
     for (int l = 0; l < 32; l++) {
         unsigned k;
         std::memcpy(&k, sl[l], 4);
-        m = k > m ? k : m;
+        m = pick(k, m);
     }
     emu::syncwarp();
     return m;
 }
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+    return emu_reduce(v, 0u, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
 inline unsigned __reduce_min_sync(unsigned, unsigned v) {
-    auto sl = emu::exchange(&v, 4);
-    unsigned m = ~0u;
-    for (int l = 0; l < 32; l++) {
-        unsigned k;
-        std::memcpy(&k, sl[l], 4);
-        m = k < m ? k : m;
-    }
-    emu::syncwarp();
-    return m;
+    return emu_reduce(v, ~0u, [](unsigned a, unsigned b) { return a < b ? a : b; });
 }
 template <class T>
 inline T __ldg(const T* p) { return *p; }

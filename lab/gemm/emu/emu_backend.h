@@ -1,48 +1,10 @@
 // The CPU emulator's backend for lab/gemm/cases.h (see the contract at the top of cases.h):
-// host memory filled with garbage, launches through emu::launch. Each allocation is its size
-// rounded up to whole 16-byte vectors (as the engine's DevBuf::alloc and the lab's CUDA backend
-// allocate), placed to end exactly at an inaccessible guard page: a kernel reading past the
-// vectors its buffer owns (e.g. a weight window past the last block) faults instead of passing.
-// Include after the emulator (cuda_fp16.h), gemm.cu, moe.cu and cases.h.
+// EmuMem's memory (emu_mem.h: garbage-filled, each buffer ending at a guard page), launches
+// through emu::launch. Include after the emulator (cuda_fp16.h), gemm.cu, moe.cu and cases.h.
 #pragma once
-#include <sys/mman.h>
-#include <unistd.h>
+#include "emu_mem.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <utility>
-#include <vector>
-
-struct EmuBackend {
-    std::vector<std::pair<void*, size_t>> owned;  // mappings (base, length)
-    template <class T>
-    T* alloc(size_t n) {
-        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-        const size_t bytes = std::max<size_t>((n * sizeof(T) + 15) / 16 * 16, 16);
-        const size_t data = (bytes + page - 1) / page * page, len = data + page;
-        void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED || mprotect(static_cast<char*>(m) + data, page, PROT_NONE) != 0) {
-            std::printf("emu: allocating %zu bytes failed\n", bytes);
-            std::exit(2);
-        }
-        owned.push_back({m, len});
-        char* p = static_cast<char*>(m) + data - bytes;  // ends at the guard page
-        std::memset(p, 0xA5, bytes);
-        return reinterpret_cast<T*>(p);
-    }
-    template <class T>
-    T* upload(const std::vector<T>& v) {
-        T* p = alloc<T>(v.size());
-        std::memcpy(p, v.data(), v.size() * sizeof(T));
-        return p;
-    }
-    void poison(float* p, size_t n) {
-        for (size_t i = 0; i < n; i++) p[i] = NAN;
-    }
-    template <class T>
-    std::vector<T> download(const T* p, size_t n) {
-        return std::vector<T>(p, p + n);
-    }
+struct EmuBackend : EmuMem {
     void gemm(GemmFn f, unsigned gx, unsigned gy, int threads, size_t smem, const GemmArgs& a) {
         if (smem > emu::kDynSmemBytes) {
             std::printf("emu: smem %zu too large\n", smem);
@@ -64,9 +26,5 @@ struct EmuBackend {
     // o = silu(g) * u elementwise (the binary map's SwiGlu expression, tally_silu).
     void silu_mul(const float* g, const float* u, float* o, size_t n) {
         for (size_t i = 0; i < n; i++) o[i] = tally_silu(g[i]) * u[i];
-    }
-    void release() {
-        for (const auto& [m, len] : owned) munmap(m, len);
-        owned.clear();
     }
 };
