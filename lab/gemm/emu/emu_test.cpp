@@ -118,32 +118,42 @@ static int test_f16_operands(int type, int layout, ref::Rng& rng) {
     return mism ? 1 : 0;
 }
 
+// The GemmArgs of a one-row GEMV case: N rows of random `type` weights (E experts of them for
+// a MoE case, one-row tiles from `ids`, x row t / topk), x = dx of K columns, `rows` x rows or
+// tiles. Outputs are the caller's.
+static GemmArgs gemv_case_args(EmuBackend& b, int type, bool moe, int rows, int N, int K, int E, int topk,
+                               const float* dx, const int32_t* ids, ref::Rng& rng) {
+    const int64_t rb = ref::row_bytes(type, K);
+    GemmArgs a{};
+    a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * N, K, rng));
+    a.w_row_bytes = rb;
+    a.w_expert_bytes = moe ? rb * N : 0;
+    a.x = dx;
+    a.ldx = K;
+    a.M = rows;
+    a.N = N;
+    a.K = K;
+    a.x_div = moe ? topk : 1;
+    if (moe) {
+        a.n_expert = E;
+        a.tile_expert = ids;
+    }
+    return a;
+}
+
 // gemv_<t> in paired mode (GemmArgs::w2) against two unpaired launches: gate and up bit-equal,
 // the third output bit-equal to silu(gate) * up (the binary map's SwiGlu), dense and over
 // one-row MoE tiles taken from the ids; poisoned outputs, so a column left unwritten shows.
 static int test_paired(int type, bool moe, ref::Rng& rng) {
     const int K = 2048, N = moe ? 72 : 100, E = moe ? 8 : 1, topk = moe ? 4 : 1, T = moe ? 1 : 2;
     const int M = moe ? T * topk : T;
-    const int64_t rb = ref::row_bytes(type, K);
-    const std::vector<uint8_t> wg = ref::random_weights(type, int64_t(E) * N, K, rng);
-    const std::vector<uint8_t> wu = ref::random_weights(type, int64_t(E) * N, K, rng);
     std::vector<float> x(size_t(T) * K);
     for (auto& v : x) do v = float(4.0 * rng.uniform() - 2.0); while (v == 0.0f);
     const std::vector<int32_t> ids = moe ? ref::route_random(T, topk, E, rng) : std::vector<int32_t>{};
     EmuBackend b;
-    GemmArgs a{};
-    a.w_row_bytes = rb;
-    a.w_expert_bytes = moe ? rb * N : 0;
-    a.x = b.upload(x);
-    a.ldx = K;
-    a.M = M;
-    a.N = N;
-    a.K = K;
-    a.x_div = moe ? topk : 1;
-    if (moe) {
-        a.n_expert = E;
-        a.tile_expert = b.upload(ids);
-    }
+    // The gate weights (a.w) and the up weights, both random.
+    const GemmArgs a = gemv_case_args(b, type, moe, M, N, K, E, topk, b.upload(x), moe ? b.upload(ids) : nullptr, rng);
+    const uint8_t* w_up = b.upload(ref::random_weights(type, int64_t(E) * N, K, rng));
     const size_t ny = size_t(M) * N;
     auto run = [&](GemmArgs g, int threads, int cols_per_warp) {
         const int cols = (threads / 32) * cols_per_warp;
@@ -154,12 +164,11 @@ static int test_paired(int type, bool moe, ref::Rng& rng) {
     b.poison(yg, ny);
     b.poison(yu, ny);
     GemmArgs g = a;
-    g.w = b.upload(wg);
     g.y = yg;
     g.ldy = N;
     run(g, 256, 2);
     GemmArgs u = g;
-    u.w = b.upload(wu);
+    u.w = w_up;
     u.y = yu;
     run(u, 128, 2);
     float* p1 = b.alloc<float>(ny);
@@ -421,29 +430,6 @@ static int test_gemvr(int type, ref::Rng& rng) {
         b.release();
     }
     return fails;
-}
-
-// The GemmArgs of a one-row GEMV case: N rows of random `type` weights (E experts of them for
-// a MoE case, one-row tiles from `ids`, x row t / topk), x = dx of K columns, `rows` x rows or
-// tiles. Outputs are the caller's.
-static GemmArgs gemv_case_args(EmuBackend& b, int type, bool moe, int rows, int N, int K, int E, int topk,
-                               const float* dx, const int32_t* ids, ref::Rng& rng) {
-    const int64_t rb = ref::row_bytes(type, K);
-    GemmArgs a{};
-    a.w = b.upload(ref::random_weights(type, int64_t(moe ? E : 1) * N, K, rng));
-    a.w_row_bytes = rb;
-    a.w_expert_bytes = moe ? rb * N : 0;
-    a.x = dx;
-    a.ldx = K;
-    a.M = rows;
-    a.N = N;
-    a.K = K;
-    a.x_div = moe ? topk : 1;
-    if (moe) {
-        a.n_expert = E;
-        a.tile_expert = ids;
-    }
-    return a;
 }
 
 // The decode FFN's side-by-side launches (cuda/ops/fused.rs expert_pairs, expert_downs): the
