@@ -131,6 +131,11 @@ ab_start() {
     N=$PWD/.carry/bin/tally
     export TALLY=$N TALLY_NOPEER=$N
     gpu_job "$1"
+    gpu_and_dir
+}
+# gpu_and_dir: after gpu_job, the GPU's row ($OUT/gpu.txt) and D, the folder for the 35B files
+# (/dev/shm when it has 45 GB free: the device's disk wrote 0.28-0.9 GB/s; else /tmp).
+gpu_and_dir() {
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
     row gpu "$(cat "$OUT/gpu.txt")"
     D=/tmp

@@ -30,10 +30,7 @@ printf '#!/bin/sh\nTALLY_GEMVI=off TALLY_MMVI=off exec %s "$@"\n' "$N" > $B
 chmod +x $B
 export TALLY=$N TALLY_NOPEER=$N TALLY_GEMVI=on TALLY_MMVI=on
 gpu_job s51a
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp
-[ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+gpu_and_dir
 mid_l4_files
 run_json base "$L4" "$B"
 TALLY_MMVI=off run_json gemvi "$L4" "$N"

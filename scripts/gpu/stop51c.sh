@@ -12,10 +12,7 @@ cd "$(dirname "$0")/../.."
 N=$PWD/.carry/bin/tally-nopeer
 export TALLY=$N TALLY_NOPEER=$N
 gpu_job s51c
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp
-[ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+gpu_and_dir
 for mix in ${MIXES:-q4_k_m mxfp4_moe iq4_xs}; do
     [ "$(( $(date +%s) - t0 ))" -lt "$LIMIT" ] || break
     F=$D/$mix.gguf

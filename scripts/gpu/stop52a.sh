@@ -34,10 +34,7 @@ printf '#!/bin/sh\nTALLY_ROUTER_FUSE=off exec %s "$@"\n' "$N" > $R
 chmod +x $B $R
 export TALLY=$N TALLY_NOPEER=$N
 gpu_job s52a
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-row gpu "$(cat "$OUT/gpu.txt")"
-D=/tmp
-[ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
+gpu_and_dir
 mid_l4_files
 for f in "$L4" "$MID"; do
     run_json base "$f" "$B"
