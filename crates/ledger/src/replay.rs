@@ -602,8 +602,8 @@ fn group_level(own: &GroupRecord, plain_ref_ms: f64) -> f64 {
 /// a fraction of a second to seconds, and in a window of 3 x (plain, observe, replay) of
 /// 90-240 ms the observe and replay runs often ran at different levels; the paired
 /// `replay - observe` then carried half a run's time of host speed, not replay cost
-/// (four demo runs in a row refused on (a), at -18.5% and -18.8%, while the ratio below was
-/// 0.94-1.08 in every kept window of every side). Inside one run the replays interleave node
+/// (demo runs refused on (a) at -18.5% and -18.8%, while the ratio below was 0.94-1.08 in
+/// every kept window of every side). Inside one run the replays interleave node
 /// by node with the nodes they repeat, so a change of level reaches both alike. What the
 /// cross-run form also saw, replays slowing the real nodes (caches), is the same figure as
 /// before in the ledger: the category increments are still `replay - observe` (check (b)).
