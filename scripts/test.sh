@@ -27,8 +27,9 @@ cargo test --workspace --features tally/llama
 # (tools/cuda/pdl_audit.py; ~40 s).
 tools/cuda/pdl_audit.sh --cubins target/cubins
 # The chunked delta rule's CUDA kernels (prep on mma.sync, scan on wgmma) on the CPU emulator of
-# lab/gemm/emu, against a float64 reference, and the two-set scan (TALLY_DELTA_SCAN=ring) bit for
-# bit against the one-set scan (lab/delta/emu_test.cpp; ~20 s).
+# lab/gemm/emu, against a float64 reference, the two-set scan (TALLY_DELTA_SCAN=ring) bit for bit
+# against the one-set scan, and the prep with the fused prologue (TALLY_DELTA_PREP=prologue) bit for
+# bit against norm_rows_w + delta_gates + the plain prep (lab/delta/emu_test.cpp; ~25 s).
 c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
     lab/delta/emu_test.cpp -o target/delta_emu
 # Every quantisation's CUDA front end (quant.cuh, quant_small.cuh) on the same emulator: dequant8

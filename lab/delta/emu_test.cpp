@@ -5,6 +5,10 @@
 // lab/delta/bench.cu checks the GPU: o and the final state against a sequential float64
 // reference, bound 1e-3 (norm-wise relative error); NaN-poisoned outputs. The two-set scan
 // (delta_rule_chunk_scan2, TALLY_DELTA_SCAN=ring) bit for bit against the one-set scan.
+// The prep's fused prologue (TALLY_DELTA_PREP=prologue: the delta gates and the q and k L2
+// norms inside delta_rule_chunk_prep) bit for bit against the unfused launches the engine runs
+// without it (norm_rows_w for each norm, in place; delta_gates; then prep and scan): the
+// outputs, the final state and the gates' stored outputs, with q and k left as they came.
 // Build and run (from the repository root; ~10 s):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/delta/emu_test.cpp -o /tmp/delta_emu && /tmp/delta_emu
@@ -14,6 +18,8 @@
 #include <memory>
 
 #include "delta.cu"
+#include "elementwise.cu"
+#include "norm.cu"
 
 namespace {
 
@@ -139,6 +145,108 @@ int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
     return ok ? 0 : 1;
 }
 
+// The prologue case: q and k un-normalised (rows of varied length), the gates' inputs random.
+// Unfused: q and k normalised in place by norm_rows_w (as the plan's L2 norm nodes run at a
+// prompt), g and beta by delta_gates, then prep + scan. Fused: prep (with the prologue) + scan
+// on the raw q and k. Everything the two write must agree bit for bit.
+int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
+    ref::Rng r(seed);
+    const int ld = 2 * s.Hk * s.dk + s.Hv * s.dv;
+    std::vector<float> qkv(size_t(T) * ld), gb(size_t(T) * s.Hv), ga(size_t(T) * s.Hv), dtb(s.Hv), ssa(s.Hv),
+        s0(size_t(s.Hv) * s.dk * s.dv);
+    for (int t = 0; t < T; t++) {
+        const double row_scale = 0.2 + 3.0 * r.uniform();
+        for (int i = 0; i < ld; i++) qkv[size_t(t) * ld + i] = float(row_scale * r.normal());
+    }
+    for (auto& x : gb) x = float(2.0 * r.normal());
+    for (auto& x : ga) x = float(2.0 * r.normal());
+    for (auto& x : dtb) x = float(r.normal());
+    for (auto& x : ssa) x = float(-std::exp(0.5 * r.normal()));
+    for (auto& x : s0) x = float(0.5 * r.normal());
+    const float eps = 1e-6f, qscale = float(1.0 / std::sqrt(double(s.dk)));
+    const size_t nout = size_t(R) * s.Hv * s.dv;
+
+    Bufs b;
+    auto args = [&](float* x, float* g, float* beta) {
+        DeltaArgs a{};
+        a.q = x + size_t(T - R) * ld;
+        a.ldq = ld;
+        a.k = x + s.Hk * s.dk;
+        a.ldk = ld;
+        a.v = x + 2 * s.Hk * s.dk;
+        a.ldv = ld;
+        a.g = g;
+        a.ldg = s.Hv;
+        a.beta = beta;
+        a.ldb = s.Hv;
+        a.state = b.upload(s0);
+        a.o = b.alloc(nout);
+        for (size_t i = 0; i < nout; i++) a.o[i] = NAN;
+        a.ldo = s.Hv * s.dv;
+        a.work = b.alloc(size_t(delta_work_floats(T, s.Hk, s.Hv, s.dk, s.dv)));
+        a.T = T, a.R = R, a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
+        return a;
+    };
+    auto poisoned = [&](size_t n) {
+        float* p = b.alloc(n);
+        for (size_t i = 0; i < n; i++) p[i] = NAN;
+        return p;
+    };
+    auto run = [&](const DeltaArgs& a) {
+        emu::launch({unsigned(delta_chunks(T)), unsigned(s.Hv), 1}, {256, 1, 1}, [&] {
+            if (a.kx) delta_rule_chunk_prep_pro(a);
+            else delta_rule_chunk_prep(a);
+        });
+        emu::launch({unsigned(s.Hv), unsigned(s.dv / DELTA_NS), 1}, {256, 1, 1}, [&] { delta_rule_chunk_scan(a); });
+    };
+
+    // Unfused: the norms in place, the gates, then the rule.
+    float* xu = b.upload(qkv);
+    float *gu = poisoned(gb.size()), *bu = poisoned(gb.size());
+    const float *dgb = b.upload(gb), *dga = b.upload(ga), *ddt = b.upload(dtb), *dsa = b.upload(ssa);
+    auto l2 = [&](float* x, int rows, float scale) {
+        NormArgs n{};
+        n.x = x, n.ldx = ld, n.y = x, n.ldy = ld;
+        n.rows = rows, n.cols = s.Hk * s.dk, n.group = s.dk;
+        n.eps = eps, n.scale = scale, n.l2 = 1;
+        const int blocks = rows * s.Hk;
+        emu::launch({unsigned((blocks + NORM_W_GROUPS - 1) / NORM_W_GROUPS), 1, 1}, {32 * NORM_W_GROUPS, 1, 1},
+                    [&] { norm_rows_w(n); });
+    };
+    l2(xu + size_t(T - R) * ld, R, qscale);
+    l2(xu + s.Hk * s.dk, T, 1.0f);
+    DeltaGatesArgs gt{dgb, s.Hv, dga, s.Hv, ddt, dsa, bu, s.Hv, gu, s.Hv, T, s.Hv};
+    emu::launch({4, 1, 1}, {256, 1, 1}, [&] { delta_gates(gt); });
+    const DeltaArgs au = args(xu, gu, bu);
+    run(au);
+
+    // Fused: raw q and k, the gates computed by the prep (g and beta are its outputs).
+    float* xf = b.upload(qkv);
+    float *gf = poisoned(gb.size()), *bf = poisoned(gb.size());
+    DeltaArgs af = args(xf, gf, bf);
+    af.kx = af.k, af.ldkx = af.ldk, af.qx = af.q, af.ldqx = af.ldq;
+    af.keps = eps, af.kscale = 1.0f, af.qeps = eps, af.qscale = qscale;
+    af.gb = dgb, af.ldgb = s.Hv, af.ga = dga, af.ldga = s.Hv, af.dt_bias = ddt, af.ssm_a = dsa;
+    af.beta_out = bf, af.g_out = gf;
+    run(af);
+
+    auto differ = [](const float* x, const float* y, size_t n) {
+        long long d = 0;
+        for (size_t i = 0; i < n; i++) d += std::memcmp(x + i, y + i, 4) != 0;
+        return d;
+    };
+    const long long d_o = differ(au.o, af.o, nout), d_s = differ(au.state, af.state, s0.size());
+    const long long d_g = differ(gu, gf, gb.size()) + differ(bu, bf, gb.size());
+    const long long d_x = differ(xf, qkv.data(), qkv.size());  // q and k not written
+    long long nonfinite = 0;
+    for (size_t i = 0; i < nout; i++) nonfinite += !std::isfinite(af.o[i]);
+    const bool ok = d_o == 0 && d_s == 0 && d_g == 0 && d_x == 0 && nonfinite == 0;
+    std::printf("  %-4s prologue Hk=%d Hv=%d dk=%d dv=%d T=%d R=%d: against the unfused launches, %lld outputs, %lld state, "
+                "%lld gate values differ; %lld inputs written; %lld non-finite outputs\n",
+                ok ? "ok" : "FAIL", s.Hk, s.Hv, s.dk, s.dv, T, R, d_o, d_s, d_g, d_x, nonfinite);
+    return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,7 +255,10 @@ int main(int argc, char** argv) {
     int bad = 0;
     bad += run_case({1, 2, 128, 32}, 130, 130, -2, 1);
     bad += run_case({1, 2, 64, 64}, 100, 100, -2, 2);
+    bad += run_prologue_case({2, 4, 128, 32}, 130, 130, 7);
     if (!quick) {
+        bad += run_prologue_case({1, 2, 128, 64}, 70, 1, 8);
+        bad += run_prologue_case({1, 1, 128, 32}, 64, 40, 9);
         bad += run_case({2, 4, 128, 64}, 70, 1, -2, 3);
         bad += run_case({1, 1, 128, 32}, 64, 64, -20, 4);
         bad += run_case({1, 2, 64, 32}, 200, 37, -0.02, 5);

@@ -330,6 +330,16 @@ inline T __shfl_up_sync(unsigned, T v, int d) {
     emu::syncwarp();
     return r;
 }
+// Lane `src`'s value (4-byte values).
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) {
+    static_assert(sizeof(T) == 4, "4-byte shuffles only");
+    auto sl = emu::exchange(&v, 4);
+    T r;
+    std::memcpy(&r, sl[src & 31], 4);
+    emu::syncwarp();
+    return r;
+}
 inline unsigned __match_any_sync(unsigned, int key) {
     auto sl = emu::exchange(&key, 4);
     unsigned m = 0;

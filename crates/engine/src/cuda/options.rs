@@ -243,6 +243,12 @@ pub struct CudaOptions {
     /// Opt-in (`=single` is the default, the one-set scan): measured in stop 50 (H100), the
     /// scan 3% faster at 8,192 tokens and prefill within noise, for 75 KB more shared memory.
     pub delta_ring: bool,
+    /// `TALLY_DELTA_PREP=prologue`: a prompt's delta gates and q, k L2 norms run inside the
+    /// chunked delta rule's prep (`delta_rule_chunk_prep` with the decode step's fused prologue,
+    /// ops/fused.rs; key dims of 128): two launches and a read and write of q and k fewer per
+    /// linear-attention layer, the same outputs bit for bit (lab/delta/emu_test.cpp). Opt-in
+    /// (`=plain` is the default) until a GPU has timed it: written in stop 53 without one.
+    pub delta_prep_prologue: bool,
 }
 
 /// The prefill attention kernels (`TALLY_ATTN`).
@@ -338,6 +344,7 @@ impl Default for CudaOptions {
             wsx: true,
             wsx_all: false,
             delta_ring: false,
+            delta_prep_prologue: false,
         }
     }
 }
@@ -506,6 +513,12 @@ impl CudaOptions {
             Some("single") => o.delta_ring = false,
             Some("ring") => o.delta_ring = true,
             Some(v) => return Err(bad("TALLY_DELTA_SCAN", v, "single or ring")),
+        }
+        match get("TALLY_DELTA_PREP").as_deref() {
+            None | Some("") => {}
+            Some("plain") => o.delta_prep_prologue = false,
+            Some("prologue") => o.delta_prep_prologue = true,
+            Some(v) => return Err(bad("TALLY_DELTA_PREP", v, "plain or prologue")),
         }
         if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
             o.wgx_walk = Some(
@@ -689,6 +702,14 @@ impl CudaOptions {
                 "delta_scan={}",
                 if self.delta_ring { "ring" } else { "single" }
             ),
+            format!(
+                "delta_prep={}",
+                if self.delta_prep_prologue {
+                    "prologue"
+                } else {
+                    "plain"
+                }
+            ),
         ]
     }
 }
@@ -746,7 +767,8 @@ mod tests {
                 "ws=on",
                 "ws256=on",
                 "wsx=q6_k",
-                "delta_scan=single"
+                "delta_scan=single",
+                "delta_prep=plain"
             ]
         );
     }
@@ -834,6 +856,13 @@ mod tests {
             !opts(&[("TALLY_DELTA_SCAN", "single")])
                 .expect("options")
                 .delta_ring
+        );
+        let p = opts(&[("TALLY_DELTA_PREP", "prologue")]).expect("options");
+        assert!(p.delta_prep_prologue && p.describe().contains(&"delta_prep=prologue".into()));
+        let e = opts(&[("TALLY_DELTA_PREP", "on")]).unwrap_err().to_string();
+        assert!(
+            e.contains("TALLY_DELTA_PREP=on") && e.contains("plain or prologue"),
+            "{e}"
         );
         let e = opts(&[("TALLY_DELTA_SCAN", "on")]).unwrap_err().to_string();
         assert!(

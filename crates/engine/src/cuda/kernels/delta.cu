@@ -18,6 +18,9 @@
 //         moved by bulk copies (cp.async.bulk + mbarrier; sm_90a).
 //         delta_rule_chunk_scan2: the same with two sets of the copied operands, each chunk's
 //         copies issued a whole chunk ahead (TALLY_DELTA_SCAN=ring; the same outputs bit for bit).
+//         delta_rule_chunk_prep_pro: the same with the fused prologue (DeltaArgs::kx set, dk =
+//         128): g and beta computed from the gates' inputs (and stored), q and k normalised as
+//         they are loaded (delta_l2_scale128); the same outputs as the unfused launches, bit for bit.
 //    Both launches on one stream, prep first. nc = ceil(T/64). T = 0: launch neither.
 //  * token by token (decode, small T): delta_rule_step  grid (Hv, dv/32), 128 threads, no dynamic smem.
 //
@@ -32,7 +35,7 @@
 // (the state error is the f16 rounding of k in the state update).
 //
 // Host contract:
-//   * dynamic smem: delta_prep_smem_bytes(dk) (107,136 B at dk 128; 2 blocks/SM) and
+//   * dynamic smem: delta_prep_smem_bytes(dk) (107,392 B at dk 128; 2 blocks/SM) and
 //     delta_scan_smem_bytes(dk) (107,856 B at dk 128; scan2: delta_scan_smem_bytes(dk, 2),
 //     183,392 B); all three need cudaFuncAttributeMax-
 //     DynamicSharedMemorySize raised (once per kernel, to the dk = 128 value covers both).
@@ -52,8 +55,32 @@
 // ---------------------------------------------------------------------------------------------
 // delta_rule_chunk_prep: one block per (chunk, value head), 256 threads.
 
-template <int DK>
+// The prologue's L2 norm scale of one row of 128 held by a warp as float4 lanes (lane l: elements
+// 4l .. 4l + 3), with norm_rows' arithmetic at 128 threads (which norm_rows_w plays; the unfused
+// q and k norms of a prompt run there: ops/fused.rs checks the block size): element 32w + i is
+// thread 32w + i's, each 32-element segment w is summed by warp_sum's pairs (i ^ 16, ^ 8, ^ 4,
+// ^ 2, ^ 1) and block_sum adds the four sums as (S0 + S2) + (S1 + S3). Here element 32w + i is
+// lane 8w + i / 4, component i % 4: warp_sum's first three stages are lane xors 4, 2, 1 and its
+// last two the components' pairs (c ^ 2, then c ^ 1); each addition has the same two operands
+// (IEEE addition commutes), so x * scale is the norm's output bit for bit.
+__device__ __forceinline__ float delta_l2_scale128(float4 x, float eps, float scale) {
+    float v[4] = {x.x * x.x, x.y * x.y, x.z * x.z, x.w * x.w};
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] += __shfl_xor_sync(0xffffffffu, v[c], o);
+    const float seg = (v[0] + v[2]) + (v[1] + v[3]);
+    const float s0 = __shfl_sync(0xffffffffu, seg, 0), s1 = __shfl_sync(0xffffffffu, seg, 8);
+    const float s2 = __shfl_sync(0xffffffffu, seg, 16), s3 = __shfl_sync(0xffffffffu, seg, 24);
+    return rsqrtf(((s0 + s2) + (s1 + s3)) + eps) * scale;
+}
+__device__ __forceinline__ float4 delta_mul4(float4 x, float s) {
+    return make_float4(x.x * s, x.y * s, x.z * s, x.w * s);
+}
+
+template <int DK, bool PRO>
 __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned char* sm) {
+    static_assert(!PRO || DK == 128, "the prologue's norms take rows of 128");
     constexpr int LDK = DK + 8, LDV = DELTA_DV_MAX + 8;
     const DeltaPrepSmem L = delta_prep_layout(DK);
     __half* Kh = (__half*)(sm + L.kh);
@@ -69,6 +96,7 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
     float* Z = (float*)(sm + L.z);
     float* Gs = (float*)(sm + L.gs);
     float* Bs = (float*)(sm + L.bs);
+    float* Kn = (float*)(sm + L.kn);
     float* red = (float*)(sm + L.red);
 
     const int c = blockIdx.x, h = blockIdx.y;
@@ -83,14 +111,27 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
     const DeltaWork wk = delta_work_split(a);
     const i64 ch = (i64)c * a.Hv + h;
     const i64 ck = (i64)c * a.Hk + kh;
+    // PRO, the fused prologue (kx set; DK = 128, checked at the kernel's entry): q and k arrive
+    // before their L2 norms and g, beta before the delta gates. Its own instantiation, so the
+    // plain prep's code is the one before.
 
-    // 1. g, beta -> G = inclusive cumsum (two warps), beta.
+    // 1. g, beta -> G = inclusive cumsum (two warps), beta. With the prologue, g and beta are
+    //    the delta gates' outputs, computed here with delta_gates' expressions and stored (each
+    //    (token, value head) by the one block of its chunk and head).
     if (tid < 64) {
         const int t = t0 + tid;
         float gv = 0.0f, bv = 0.0f;
         if (t < T) {
-            gv = __ldg(a.g + (i64)t * a.ldg + h);
-            bv = __ldg(a.beta + (i64)t * a.ldb + h);
+            if constexpr (PRO) {
+                const float bl = a.gb[(i64)t * a.ldgb + h], al = a.ga[(i64)t * a.ldga + h];
+                bv = 1.0f / (1.0f + expf(-bl));
+                gv = a.ssm_a[h] * gates_softplus(al + a.dt_bias[h]);
+                a.beta_out[(i64)t * a.ldb + h] = bv;
+                a.g_out[(i64)t * a.ldg + h] = gv;
+            } else {
+                gv = __ldg(a.g + (i64)t * a.ldg + h);
+                bv = __ldg(a.beta + (i64)t * a.ldb + h);
+            }
         }
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -115,6 +156,22 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
             const int t = t0 + r;
             xk[i] = t < T ? delta_ld4(a.k, a.ldk, t, kh * DK + c4, vk) : zero;
             xq[i] = has_out && t < T && t >= q0 ? delta_ld4(a.q, a.ldq, t - q0, kh * DK + c4, vq) : zero;
+        }
+        if constexpr (PRO) {
+            // The prologue's L2 norms: at DK = 128 a warp's 32 float4 of load i are one row,
+            // r = warp + 8 i, so each warp normalises its rows in registers; k's scales are kept
+            // for step 4's second load of k. Rows past the prompt (or without a query) stay zero.
+#pragma unroll
+            for (int i = 0; i < NE; ++i) {
+                const int r = (tid + 256 * i) / PER_ROW, t = t0 + r;
+                const float sk = delta_l2_scale128(xk[i], a.keps, a.kscale);
+                if (t < T) xk[i] = delta_mul4(xk[i], sk);
+                if (lane == 0) Kn[r] = sk;
+                if (has_out) {
+                    const float sq = delta_l2_scale128(xq[i], a.qeps, a.qscale);
+                    if (t < T && t >= q0) xq[i] = delta_mul4(xq[i], sq);
+                }
+            }
         }
 #pragma unroll
         for (int i = 0; i < NE; ++i) {
@@ -259,8 +316,12 @@ __device__ __forceinline__ void delta_prep_body(const DeltaArgs& a, unsigned cha
             const int e = bt + 192 * i, r = e / PER_ROW, c4 = (e % PER_ROW) * 4;
             if (e < 64 * PER_ROW) {
                 const float s = Bs[r] * expf(Gs[r]);
+                float4 x = xk[i];
+                if constexpr (PRO) {
+                    if (t0 + r < T) x = delta_mul4(x, Kn[r]);  // the normed k of step 2
+                }
                 *reinterpret_cast<uint2*>(Bk + r * LDK + c4) =
-                    make_uint2(delta_h2(xk[i].x * s, xk[i].y * s), delta_h2(xk[i].z * s, xk[i].w * s));
+                    make_uint2(delta_h2(x.x * s, x.y * s), delta_h2(x.z * s, x.w * s));
             }
         }
         float m = 0.0f;
@@ -397,9 +458,19 @@ __device__ __forceinline__ bool delta_shape_ok(const DeltaArgs& a) {
 extern "C" __global__ void __launch_bounds__(256, 2) delta_rule_chunk_prep(DeltaArgs a) {
     pdl_enter();
     TALLY_DYNAMIC_SMEM(delta_sm);
-    if (!delta_shape_ok(a)) return;
-    if (a.dk == 128) delta_prep_body<128>(a, delta_sm);
-    else if (a.dk == 64) delta_prep_body<64>(a, delta_sm);
+    if (!delta_shape_ok(a)) return;  // kx is not read: the host takes delta_rule_chunk_prep_pro
+    if (a.dk == 128) delta_prep_body<128, false>(a, delta_sm);
+    else if (a.dk == 64) delta_prep_body<64, false>(a, delta_sm);
+}
+
+// The same with the fused prologue (TALLY_DELTA_PREP=prologue; kx set, dk = 128): its own
+// kernel, so the plain prep's code and registers are as before. The same grid, block and
+// dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(256, 2) delta_rule_chunk_prep_pro(DeltaArgs a) {
+    pdl_enter();
+    TALLY_DYNAMIC_SMEM(delta_sm);
+    if (!delta_shape_ok(a) || !a.kx || a.dk != 128) return;
+    delta_prep_body<128, true>(a, delta_sm);
 }
 
 // ---------------------------------------------------------------------------------------------

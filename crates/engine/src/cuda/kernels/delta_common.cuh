@@ -14,12 +14,14 @@ struct DeltaArgs {
     float* o; i64 ldo;           // [R, Hv*dv]
     float* work;                 // delta_work_floats(T, Hk, Hv, dk, dv) floats (chunked path only)
     i32 T, R, Hk, Hv, dk, dv;
-    // The decode prologue (delta_rule_step only, one token; ops/fused.rs; off when kx is null):
-    // the delta gates and the q and k L2 norms before the step, in the same launch. Each block
-    // computes what it reads (its value head's gates, its key head's normed q and k) with the
-    // unfused kernels' expressions, and block (h, 0) stores the gates, so they equal delta_gates'
-    // outputs bit for bit. The norms run in place in the plan (their input is their output), so
-    // their normed q and k are not stored: the host fuses only where no later node reads them.
+    // The fused prologue (ops/fused.rs; off when kx is null): the delta gates and the q and k L2
+    // norms before the rule, in the same launch: delta_rule_step at one token, or
+    // delta_rule_chunk_prep_pro for a prompt (dk = 128; there kx and qx are the k and q views,
+    // read through k and q). Each block computes what it reads (its value head's gates, its key
+    // head's normed q and k) with the unfused kernels' expressions, and one block per (token,
+    // value head) stores the gates, so they equal delta_gates' outputs bit for bit. The norms
+    // run in place in the plan (their input is their output), so their normed q and k are not
+    // stored: the host fuses only where no later node reads them.
     const float* kx; i64 ldkx;   // [1, Hk*dk] the k L2 norm's input (and output view)
     const float* qx; i64 ldqx;   // [1, Hk*dk] the q L2 norm's
     float keps, kscale, qeps, qscale;
@@ -95,7 +97,7 @@ __device__ inline DeltaWork delta_work_split(const DeltaArgs& a) {
 // Region X holds K hi, K lo, Q hi, Q lo during the Gram products, then (reused) beta*V hi, lo,
 // beta*exp(G)*K, T (f16) and the off-diagonal scratch.
 struct DeltaPrepSmem {
-    int kh, kl, qh, ql, vh, vl, bk, tm, z, am, tf, gs, bs, red, total;
+    int kh, kl, qh, ql, vh, vl, bk, tm, z, am, tf, gs, bs, kn, red, total;
 };
 
 __host__ __device__ constexpr DeltaPrepSmem delta_prep_layout(int dk) {
@@ -115,6 +117,7 @@ __host__ __device__ constexpr DeltaPrepSmem delta_prep_layout(int dk) {
     s.gs = o; o += 64 * 4;
     s.bs = o; o += 64 * 4;
     s.red = o; o += 32 * 4;
+    s.kn = o; o += 64 * 4;                       // the prologue's k norm scales (prep_pro)
     s.total = o;
     return s;
 }

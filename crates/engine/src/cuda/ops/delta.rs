@@ -59,7 +59,7 @@ pub fn prep_smem_bytes(dk: i64) -> u32 {
     o = o.max(4 * tile);
     o += 64 * 72 * 4; // am
     o += 64 * 72 * 4; // tf
-    o += 64 * 4 + 64 * 4 + 32 * 4; // gs, bs, red
+    o += 64 * 4 + 64 * 4 + 32 * 4 + 64 * 4; // gs, bs, red, kn
     o as u32
 }
 
@@ -117,8 +117,9 @@ pub fn geometry_asserts() -> String {
     s
 }
 
-/// The fused decode prologue of a one-token step (`ops/fused.rs`): the delta gates' and the q
-/// and k L2 norms' inputs and parameters, and the gates' outputs (delta.cu's DeltaArgs).
+/// The fused prologue (`ops/fused.rs`) of a one-token step, or of a chunked run with key dims of
+/// 128 (`TALLY_DELTA_PREP=prologue`): the delta gates' and the q and k L2 norms' inputs and
+/// parameters, and the gates' outputs (delta.cu's DeltaArgs).
 #[derive(Debug, Clone, Copy)]
 pub struct Prologue {
     /// The k and q norms' input views (pointer, row stride).
@@ -142,7 +143,14 @@ pub fn delta_rule(b: &mut CudaBackend, node: &Node, io: &Io, h: Heads) -> Result
     delta_rule_with(b, node, io, h, None)
 }
 
-/// [`delta_rule`], with the fused prologue for a one-token step.
+/// Whether a delta rule of `t` tokens, `r` query rows and key dim `k_dim` can take the fused
+/// prologue: a one-token step (`delta_rule_step`) or a chunked run at key dim 128
+/// (`delta_rule_chunk_prep`, whose warps normalise rows of 128).
+pub(crate) fn takes_prologue(t: usize, r: usize, k_dim: usize) -> bool {
+    (t == 1 && r == 1) || (t > STEP_MAX_T && r <= t && k_dim == 128)
+}
+
+/// [`delta_rule`], with the fused prologue ([`takes_prologue`]).
 pub fn delta_rule_with(
     b: &mut CudaBackend,
     node: &Node,
@@ -151,9 +159,10 @@ pub fn delta_rule_with(
     prologue: Option<Prologue>,
 ) -> Result<(), EngineError> {
     let (t, r) = (node.inputs[1].rows, node.inputs[0].rows);
-    if prologue.is_some() && (t != 1 || r != 1) {
+    if prologue.is_some() && !takes_prologue(t, r, h.k_dim) {
         return Err(EngineError::Internal(format!(
-            "the delta rule's fused prologue is for one-token steps; got T = {t}, R = {r}"
+            "the delta rule's fused prologue is for one-token steps and chunked runs at key dim 128; got T = {t}, R = {r}, key dim {}",
+            h.k_dim
         )));
     }
     let Heads {
@@ -252,13 +261,23 @@ pub fn delta_rule_with(
     }
     let nc = (t as u64).div_ceil(DELTA_C as u64) as u32;
     let dk = k_dim as i64;
+    // The prologue's prep is its own kernel, so the plain one's code is unchanged by it.
+    let prep = if a.kx != 0 {
+        b.kernels.delta_rule_chunk_prep_pro
+    } else {
+        b.kernels.delta_rule_chunk_prep
+    };
     // SAFETY: as for the step, with grid (ceil(T / DELTA_C), Hv); `work` holds work_floats(..)
     // floats (the workspace grown above, which prepare() sized for the plan's largest node) and
     // the dynamic shared memory is delta.cu's own size for dk (asserted at kernel build), at
-    // most what `configure` raised the kernel's limit to (dk = 128).
+    // most what `configure` raised the kernel's limit to (dk = 128). With the prologue (dk =
+    // 128, checked above), gb and ga are T-row views, dt_bias and ssm_a weights of at least Hv
+    // values, beta_out and g_out the beta and g views (ops/fused.rs checks each); kx and qx are
+    // the k and q views themselves, read through k and q. Both prep kernels take the same
+    // arguments, grid, block and shared memory (the limit raised for each).
     unsafe {
         launch(
-            b.kernels.delta_rule_chunk_prep,
+            prep,
             (nc, v_heads as u32, 1),
             (256, 1, 1),
             prep_smem_bytes(dk),

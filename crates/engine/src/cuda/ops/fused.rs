@@ -32,7 +32,10 @@
 //!   those norms, the step's 128 threads). The gates' outputs are stored; the norms' (in place)
 //!   are not, where no later node reads them ([`read_later`]): the conv output they normalise
 //!   is overwritten by the next layer's conv before anything reads it. Two launches fewer per
-//!   linear-attention layer, one of them a single block.
+//!   linear-attention layer, one of them a single block. The same for a prompt's chunked rule
+//!   (key dims of 128, `TALLY_DELTA_PREP=prologue`): `delta_rule_chunk_prep` computes its chunk's
+//!   gates and normalises the q and k rows it loads, each warp a row as norm_rows' 128 threads
+//!   would, so q and k are not written and read again.
 //! - a norm and the MulSilu that gates its output (the linear-attention output norm and its z
 //!   gate), and two L2 norms of one kind (q and k before the delta rule): one `norm_rows`
 //!   launch, its blocks each running the unfused code on its own (row, group).
@@ -109,7 +112,11 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     if let Some(nodes) = add_norm_nodes(plan, index) {
         return add_norm(b, plan, index, nodes, None, None);
     }
-    if let Some(nodes) = delta_prologue_nodes(plan, index).filter(|_| b.options.fuse_delta) {
+    // A prompt's chunked delta rule takes the prologue only under TALLY_DELTA_PREP=prologue.
+    let prologue_on = |n: &DeltaNodes<'_>| {
+        b.options.fuse_delta && (n.3.inputs[1].rows == 1 || b.options.delta_prep_prologue)
+    };
+    if let Some(nodes) = delta_prologue_nodes(plan, index).filter(prologue_on) {
         let n = delta_prologue(b, plan, index, nodes)?;
         if n > 0 {
             return Ok(n);
@@ -213,8 +220,9 @@ fn norm_pair_nodes(plan: &Plan, index: usize) -> Option<(&Node, &Node)> {
     (e1 == e2 && g1 == g2 && one(a) && one(b) && apart).then_some((a, b))
 }
 
-/// The delta gates at `index`, the q and k L2 norms (in place) and a one-token delta rule that
-/// reads all three outputs: (gates, q norm, k norm, delta rule).
+/// The delta gates at `index`, the q and k L2 norms (in place) and a delta rule that reads all
+/// three outputs, one token or a chunked run (`delta::takes_prologue` but for the key dim, which
+/// `delta_prologue` checks): (gates, q norm, k norm, delta rule).
 type DeltaNodes<'p> = (&'p Node, &'p Node, &'p Node, &'p Node);
 fn delta_prologue_nodes(plan: &Plan, index: usize) -> Option<DeltaNodes<'_>> {
     let n = |i: usize| plan.nodes.get(index + i);
@@ -236,8 +244,7 @@ fn delta_prologue_nodes(plan: &Plan, index: usize) -> Option<DeltaNodes<'_>> {
         && d.inputs[1] == kn.outputs[0]
         && d.inputs[3] == g.outputs[1]
         && d.inputs[4] == g.outputs[0]
-        && d.inputs[0].rows == 1
-        && d.inputs[1].rows == 1;
+        && delta::takes_prologue(d.inputs[1].rows, d.inputs[0].rows, 128);
     ok.then_some((g, qn, kn, d))
 }
 
@@ -293,11 +300,12 @@ fn intersection(a: &tally_model::View, b: &tally_model::View) -> Option<tally_mo
     })
 }
 
-/// The gates, the q and k norms and a one-token delta rule as one `delta_rule_step` launch with
-/// its prologue (delta.cu): the nodes covered (0: nothing launched, when the norms would not run
-/// at the step's block size, a norm's output is read later, or a shape or weight is off; each
-/// node then runs on its own). The gates' outputs are stored; the in-place norms' are not (none
-/// is read later: checked), so the step's q and k views keep the norms' inputs.
+/// The gates, the q and k norms and a delta rule as one `delta_rule_step` launch with its
+/// prologue, or (a prompt) the chunked rule with the prologue in `delta_rule_chunk_prep`
+/// (delta.cu): the nodes covered (0: nothing launched, when the norms would not run at 128
+/// threads a group, a norm's output is read later, or a shape or weight is off; each node then
+/// runs on its own). The gates' outputs are stored; the in-place norms' are not (none is read
+/// later: checked), so the rule's q and k views keep the norms' inputs.
 fn delta_prologue(
     b: &mut CudaBackend,
     plan: &Plan,
@@ -330,18 +338,22 @@ fn delta_prologue(
     };
     let sms = b.props.sm_count;
     let width = k_heads * k_dim;
-    // norm_rows' block size for these norms must be the step's 128 threads (same reduction).
+    let (t, r) = (d.inputs[1].rows, d.inputs[0].rows);
+    // norm_rows' block size for these norms must be 128 threads a group: the step's block, and
+    // the reduction the prep's warps replay (same sums in the same order).
     let norm_ok = |x: &tally_model::View, group: usize| {
         group == k_dim
-            && x.rows == 1
             && x.cols == width
-            && norm_threads((x.cols / group) as u32, group, sms) == 128
+            && norm_threads((x.rows * (x.cols / group)) as u32, group, sms) == 128
     };
     let (qv, kv) = (qn.outputs[0], kn.outputs[0]);
     let (gb_v, ga_v) = (g.inputs[0], g.inputs[1]);
     let gates_ok = [gb_v, ga_v, g.outputs[0], g.outputs[1]]
         .iter()
-        .all(|v| v.rows == 1 && v.cols == v_heads);
+        .all(|v| v.rows == t && v.cols == v_heads);
+    if !delta::takes_prologue(t, r, k_dim) || qv.rows != r || kv.rows != t {
+        return Ok(0);
+    }
     // The gates' outputs are stored while other blocks read the norms' and the step's inputs.
     let reads = [qv, kv, d.inputs[2], gb_v, ga_v];
     let apart = g
@@ -1405,7 +1417,7 @@ mod tests {
     fn patterns_match_each_ffn_and_residual_norm() {
         for preset in [Preset::Tiny, Preset::TinyOdd, Preset::Mid] {
             let cfg = preset.config();
-            for n in [1, 5] {
+            for n in [1, 5, 40] {
                 let plan = build_plan(&cfg, n, 64, &PlanOptions::default()).expect("plan");
                 let (mut triples, mut add2, mut add3, mut pairs, mut i) = (0, 0, 0, 0, 0);
                 let (mut gated, mut norm_pairs, mut gated_adds, mut combined) = (0, 0, 0, 0);
@@ -1520,8 +1532,10 @@ mod tests {
                 }
                 let layers = cfg.n_layers;
                 let linear = cfg.n_linear_layers();
-                // One token: the gates, q/k norms and step as one launch; more: the norm pair.
-                let one = usize::from(n == 1);
+                // One token, or a chunked prompt: the gates, q/k norms and the rule as one
+                // launch (the prompt's under TALLY_DELTA_PREP=prologue); a few tokens (the step
+                // kernel at T > 1): the norm pair.
+                let one = usize::from(n == 1 || n > delta::STEP_MAX_T);
                 assert_eq!(
                     (gated, norm_pairs, deltas),
                     (linear, linear * (1 - one), linear * one),

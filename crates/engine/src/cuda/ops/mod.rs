@@ -251,6 +251,7 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
     }
     // dk = 128 covers every supported key dimension.
     max_dynamic_smem(k.delta_rule_chunk_prep, delta::prep_smem_bytes(128))?;
+    max_dynamic_smem(k.delta_rule_chunk_prep_pro, delta::prep_smem_bytes(128))?;
     max_dynamic_smem(k.delta_rule_chunk_scan, delta::scan_smem_bytes(128, 1))?;
     max_dynamic_smem(k.delta_rule_chunk_scan2, delta::scan_smem_bytes(128, 2))?;
     for (&f, d) in k.flash_attn.iter().zip(ATTN_HEAD_DIMS) {
