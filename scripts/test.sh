@@ -61,7 +61,8 @@ target/router_emu | tail -n 1
 # The norm kernels' forms the engine treats as one another bit for bit (norm_rows_w's register and
 # loop forms against norm_rows at 128 threads; add_rms_norm's register form, its loads as the
 # engine builds it by default and with TALLY_ADD_NORM_LOADS=prefill and =late, against its loop
-# form; lab/norm/emu_test.cpp; seconds to build and run).
+# form; the _h kernels' f16 copy of the output, TALLY_NORM_CAST=on; lab/norm/emu_test.cpp; seconds
+# to build and run).
 for d in -DTALLY_ADD_NORM_DEFAULT -DTALLY_ADD_NORM_PREFILL_EARLY -DTALLY_ADD_NORM_LATE; do
     c++ -O2 -std=c++17 -ffp-contract=off -pthread "$d" -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
         lab/norm/emu_test.cpp -o target/norm_emu

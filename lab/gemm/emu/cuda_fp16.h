@@ -51,6 +51,7 @@ struct __half { unsigned short x; };
 struct __half2 { unsigned short x, y; };
 inline __half __float2half_rn(float f) { return {ref::hf32_to_f16(f)}; }
 inline float __half2float(__half h) { return ref::hf16_to_f32(h.x); }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
 inline __half2 __floats2half2_rn(float lo, float hi) { return {ref::hf32_to_f16(lo), ref::hf32_to_f16(hi)}; }
 inline float2 __half22float2(__half2 h) { return {ref::hf16_to_f32(h.x), ref::hf16_to_f32(h.y)}; }
 

@@ -37,6 +37,10 @@ pub struct NormArgs {
     pub blocks1: i32,
     /// 1: `norm_rows_w`'s loop form where its register form would run (`TALLY_NORM=warp-loop`).
     pub no_regs: i32,
+    /// The first norm's outputs also as f16 (null: not), row stride `ldyh` halves: the cast
+    /// of the cuBLAS projections that read them next (`TALLY_NORM_CAST=on`).
+    pub yh: DPtr,
+    pub ldyh: i64,
 }
 
 impl NormArgs {
@@ -72,6 +76,8 @@ impl NormArgs {
             scale2: 0.0,
             blocks1: 0,
             no_regs: 0,
+            yh: 0,
+            ldyh: 0,
         }
     }
 }
@@ -114,6 +120,9 @@ pub struct AddNormArgs {
     pub ldew: i64,
     pub ek: i32,
     pub no_regs: i32,
+    /// y also as f16 (null: not), row stride `ldyh` halves (as [`NormArgs::yh`]).
+    pub yh: DPtr,
+    pub ldyh: i64,
 }
 
 #[repr(C)]
@@ -567,11 +576,11 @@ pub fn layout_asserts(source: &str) -> String {
         "norm" => [
             layout!(NormArgs {
                 x, ldx, w, y, ldy, rows, cols, group, eps, scale, l2, gate, ldgate, x2, ldx2, y2, ldy2,
-                rows2, cols2, scale2, blocks1, no_regs
+                rows2, cols2, scale2, blocks1, no_regs, yh, ldyh
             }),
             layout!(AddNormArgs {
                 a, lda, b, ldb, c, ldc, mid, ldm, sum, lds, w, y, ldy, rows, cols, eps, skip_a, gx,
-                ldgx, gw, gb, ldgb, ey, ldey, ew, ldew, ek, no_regs
+                ldgx, gw, gb, ldgb, ey, ldey, ew, ldew, ek, no_regs, yh, ldyh
             }),
         ]
         .concat(),

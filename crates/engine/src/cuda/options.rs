@@ -249,6 +249,12 @@ pub struct CudaOptions {
     /// linear-attention layer, the same outputs bit for bit (lab/delta/emu_test.cpp). Opt-in
     /// (`=plain` is the default) until a GPU has timed it: written in stop 53 without one.
     pub delta_prep_prologue: bool,
+    /// `TALLY_NORM_CAST=on`: a prompt's fused norm launches (add + RMS norm, the gated output
+    /// norm) also store their output as f16 in `cast_buf` where a cuBLAS projection reads it
+    /// next (`matmul::norm_cast_target`), so that projection's `cast_f16_rows` launch goes: the
+    /// same f16 values, the same outputs bit for bit (lab/norm/emu_test.cpp). Opt-in (`=off`
+    /// is the default) until a GPU has timed it: written in stop 53 without one.
+    pub norm_cast: bool,
 }
 
 /// The prefill attention kernels (`TALLY_ATTN`).
@@ -345,6 +351,7 @@ impl Default for CudaOptions {
             wsx_all: false,
             delta_ring: false,
             delta_prep_prologue: false,
+            norm_cast: false,
         }
     }
 }
@@ -520,6 +527,7 @@ impl CudaOptions {
             Some("prologue") => o.delta_prep_prologue = true,
             Some(v) => return Err(bad("TALLY_DELTA_PREP", v, "plain or prologue")),
         }
+        o.norm_cast = on_off("TALLY_NORM_CAST", o.norm_cast)?;
         if let Some(v) = get("TALLY_WGX_WALK").filter(|v| !v.is_empty()) {
             o.wgx_walk = Some(
                 v.parse::<u32>()
@@ -710,6 +718,7 @@ impl CudaOptions {
                     "plain"
                 }
             ),
+            format!("norm_cast={}", on(self.norm_cast)),
         ]
     }
 }
@@ -768,7 +777,8 @@ mod tests {
                 "ws256=on",
                 "wsx=q6_k",
                 "delta_scan=single",
-                "delta_prep=plain"
+                "delta_prep=plain",
+                "norm_cast=off"
             ]
         );
     }
@@ -857,6 +867,9 @@ mod tests {
                 .expect("options")
                 .delta_ring
         );
+        let c = opts(&[("TALLY_NORM_CAST", "on")]).expect("options");
+        assert!(c.norm_cast && c.describe().contains(&"norm_cast=on".into()));
+        assert!(opts(&[("TALLY_NORM_CAST", "1")]).is_err());
         let p = opts(&[("TALLY_DELTA_PREP", "prologue")]).expect("options");
         assert!(p.delta_prep_prologue && p.describe().contains(&"delta_prep=prologue".into()));
         let e = opts(&[("TALLY_DELTA_PREP", "on")]).unwrap_err().to_string();

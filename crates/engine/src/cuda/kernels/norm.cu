@@ -10,6 +10,9 @@
 // group, eps and weight over another view (rows2 x cols2, its own scale2), in the blocks from
 // blocks1 on. Each block runs the unfused launch's code on its own (row, group), so every output
 // is that launch's bit for bit (when the block size is the same, which the host checks).
+// With `yh`, the first norm's outputs are also stored as f16 (round to nearest, as
+// cast_f16_rows rounds them) at yh + row * ldyh + column: the cast of the cuBLAS projections that
+// read y next (ops/fused.rs, TALLY_NORM_CAST=on), so they need no cast launch of their own.
 struct NormArgs {
     const float* x; i64 ldx;
     const float* w;            // null for the L2 norm
@@ -24,6 +27,7 @@ struct NormArgs {
     float scale2;
     i32 blocks1;
     i32 no_regs;               // 1: norm_rows_w's loop form where its register form would run
+    u16* yh; i64 ldyh;         // null: no f16 copy
 };
 
 // One (row, group) of a norm_rows launch: block index blk's views (the second norm's from
@@ -31,6 +35,7 @@ struct NormArgs {
 struct NormJob {
     const float* x;
     float* y;
+    u16* yh;  // the f16 copy (the first norm only), or null
     const float* z;
     const float* w;
     float scale;
@@ -38,6 +43,7 @@ struct NormJob {
 };
 
 __device__ __forceinline__ NormJob norm_job(const NormArgs& a, int blk) {
+    const int blk0 = blk;
     const float* X = a.x;
     float* Y = a.y;
     i64 ldx = a.ldx, ldy = a.ldy;
@@ -60,14 +66,25 @@ __device__ __forceinline__ NormJob norm_job(const NormArgs& a, int blk) {
     j.ok = row < rows;
     j.x = X + (i64)row * ldx + (i64)g * a.group;
     j.y = Y + (i64)row * ldy + (i64)g * a.group;
+    j.yh = a.yh && !(a.x2 && blk0 >= a.blocks1) ? a.yh + (i64)row * a.ldyh + (i64)g * a.group : nullptr;
     j.z = a.gate ? a.gate + (i64)row * a.ldgate + (i64)g * a.group : nullptr;
     j.w = a.w;
     j.scale = scale;
     return j;
 }
 
-extern "C" __global__ void norm_rows(NormArgs a) {
-    pdl_enter();
+// Output i of a job: y, and (YH: the _h kernels, which the host takes when it sets yh) its f16
+// copy. Separate kernels, so the plain ones' code is the one before the copy existed.
+template <bool YH>
+__device__ __forceinline__ void norm_store(const NormJob& j, int i, float v) {
+    j.y[i] = v;
+    if constexpr (YH) {
+        if (j.yh) j.yh[i] = __half_as_ushort(__float2half_rn(v));
+    }
+}
+
+template <bool YH>
+__device__ __forceinline__ void norm_rows_body(const NormArgs& a) {
     __shared__ float red[32];
     const NormJob j = norm_job(a, static_cast<int>(blockIdx.x));
     if (!j.ok) return;
@@ -82,8 +99,16 @@ extern "C" __global__ void norm_rows(NormArgs a) {
     for (int i = threadIdx.x; i < a.group; i += blockDim.x) {
         const float v = j.x[i] * s;
         const float n = j.w ? v * j.w[i] : v;
-        j.y[i] = j.z ? n * tally_silu(j.z[i]) : n;
+        norm_store<YH>(j, i, j.z ? n * tally_silu(j.z[i]) : n);
     }
+}
+extern "C" __global__ void norm_rows(NormArgs a) {
+    pdl_enter();
+    norm_rows_body<false>(a);
+}
+extern "C" __global__ void norm_rows_h(NormArgs a) {
+    pdl_enter();
+    norm_rows_body<true>(a);
 }
 
 // norm_rows_w's scale from the four running sums a lane kept for the block threads it plays:
@@ -97,7 +122,7 @@ __device__ __forceinline__ float norm_w_scale(const NormArgs& a, const NormJob& 
     return rsqrtf(denom + a.eps) * (a.l2 ? j.scale : 1.0f);
 }
 
-template <int R>
+template <int R, bool YH>
 __device__ __forceinline__ void norm_w_regs(const NormArgs& a, const NormJob& j, int lane) {
     // Element i = 32 w + lane + 128 r: thread 32 w + lane's r-th element at 128 threads.
     float xv[4][R], zv[4][R], wv[4][R];
@@ -128,7 +153,7 @@ __device__ __forceinline__ void norm_w_regs(const NormArgs& a, const NormJob& j,
             if (i >= a.group) continue;
             const float v = xv[w][r] * s;
             const float n = j.w ? v * wv[w][r] : v;
-            j.y[i] = j.z ? n * tally_silu(zv[w][r]) : n;
+            norm_store<YH>(j, i, j.z ? n * tally_silu(zv[w][r]) : n);
         }
 }
 
@@ -143,18 +168,18 @@ __device__ __forceinline__ void norm_w_regs(const NormArgs& a, const NormJob& j,
 // read again, so a warp pays one round of loads instead of two (x, then x again with the gate and
 // weight after the sums); the same operations in the same order.
 // Grid: ceil(blocks / NORM_W_GROUPS) blocks of 32 NORM_W_GROUPS threads.
-extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(NormArgs a) {
-    pdl_enter();
+template <bool YH>
+__device__ __forceinline__ void norm_rows_w_body(const NormArgs& a) {
     const int lane = threadIdx.x & 31;
     const int blk = static_cast<int>(blockIdx.x) * NORM_W_GROUPS + (threadIdx.x >> 5);
     const NormJob j = norm_job(a, blk);
     if (!j.ok) return;
     if (a.group <= 128 && !a.no_regs) {
-        norm_w_regs<1>(a, j, lane);
+        norm_w_regs<1, YH>(a, j, lane);
         return;
     }
     if (a.group <= 256 && !a.no_regs) {
-        norm_w_regs<2>(a, j, lane);
+        norm_w_regs<2, YH>(a, j, lane);
         return;
     }
     float ss[4];
@@ -170,8 +195,16 @@ extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(Nor
     for (int i = lane; i < a.group; i += 32) {
         const float v = j.x[i] * s;
         const float n = j.w ? v * j.w[i] : v;
-        j.y[i] = j.z ? n * tally_silu(j.z[i]) : n;
+        norm_store<YH>(j, i, j.z ? n * tally_silu(j.z[i]) : n);
     }
+}
+extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w(NormArgs a) {
+    pdl_enter();
+    norm_rows_w_body<false>(a);
+}
+extern "C" __global__ void __launch_bounds__(32 * NORM_W_GROUPS) norm_rows_w_h(NormArgs a) {
+    pdl_enter();
+    norm_rows_w_body<true>(a);
 }
 
 // A residual add and the RMS norm of its sum (Op::Add then Op::RmsNorm over whole rows), in one
@@ -208,6 +241,7 @@ struct AddNormArgs {
     const float* ew; i64 ldew;
     i32 ek;
     i32 no_regs;                // 1: the loop form even where the register form would run
+    u16* yh; i64 ldyh;          // null: no f16 copy of y (else norm.cu's NormArgs::yh)
 };
 
 // add_rms_norm for rows of at most NE elements a thread (decode: 2048 columns over 1,024
@@ -220,7 +254,7 @@ struct AddNormArgs {
 // (each buffer it writes is read at most at the writing thread's own elements).
 // EARLY picks the load phase: every load first (the default), or (false) the form before stop
 // 44; which kernel takes which: ADD_NORM_EARLY_1024 / _256 below.
-template <int NE, bool EARLY>
+template <int NE, bool EARLY, bool YH = false>
 __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row, float* red) {
     const int nt = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
     const float* a = p.a + (i64)row * p.lda;
@@ -314,6 +348,7 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
     float* m = p.mid ? p.mid + (i64)row * p.ldm : nullptr;
     float* s = p.sum + (i64)row * p.lds;
     float* y = p.y + (i64)row * p.ldy;
+    u16* yh = YH && p.yh ? p.yh + (i64)row * p.ldyh : nullptr;
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < NE; k++) {
@@ -339,11 +374,15 @@ __device__ __forceinline__ void add_rms_norm_regs(const AddNormArgs& p, int row,
     for (int k = 0; k < NE; k++) {
         const int i = tid + k * nt;
         if (i >= p.cols) continue;
-        const float v = av[k] * sc;
-        y[i] = v * wv[k];
+        const float v = av[k] * sc, o = v * wv[k];
+        y[i] = o;
+        if constexpr (YH) {
+            if (yh) yh[i] = __half_as_ushort(__float2half_rn(o));
+        }
     }
 }
 
+template <bool YH = false>
 __device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row, float* red);
 
 // The load phase of each kernel's register form (TALLY_ADD_NORM_LOADS): early in both kernels
@@ -382,17 +421,28 @@ extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(AddNormArgs p) {
 #ifndef ADD_NORM_256_MIN_BLOCKS
 #define ADD_NORM_256_MIN_BLOCKS 2
 #endif
-extern "C" __global__ void __launch_bounds__(256, ADD_NORM_256_MIN_BLOCKS) add_rms_norm_256(AddNormArgs p) {
-    pdl_enter();
+template <bool YH>
+__device__ __forceinline__ void add_rms_norm_256_body(const AddNormArgs& p) {
     __shared__ float red[32];
     const int row = blockIdx.x;
     if (row >= p.rows) return;
-    if (p.cols <= 8 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<8, ADD_NORM_EARLY_256>(p, row, red);
-    else add_rms_norm_loop(p, row, red);
+    if (p.cols <= 8 * static_cast<int>(blockDim.x) && p.ek <= 8 && !p.no_regs) add_rms_norm_regs<8, ADD_NORM_EARLY_256, YH>(p, row, red);
+    else add_rms_norm_loop<YH>(p, row, red);
+}
+extern "C" __global__ void __launch_bounds__(256, ADD_NORM_256_MIN_BLOCKS) add_rms_norm_256(AddNormArgs p) {
+    pdl_enter();
+    add_rms_norm_256_body<false>(p);
+}
+// With the f16 copy of y (yh; TALLY_NORM_CAST=on): its own kernel, so add_rms_norm_256's code is
+// the one before the copy existed (the copy's pointer and stores took registers it spilled).
+extern "C" __global__ void __launch_bounds__(256, ADD_NORM_256_MIN_BLOCKS) add_rms_norm_256_h(AddNormArgs p) {
+    pdl_enter();
+    add_rms_norm_256_body<true>(p);
 }
 
 // The loop form: each phase reads its inputs from global memory (the combine's a and the sum
 // read back after they are written).
+template <bool YH>
 __device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row, float* red) {
     const float* a = p.a + (i64)row * p.lda;
     if (p.ey) {  // moe_combine's loop for this row's elements; a is its output, read back below
@@ -436,8 +486,12 @@ __device__ __forceinline__ void add_rms_norm_loop(const AddNormArgs& p, int row,
     }
     ss = block_sum(ss, red);
     const float sc = rsqrtf(ss / (float)p.cols + p.eps) * 1.0f;
+    u16* yh = YH && p.yh ? p.yh + (i64)row * p.ldyh : nullptr;
     for (int i = threadIdx.x; i < p.cols; i += blockDim.x) {
-        const float v = s[i] * sc;
-        y[i] = v * p.w[i];
+        const float v = s[i] * sc, o = v * p.w[i];
+        y[i] = o;
+        if constexpr (YH) {
+            if (yh) yh[i] = __half_as_ushort(__float2half_rn(o));
+        }
     }
 }

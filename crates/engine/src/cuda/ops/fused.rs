@@ -45,8 +45,9 @@ use tally_model::{Node, Op, OutLayout, Plan};
 use super::delta;
 use super::elementwise::shared_gate_threads;
 use super::matmul::{
-    WgTile, gemv_grid, gemv_is_int, gemv_min_threads, gemv_rows_per_warp, gemv2_kernel,
-    layout_code, mmv_kernel, runs_gemv, runs_mmv, use_gemvi, wg_tile_smem_if_fits,
+    CastKey, WgTile, gemv_grid, gemv_is_int, gemv_min_threads, gemv_rows_per_warp, gemv2_kernel,
+    layout_code, mmv_kernel, norm_cast_target, runs_gemv, runs_mmv, use_gemvi,
+    wg_tile_smem_if_fits,
 };
 use super::moe::{self, runs_direct_gemv};
 use super::norm::{launch_norm_rows, norm_threads};
@@ -451,6 +452,7 @@ fn norm_fused(
         eps,
     );
     let mut blocks = blocks1;
+    let mut cast = None;
     match with {
         NormWith::Gate(g) => {
             let z = b.view(plan, &g.inputs[1])?;
@@ -458,6 +460,17 @@ fn norm_fused(
                 return Ok(0);
             }
             (a.gate, a.ldgate) = z;
+            // TALLY_NORM_CAST: the gated output (the MulSilu's, in place over the norm's) also
+            // as f16 in cast_buf, for the projection after it.
+            if g.outputs[0] == norm.outputs[0] {
+                if let Some(ptr) = norm_cast_target(b, plan, index + 1, &g.outputs[0]) {
+                    (a.yh, a.ldyh) = (ptr, x.cols as i64);
+                    cast = Some(CastKey {
+                        view: g.outputs[0],
+                        node: index + 1,
+                    });
+                }
+            }
         }
         NormWith::Second(n2) => {
             let Op::L2Norm { scale: scale2, .. } = n2.op else {
@@ -481,12 +494,19 @@ fn norm_fused(
             blocks += blocks2;
         }
     }
+    if cast.is_some() {
+        b.cast.forget(); // cast_buf is rewritten
+    }
     // SAFETY: blocks 0..blocks1 are the first norm's (row, group) pairs of its input view, the
     // rest the second norm's (x2 set); the block size is the one each unfused launch takes
     // (checked above). x, y (and x2, y2, gate: a view of the first's shape) are the nodes'
     // views of buffers `prepare` sized; w is null (L2) or a weight of at least `group` values
-    // (checked above).
+    // (checked above). With yh, cast_buf holds rows x cols halves (norm_cast_target checked
+    // its size against the projection's cast of this view).
     unsafe { launch_norm_rows(b, &a, blocks, threads) }?;
+    if cast.is_some() {
+        b.cast.last = cast;
+    }
     Ok(2)
 }
 
@@ -1249,7 +1269,7 @@ fn add_norm(
         gb = (0, 0);
     }
     let skip_a = unread(combine.map(|c| &c.outputs[0]));
-    let a = AddNormArgs {
+    let mut a = AddNormArgs {
         a: x.0,
         lda: x.1,
         b: y.0,
@@ -1278,10 +1298,22 @@ fn add_norm(
         ldew: ew.1,
         ek,
         no_regs: i32::from(!b.options.add_norm_regs),
+        yh: 0,
+        ldyh: 0,
     };
+    // TALLY_NORM_CAST: the norm's output also as f16 in cast_buf, for the projections after it.
+    let norm_index = index + covered - 1;
+    // Only add_rms_norm_256 has the copy's form (a prompt's rows; decode takes no cuBLAS).
+    let cast = norm_cast_target(b, plan, norm_index, &norm.outputs[0]).filter(|_| threads <= 256);
+    if let Some(ptr) = cast {
+        (a.yh, a.ldyh) = (ptr, out.cols as i64);
+        b.cast.forget(); // cast_buf is rewritten
+    }
     // add_rms_norm_256 is the same kernel under a 256-thread launch bound (room for its
     // register form at 8 values a thread).
-    let kernel = if threads <= 256 {
+    let kernel = if cast.is_some() {
+        b.kernels.add_rms_norm_256_h
+    } else if threads <= 256 {
         b.kernels.add_rms_norm_256
     } else {
         b.kernels.add_rms_norm
@@ -1292,7 +1324,8 @@ fn add_norm(
     // the last add's and the norm's outputs (rows x cols each), in buffers `prepare` sized; w
     // is the norm weight of at least cols values (checked above); with the gate, gx and gb are
     // its input and (in place) output views of the same rows x cols, gw its weight of at least
-    // cols values (checked above).
+    // cols values (checked above). With yh, cast_buf holds rows x cols halves (norm_cast_target
+    // checked its size against the projection's cast of this view).
     unsafe {
         launch(
             kernel,
@@ -1303,6 +1336,12 @@ fn add_norm(
             &a,
         )
     }?;
+    if cast.is_some() {
+        b.cast.last = Some(CastKey {
+            view: norm.outputs[0],
+            node: norm_index,
+        });
+    }
     Ok(covered)
 }
 

@@ -989,17 +989,50 @@ impl CastState {
     }
 }
 
-/// Whether `cast_buf` already holds the f16 copy of node `index`'s input: cast by an earlier
-/// node of this run from the same view, which no node from that one to this one writes.
+/// Whether `cast_buf` already holds the f16 copy of node `index`'s input: made by an earlier
+/// node of this run from the same view (a projection's cast of its input, or a norm's copy of
+/// its output, [`norm_cast_target`]), which no node after that one and before this one writes.
 fn cast_is_current(last: Option<CastKey>, plan: &Plan, index: usize) -> bool {
     let view = plan.nodes[index].inputs[0];
     last.is_some_and(|c| {
         c.view == view
             && c.node < index
-            && !plan.nodes[c.node..index]
+            && !plan.nodes[c.node + 1..index]
                 .iter()
                 .any(|n| n.outputs.iter().any(|o| o.buf == view.buf))
     })
+}
+
+/// `TALLY_NORM_CAST=on`: where the fused norm launch ending at node `norm` of `plan`, which
+/// writes `view`, may also store the f16 copy of it that a cuBLAS projection after it would
+/// cast (norm.cu's `yh`): `cast_buf`, when a projection that reads exactly `view` and takes
+/// the cuBLAS path (with its cast in `cast_buf`) comes before any node writes `view`'s buffer.
+/// The launch then notes `CastKey { view, node: norm }`, so those projections find the cast
+/// current ([`cast_is_current`]) and launch no cast of their own: the same f16 values
+/// (round to nearest, as cast_f16_rows), so the same outputs bit for bit.
+pub(crate) fn norm_cast_target(
+    b: &CudaBackend,
+    plan: &Plan,
+    norm: usize,
+    view: &View,
+) -> Option<u64> {
+    if !b.options.norm_cast || !b.options.cast_reuse {
+        return None;
+    }
+    let buf = b.cast_buf.as_ref()?;
+    for (i, n) in plan.nodes.iter().enumerate().skip(norm + 1) {
+        if matches!(n.op, tally_model::Op::MatMul { .. }) && n.inputs.first() == Some(view) {
+            let dw = b.weights.of(plan, i, 0).ok()?;
+            let whole = dw.dims.len() >= 2 && dw.dims[0] as usize == view.cols;
+            if let Some((_, x_bytes)) = cublas_operands(b, dw, view.rows).filter(|_| whole) {
+                return (buf.bytes >= x_bytes).then_some(buf.ptr);
+            }
+        }
+        if n.outputs.iter().any(|o| o.buf == view.buf) {
+            return None;
+        }
+    }
+    None
 }
 
 /// `Op::MatMul`: node `index` of `plan`.
