@@ -43,6 +43,8 @@ target/gemm_emu pieces
 # over 256 x rows) bit for bit against the 128-row unfused launches, Q4_K (about a minute), and
 # xs128 (the x-resident down tile) against float64, Q4_K and Q6_K (seconds).
 target/gemm_emu ws256 q4_k
+# gs256 with two A stages (TALLY_WS256=a2, opt-in) on the same cases (about a minute).
+target/gemm_emu ws256a q4_k
 target/gemm_emu xs128 q4_k,q6_k
 # The persistent one-row GEMVs (gemvr_<t>, and gemvt_<t> fed by bulk copies) against gemv4_<t>,
 # bit for bit, every integer format (~25 s).

@@ -186,6 +186,21 @@ inline GemmFn ws256_fn(int type) {
 }
 #undef WS256_FN
 inline size_t ws256_smem(int type) { return size_t(WS256_SMEM_BYTES(type)); }
+// gs256 with two A stages, gemm_<t>_gs256a (code only where WS256A_SMEM_BYTES(t) fits a block).
+#define WS256A_FN(name) return gemm_##name##_gs256a
+inline GemmFn ws256a_fn(int type) {
+    switch (type) {
+        case ref::Q4_K: WS256A_FN(q4_k);
+        case ref::IQ4_XS: WS256A_FN(iq4_xs);
+        case ref::MXFP4: WS256A_FN(mxfp4);
+        case ref::Q4_0: WS256A_FN(q4_0);
+        case ref::Q4_1: WS256A_FN(q4_1);
+        case ref::IQ4_NL: WS256A_FN(iq4_nl);
+        default: return nullptr;
+    }
+}
+#undef WS256A_FN
+inline size_t ws256a_smem(int type) { return size_t(WS256A_SMEM_BYTES(type)); }
 
 struct GemmCase {
     std::string name;
@@ -962,9 +977,11 @@ int run_route_cases(B& b, ref::Rng& rng, bool big) {
 // at every (pair, column), and leave the padding columns poisoned. MoE gate/up shape of T tokens,
 // top 4 of 16 experts (or the 35B shape: 256 experts, top 8, when `big`). Returns 1 on failure.
 // ws: the warp-specialised gs128 (128) or gs256 (256) instead of the gated tile (variant V_W128
-// only; gs256 on the same case's routing in 256-row tiles, against the unfused 128-row launches).
+// only; gs256 on the same case's routing in 256-row tiles, against the unfused 128-row launches);
+// a2 with 256: gs256a (two A stages) instead of gs256.
 template <class B>
-inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng, int ws = 0) {
+inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bool big, ref::Rng& rng, int ws = 0,
+                       bool a2 = false) {
     GemmCase c;
     c.name = "moe gated gate/up";
     c.type = type;
@@ -1001,7 +1018,8 @@ inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bo
         a256.w2 = du.args.w;
         a256.y3 = y3;
         a256.ldy3 = s.ldy;
-        b.gemm(ws256_fn(type), unsigned((c.N + 63) / 64), d256.gy, WS_THREADS, ws256_smem(type), a256);
+        if (a2) b.gemm(ws256a_fn(type), unsigned((c.N + 63) / 64), d256.gy, WS_THREADS, ws256a_smem(type), a256);
+        else b.gemm(ws256_fn(type), unsigned((c.N + 63) / 64), d256.gy, WS_THREADS, ws256_smem(type), a256);
     } else if (ws) {
         b.gemm(ws_fn(type), unsigned((c.N + 63) / 64), dg.gy, WS_THREADS, ws_smem(type), a);
     } else {
@@ -1019,9 +1037,9 @@ inline int check_gated(B& b, int type, int variant, int tokens, int N, int K, bo
             unwritten += std::isnan(got[i]);
             bad += std::memcmp(&got[i], &w[i], 4) != 0;
         }
-    std::printf("  %s gated %-5s %s%-3d tokens=%-5d E=%-3d N=%d K=%d: %lld of %lld outputs differ (%lld unwritten)\n",
-                bad ? "FAIL" : "ok  ", ref::type_name(type), ws ? "gs" : "g", ws == 256 ? 256 : bt, tokens, c.E, c.N, c.K, bad, static_cast<long long>(s.M) * c.N,
-                unwritten);
+    std::printf("  %s gated %-5s %s%-3d%s tokens=%-5d E=%-3d N=%d K=%d: %lld of %lld outputs differ (%lld unwritten)\n",
+                bad ? "FAIL" : "ok  ", ref::type_name(type), ws ? "gs" : "g", ws == 256 ? 256 : bt, a2 ? "a" : "", tokens, c.E, c.N, c.K, bad,
+                static_cast<long long>(s.M) * c.N, unwritten);
     b.release();
     return bad ? 1 : 0;
 }

@@ -760,6 +760,16 @@ int main(int argc, char** argv) {
         std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
         return fails ? 1 : 0;
     }
+    // "ws256a": gemm_<t>_gs256a (gs256 with two A stages, TALLY_WS256=a2) on the same cases,
+    // against the unfused 128-row launches, bit for bit (so gs256's outputs too).
+    if (argc > 1 && std::string(argv[1]) == "ws256a") {
+        const std::string only = argc > 2 ? "," + std::string(argv[2]) + "," : "";
+        for (int t : {ref::Q4_K, ref::MXFP4, ref::IQ4_XS, ref::Q4_0})
+            if (only.empty() || only.find("," + std::string(ref::type_name(t)) + ",") != std::string::npos)
+                for (int tokens : {70, 700, 1100}) fails += check_gated(b, t, V_W128, tokens, 200, 512, false, rng, 256, true);
+        std::printf("%s: %d failures\n", fails ? "FAILED" : "PASSED", fails);
+        return fails ? 1 : 0;
+    }
     // "multirow": gemv_multi with every x row of a 2-4 row batch in one block, 7 integer formats
     // (those multi_fn maps), against a block per row.
     if (argc > 1 && std::string(argv[1]) == "multirow") {

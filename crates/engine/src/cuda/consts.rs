@@ -32,6 +32,8 @@ pub const WS_RSTAGES: i64 = 3;
 /// and weight-ring stages (the weights run this many steps ahead).
 pub const WS256_XSTAGES: i64 = 2;
 pub const WS256_RSTAGES: i64 = 3;
+/// Weight-ring stages of gs256 with two A stages (gemm_<t>_gs256a, `TALLY_WS256=a2`).
+pub const WS256A_RSTAGES: i64 = 2;
 /// Output columns per `gemv_<t>` block.
 pub const GEMV_ROWS: i64 = 16;
 /// Threads per `gemv_<t>` block.
@@ -117,6 +119,7 @@ pub const DEFINES: &[(&str, i64)] = &[
     ("WS_RSTAGES", WS_RSTAGES),
     ("WS256_XSTAGES", WS256_XSTAGES),
     ("WS256_RSTAGES", WS256_RSTAGES),
+    ("WS256A_RSTAGES", WS256A_RSTAGES),
     ("GEMV_ROWS", GEMV_ROWS),
     ("GEMV_THREADS", GEMV_THREADS as i64),
     ("MMV_THREADS", MMV_THREADS as i64),

@@ -72,6 +72,8 @@ pub struct GemmSet {
     pub gs128: Kernel,
     /// Its 256-row form `gemm_<t>_gs256` (code only for the types whose stages fit a block).
     pub gs256: Kernel,
+    /// gs256 with two A stages, `gemm_<t>_gs256a` (`TALLY_WS256=a2`; code only where they fit).
+    pub gs256a: Kernel,
     /// The warp-specialised x-resident tile `gemm_<t>_xs128` (gemm_wg.cuh `gemm_wsx_body`).
     pub xs128: Kernel,
 }
@@ -264,6 +266,7 @@ impl Kernels {
                 wg_gated: [k(format!("gemm_{t}_g32"))?, k(format!("gemm_{t}_g128"))?],
                 gs128: k(format!("gemm_{t}_gs128"))?,
                 gs256: k(format!("gemm_{t}_gs256"))?,
+                gs256a: k(format!("gemm_{t}_gs256a"))?,
                 xs128: k(format!("gemm_{t}_xs128"))?,
             });
         }

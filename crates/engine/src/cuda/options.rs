@@ -227,6 +227,11 @@ pub struct CudaOptions {
     /// gs128 at 4,096 tokens, 1.03x at 8,192; docs/results/2026-12-06-stop46). On unless
     /// `TALLY_WS256=off`.
     pub ws256: bool,
+    /// `TALLY_WS256=a2`: gs256 on `gemm_<t>_gs256a` (two A stages: the decoders store a step's
+    /// A while the previous step's MMAs run) where its stages fit (weight slots of at most 32
+    /// bytes: Q4_K, MXFP4, IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_1); the same outputs bit for bit (the
+    /// emulator's `ws256a`). Opt-in until a GPU has timed it: written in stop 53 without one.
+    pub ws256_a2: bool,
     /// The downs of the block formats (K <= 512) of more than 100 rows per expert on
     /// `gemm_<t>_xs128` (gemm_wg.cuh `gemm_wsx_body`: the x-resident x128 tile with its warps
     /// specialised, decoders and consumers as in gs128; the same outputs bit for bit).
@@ -347,6 +352,7 @@ impl Default for CudaOptions {
             cast_reuse: true,
             ws: true,
             ws256: true,
+            ws256_a2: false,
             wsx: true,
             wsx_all: false,
             delta_ring: false,
@@ -506,7 +512,13 @@ impl CudaOptions {
         o.gemv_mr = on_off("TALLY_GEMV_MR", o.gemv_mr)?;
         o.cast_reuse = on_off("TALLY_CAST_REUSE", o.cast_reuse)?;
         o.ws = on_off("TALLY_WS", o.ws)?;
-        o.ws256 = on_off("TALLY_WS256", o.ws256)?;
+        match get("TALLY_WS256").as_deref() {
+            None | Some("") => {}
+            Some("on") => (o.ws256, o.ws256_a2) = (true, false),
+            Some("off") => (o.ws256, o.ws256_a2) = (false, false),
+            Some("a2") => (o.ws256, o.ws256_a2) = (true, true),
+            Some(v) => return Err(bad("TALLY_WS256", v, "on, off or a2")),
+        }
         match get("TALLY_WSX").as_deref() {
             None | Some("") => {}
             Some("off") => (o.wsx, o.wsx_all) = (false, false),
@@ -697,7 +709,14 @@ impl CudaOptions {
             format!("gemv_mr={}", on(self.gemv_mr)),
             format!("cast_reuse={}", on(self.cast_reuse)),
             format!("ws={}", on(self.ws)),
-            format!("ws256={}", on(self.ws256)),
+            format!(
+                "ws256={}",
+                match (self.ws256, self.ws256_a2) {
+                    (false, _) => "off",
+                    (true, false) => "on",
+                    (true, true) => "a2",
+                }
+            ),
             format!(
                 "wsx={}",
                 match (self.wsx, self.wsx_all) {
@@ -905,6 +924,8 @@ mod tests {
         let w = opts(&[("TALLY_WS256", "off")]).expect("options");
         assert!(!w.ws256 && w.describe().contains(&"ws256=off".into()));
         assert!(opts(&[("TALLY_WS256", "2")]).is_err());
+        let a = opts(&[("TALLY_WS256", "a2")]).expect("options");
+        assert!(a.ws256 && a.ws256_a2 && a.describe().contains(&"ws256=a2".into()));
         let s = opts(&[("TALLY_ADD_NORM", "regs")]).expect("options");
         assert!(
             s.add_norm_regs && !s.add_norm_skip && s.describe().contains(&"add_norm=regs".into())

@@ -1593,6 +1593,10 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
         /* only where the stages fit a block (32-byte slots); else no code, nothing written */       \
         if constexpr (WS256_SMEM_BYTES(T) <= 232448) gemm_ws_body<T, 256>(a);                        \
     }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) gemm_##name##_gs256a(GemmArgs a) { pdl_enter(); \
+        /* gs256 with two A stages (TALLY_WS256=a2); code only where they fit a block */             \
+        if constexpr (WS256A_SMEM_BYTES(T) <= 232448) gemm_ws_body<T, 256, true>(a);                 \
+    }                                                                                                \
     extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_##name##_x64(GemmArgs a) { pdl_enter(); \
         gemm_wgx_body<T, 64>(a);                                                                     \
     }                                                                                                \

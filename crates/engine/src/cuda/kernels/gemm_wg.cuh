@@ -378,6 +378,22 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
      WS256_RSTAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
 #define WS256_CONSUMER_REGS 160
 #define WS256_DECODER_REGS 96
+// gemm_<t>_gs256a (TALLY_WS256=a2, opt-in): gs256 with two A stages, so the decoders store step
+// kt + 1's A while the tensor cores still run step kt's MMAs. In gs256 the one A stage made each
+// step's MMAs wait for the decoders' store of its A, which waited for the previous MMAs (stop
+// 46's ncu: the consumers stalled at FULL for 27-35% of the samples). Per step kt the decoders
+// now store A(kt) into stage kt % 2 (free since EMPTY(kt - 2), waited for a step before), arrive
+// FULL(kt), and only then wait EMPTY(kt - 1) (before the x copies of kt + 1 go into the x stage
+// step kt - 1 used). Decoders and consumers are then up to a step apart, so FULL and EMPTY each
+// alternate between two named barriers by the step's parity (one barrier's arrivals of steps kt
+// and kt + 2 are a full round of the other side apart: no phase is overrun). The weight ring
+// keeps WS256A_RSTAGES (2) stages to make room: 227 KB exactly for 32-byte slots (Q4_K, MXFP4,
+// IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_1 fit), no code for the rest. The same products in the same order: gs256's outputs bit for
+// bit (the emulator's ws256a). Written in stop 53 without a GPU: untimed.
+// (WS256A_RSTAGES: consts.rs.)
+#define WS256A_SMEM_BYTES(t)                                                                             \
+    (1024 + WS256_XSTAGES * 2 * 256 * 128 + 2 * 2 * SWP_BN * 128 + 8 * 256 +                             \
+     WS256A_RSTAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
 #ifndef TALLY_EMU
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -388,19 +404,31 @@ __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
 }
 #endif
-// The consumers' K loop of gemm_ws_body: H halves of 128 x rows (H = 2 only for BT = 256).
-template <int BT, int H>
+// The named barriers of gemm_ws_body: FULL (decoders arrive, consumers wait) and EMPTY (the
+// reverse) of step kt; with two A stages (A2) each alternates between two barriers by parity.
+template <bool A2>
+__device__ __forceinline__ int ws_bar_full(int kt) {
+    return A2 ? 1 + 2 * (kt & 1) : 1;
+}
+template <bool A2>
+__device__ __forceinline__ int ws_bar_empty(int kt) {
+    return A2 ? 2 + 2 * (kt & 1) : 2;
+}
+// The consumers' K loop of gemm_ws_body: H halves of 128 x rows (H = 2 only for BT = 256); A2:
+// step kt's A in stage kt % 2 (astage bytes apart).
+template <int BT, int H, bool A2 = false>
 __device__ __forceinline__ void ws_consume(u8* Xs, u32 aa, int KT, float (&acc0)[64], float (&acc1)[64]) {
     constexpr int BK = WG_BK, BN = SWP_BN, XS = BT == 128 ? WS_XSTAGES : WS256_XSTAGES;
-    constexpr int XSTAGE = 2 * BT * 128, BAR_FULL = 1, BAR_EMPTY = 2;
+    constexpr int XSTAGE = 2 * BT * 128, ASTAGE = 2 * BN * 128;
     for (int kt = 0; kt < KT; kt++) {
-        named_bar_sync(BAR_FULL, WS_THREADS);
+        named_bar_sync(ws_bar_full<A2>(kt), WS_THREADS);
         const u32 xa = smem_u32(Xs + (kt % XS) * XSTAGE);
+        const u32 ak = A2 ? aa + (kt & 1) * ASTAGE : aa;
         if (!(TALLY_WG_ABL & 16)) {  // lab ablation 16: no MMAs
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
-                const u64 ad = wg_desc(aa + (kk >> 2) * (BN * 128) + 32 * (kk & 3));
+                const u64 ad = wg_desc(ak + (kk >> 2) * (BN * 128) + 32 * (kk & 3));
                 const u32 xk = xa + (kk >> 2) * (BT * 128) + 32 * (kk & 3);
                 WgmmaSS<128>::mma(acc0, ad, wg_desc(xk));
                 if constexpr (H == 2) WgmmaSS<128>::mma(acc1, ad, wg_desc(xk + 128 * 128));
@@ -408,30 +436,32 @@ __device__ __forceinline__ void ws_consume(u8* Xs, u32 aa, int KT, float (&acc0)
             wg_commit();
         }
         wg_wait<0>();  // step kt's MMAs done: the A stage and x stage kt % XS are free
-        if (kt + 1 < KT) named_bar_arrive(BAR_EMPTY, WS_THREADS);
+        if (kt + 1 < KT) named_bar_arrive(ws_bar_empty<A2>(kt), WS_THREADS);
     }
 }
-template <int T, int BT = 128>
+template <int T, int BT = 128, bool A2 = false>
 __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
     constexpr int BN = SWP_BN, BK = WG_BK, SW = Piece<T>::SLOT_WORDS, DT = GEMM_THREADS;
     constexpr bool WIDE = BT == 256;
-    constexpr int XS = WIDE ? WS256_XSTAGES : WS_XSTAGES, RS = WIDE ? WS256_RSTAGES : WS_RSTAGES;
+    constexpr int XS = WIDE ? WS256_XSTAGES : WS_XSTAGES;
+    constexpr int RS = WIDE ? (A2 ? WS256A_RSTAGES : WS256_RSTAGES) : WS_RSTAGES;
+    constexpr int AST = A2 ? 2 : WS_ASTAGES;  // A stages
     constexpr int LEAD = WIDE ? RS : XS - 1;  // steps whose weights are copied ahead
     constexpr int XC = BT * 16 / DT;
     constexpr int XSTAGE = 2 * BT * 128, ASTAGE = 2 * BN * 128;
-    constexpr int BAR_FULL = 1, BAR_EMPTY = 2;
     static_assert(BT == 128 || BT == 256, "BT");
+    static_assert(!A2 || WIDE, "two A stages: the wide tile only");
     static_assert(BN == 128 && DT == 256, "eight decoder warps of 16 weight rows, two consumer warpgroups");
     static_assert(BK == 128, "four pieces per row per step");
     static_assert(SW * 4 == GEMM_SLOT_BYTES(T), "GEMM_SLOT_BYTES");
-    static_assert(WS_ASTAGES == 1 && RS >= LEAD, "one A stage; a ring slot free when its step is copied");
+    static_assert(WS_ASTAGES == 1 && RS >= LEAD, "one A stage (A2: two); a ring slot free when its step is copied");
     static_assert(!WIDE || XS == 2, "the wide tile's x copies run one step ahead");
 
     TALLY_DYNAMIC_SMEM(smem);
     u8* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);
     u8* Xs = base;                                          // [XS][2][BT][128 bytes]
-    u8* As = Xs + XS * XSTAGE;                              // [2][BN][128 bytes]
-    i32* s_xrow = reinterpret_cast<i32*>(As + ASTAGE);      // [BT]
+    u8* As = Xs + XS * XSTAGE;                              // [AST][2][BN][128 bytes]
+    i32* s_xrow = reinterpret_cast<i32*>(As + AST * ASTAGE);  // [BT]
     i32* s_yrow = s_xrow + BT;                              // [BT]
     u32* ring = reinterpret_cast<u32*>(s_yrow + BT);        // [RS][2][SW/4][256] x 16 B
 
@@ -515,17 +545,23 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
             if constexpr (WIDE) cp_async_wait<2 * (RS - 1)>();
             else cp_async_wait<LEAD - 1>();
             if (!(TALLY_WG_ABL & 4)) swap_decode<T>(slot(kt, 0), slot(kt, 1), wrow0, wrow1, 4 * kt + t, t, h0, h1);
-            if (kt >= 1) named_bar_sync(BAR_EMPTY, WS_THREADS);
+            // One A stage: wait until step kt - 1's MMAs are done with it. A2: stage kt % 2 was
+            // freed by EMPTY(kt - 2), waited for after FULL(kt - 1).
+            if (!A2 && kt >= 1) named_bar_sync(ws_bar_empty<A2>(kt - 1), WS_THREADS);
+            u8* Ak = A2 ? As + (kt & 1) * ASTAGE : As;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
-                *reinterpret_cast<u32*>(As + a_off(R0, kk, 0)) = h0[2 * kk];
-                *reinterpret_cast<u32*>(As + a_off(R0, kk, 1)) = h0[2 * kk + 1];
-                *reinterpret_cast<u32*>(As + a_off(R1, kk, 0)) = h1[2 * kk];
-                *reinterpret_cast<u32*>(As + a_off(R1, kk, 1)) = h1[2 * kk + 1];
+                *reinterpret_cast<u32*>(Ak + a_off(R0, kk, 0)) = h0[2 * kk];
+                *reinterpret_cast<u32*>(Ak + a_off(R0, kk, 1)) = h0[2 * kk + 1];
+                *reinterpret_cast<u32*>(Ak + a_off(R1, kk, 0)) = h1[2 * kk];
+                *reinterpret_cast<u32*>(Ak + a_off(R1, kk, 1)) = h1[2 * kk + 1];
             }
             if constexpr (WIDE) cp_async_wait<1>();  // step kt's x (the weights of kt + RS - 1 may fly)
             fence_proxy_async();  // the A stores and this thread's landed x copies, to the tensor cores
-            named_bar_arrive(BAR_FULL, WS_THREADS);
+            named_bar_arrive(ws_bar_full<A2>(kt), WS_THREADS);
+            // A2: the consumers done with step kt - 1 (its x stage takes step kt + 1's x below,
+            // its A stage step kt + 1's A).
+            if (A2 && kt >= 1) named_bar_sync(ws_bar_empty<A2>(kt - 1), WS_THREADS);
             // Step kt + LEAD's weights go to the ring slot just decoded, whose shared part (gemm.cu
             // swap_issue) its lead lane rewrites: every lane has read it (before EMPTY for kt >=
             // 1; here for kt = 0).
@@ -557,8 +593,8 @@ __device__ __forceinline__ void gemm_ws_body(const GemmArgs& a) {
         float acc1[64];
 #pragma unroll
         for (int j = 0; j < 64; j++) acc1[j] = 0.0f;
-        if (two) ws_consume<BT, 2>(Xs, aa, KT, acc0, acc1);
-        else ws_consume<BT, 1>(Xs, aa, KT, acc0, acc1);
+        if (two) ws_consume<BT, 2, A2>(Xs, aa, KT, acc0, acc1);
+        else ws_consume<BT, 1, A2>(Xs, aa, KT, acc0, acc1);
         wg_store_gated<128>(a, s_yrow, r0, t, acc0);
         if (two) wg_store_gated<128>(a, s_yrow + 128, r0, t, acc1);
     } else {

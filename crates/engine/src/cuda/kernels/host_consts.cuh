@@ -17,6 +17,7 @@
 #define WS_RSTAGES 3
 #define WS256_XSTAGES 2
 #define WS256_RSTAGES 3
+#define WS256A_RSTAGES 2
 #define GEMV_ROWS 16
 #define GEMV_THREADS 256
 #define MMV_THREADS 256

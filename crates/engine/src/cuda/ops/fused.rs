@@ -695,14 +695,19 @@ fn expert_gated(
         ))
     .then(|| super::matmul::ws_smem_if_fits(wg.ty))
     .flatten();
-    let (kernel, threads, smem) = match ws {
+    // TALLY_WS256=a2: gs256 with two A stages, where they fit.
+    let a2 = (tile == WgTile::W256 && b.options.ws256_a2)
+        .then(|| super::matmul::ws256a_smem_if_fits(wg.ty))
+        .flatten();
+    let (kernel, threads, smem) = match (a2, ws) {
+        (Some(bytes), _) => (set.gs256a, crate::cuda::consts::WS_THREADS, bytes),
         _ if tile == WgTile::W256 => (
             set.gs256,
             crate::cuda::consts::WS_THREADS,
             tile.smem_bytes(wg.ty),
         ),
-        Some(bytes) => (set.gs128, crate::cuda::consts::WS_THREADS, bytes),
-        None => {
+        (None, Some(bytes)) => (set.gs128, crate::cuda::consts::WS_THREADS, bytes),
+        (None, None) => {
             let Some(smem) = wg_tile_smem_if_fits(wg.ty, tile) else {
                 return Ok(false);
             };

@@ -570,6 +570,22 @@ pub(crate) fn ws256_smem_bytes(ty: GgmlType) -> u32 {
         + WS256_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
 }
 
+/// Dynamic shared memory of `gemm_<t>_gs256a` (`WS256A_SMEM_BYTES(t)` in gemm_wg.cuh): gs256's
+/// with two A stages and WS256A_RSTAGES ring stages; None where that does not fit a block (the
+/// kernel has no code there).
+pub(crate) fn ws256a_smem_bytes(ty: GgmlType) -> u32 {
+    use crate::cuda::consts::{WS256_XSTAGES, WS256A_RSTAGES};
+    (1024
+        + WS256_XSTAGES * 2 * 256 * 128
+        + 2 * 2 * SWP_BN * 128
+        + 8 * 256
+        + WS256A_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
+}
+pub(crate) fn ws256a_smem_if_fits(ty: GgmlType) -> Option<u32> {
+    let b = ws256a_smem_bytes(ty);
+    (b <= SMEM_OPT_IN_MAX).then_some(b)
+}
+
 /// Dynamic shared memory of `gemm_<t>_xs128` (`WSX_SMEM_BYTES(t)` in gemm_wg.cuh): the resident
 /// x (WGX_K_MAX / 128 stages of 128 rows), one A stage, two row tables and the decoders' ring of
 /// 3, 2 or 1 stages, the most that fit a block.
@@ -754,6 +770,12 @@ pub fn geometry_asserts() -> String {
             "static_assert(WS256_SMEM_BYTES({}) == {}, \"gs256 smem of {} differs from matmul.rs\");\n",
             qt(ty),
             ws256_smem_bytes(ty),
+            ty.name()
+        );
+        s += &format!(
+            "static_assert(WS256A_SMEM_BYTES({}) == {}, \"gs256a smem of {} differs from matmul.rs\");\n",
+            qt(ty),
+            ws256a_smem_bytes(ty),
             ty.name()
         );
         for k in [32usize, 512, 2048, 4096, 8192] {

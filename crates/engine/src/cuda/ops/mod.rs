@@ -231,6 +231,9 @@ pub fn configure(k: &super::kernels::Kernels) -> Result<(), EngineError> {
         if let Some(bytes) = matmul::wg_tile_smem_if_fits(*ty, matmul::WgTile::W256) {
             max_dynamic_smem(set.gs256, bytes)?;
         }
+        if let Some(bytes) = matmul::ws256a_smem_if_fits(*ty) {
+            max_dynamic_smem(set.gs256a, bytes)?;
+        }
         if let Some(bytes) = matmul::wg_tile_smem_if_fits(*ty, matmul::WgTile::XS128) {
             max_dynamic_smem(set.xs128, bytes)?;
         }
