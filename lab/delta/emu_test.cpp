@@ -55,6 +55,30 @@ double rel(const std::vector<double>& got, const std::vector<double>& want, long
     return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// The arguments of a chunked run over the rows x of q | k | v (ld floats a row; q holds the last R
+// rows), g and beta: the initial state s0 copied, the outputs NaN-poisoned, a workspace.
+DeltaArgs chunk_args(Bufs& b, Shape s, int T, int R, int ld, const float* x, const float* g, const float* beta,
+                     const std::vector<float>& s0) {
+    DeltaArgs a{};
+    a.q = x + size_t(T - R) * ld;
+    a.ldq = ld;
+    a.k = x + s.Hk * s.dk;
+    a.ldk = ld;
+    a.v = x + 2 * s.Hk * s.dk;
+    a.ldv = ld;
+    a.g = g;
+    a.ldg = s.Hv;
+    a.beta = beta;
+    a.ldb = s.Hv;
+    a.state = b.upload(s0);
+    a.o = b.alloc(size_t(R) * s.Hv * s.dv);
+    for (size_t i = 0; i < size_t(R) * s.Hv * s.dv; i++) a.o[i] = NAN;
+    a.ldo = s.Hv * s.dv;
+    a.work = b.alloc(size_t(delta_work_floats(T, s.Hk, s.Hv, s.dk, s.dv)));
+    a.T = T, a.R = R, a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
+    return a;
+}
+
 int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
     ref::Rng r(seed);
     const int ld = 2 * s.Hk * s.dk + s.Hv * s.dv;
@@ -100,24 +124,7 @@ int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
     }
 
     Bufs b;
-    DeltaArgs a{};
-    const float* dqkv = b.upload(qkv);
-    a.q = dqkv + size_t(T - R) * ld;
-    a.ldq = ld;
-    a.k = dqkv + s.Hk * s.dk;
-    a.ldk = ld;
-    a.v = dqkv + 2 * s.Hk * s.dk;
-    a.ldv = ld;
-    a.g = b.upload(g);
-    a.ldg = s.Hv;
-    a.beta = b.upload(beta);
-    a.ldb = s.Hv;
-    a.state = b.upload(s0);
-    a.o = b.alloc(size_t(R) * s.Hv * s.dv);
-    for (size_t i = 0; i < size_t(R) * s.Hv * s.dv; i++) a.o[i] = NAN;
-    a.ldo = s.Hv * s.dv;
-    a.work = b.alloc(size_t(delta_work_floats(T, s.Hk, s.Hv, s.dk, s.dv)));
-    a.T = T, a.R = R, a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
+    DeltaArgs a = chunk_args(b, s, T, R, ld, b.upload(qkv), b.upload(g), b.upload(beta), s0);
     const unsigned nc = unsigned(delta_chunks(T));
     emu::launch({nc, unsigned(s.Hv), 1}, {256, 1, 1}, [&] { delta_rule_chunk_prep(a); });
     // The two-set scan (delta_rule_chunk_scan2) first, on the initial state and NaN outputs,
@@ -167,26 +174,7 @@ int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
     const size_t nout = size_t(R) * s.Hv * s.dv;
 
     Bufs b;
-    auto args = [&](float* x, float* g, float* beta) {
-        DeltaArgs a{};
-        a.q = x + size_t(T - R) * ld;
-        a.ldq = ld;
-        a.k = x + s.Hk * s.dk;
-        a.ldk = ld;
-        a.v = x + 2 * s.Hk * s.dk;
-        a.ldv = ld;
-        a.g = g;
-        a.ldg = s.Hv;
-        a.beta = beta;
-        a.ldb = s.Hv;
-        a.state = b.upload(s0);
-        a.o = b.alloc(nout);
-        for (size_t i = 0; i < nout; i++) a.o[i] = NAN;
-        a.ldo = s.Hv * s.dv;
-        a.work = b.alloc(size_t(delta_work_floats(T, s.Hk, s.Hv, s.dk, s.dv)));
-        a.T = T, a.R = R, a.Hk = s.Hk, a.Hv = s.Hv, a.dk = s.dk, a.dv = s.dv;
-        return a;
-    };
+    auto args = [&](float* x, float* g, float* beta) { return chunk_args(b, s, T, R, ld, x, g, beta, s0); };
     auto poisoned = [&](size_t n) {
         float* p = b.alloc(n);
         for (size_t i = 0; i < n; i++) p[i] = NAN;
