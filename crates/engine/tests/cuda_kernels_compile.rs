@@ -108,11 +108,11 @@ fn a_wrong_offset_fails_the_kernel_build() {
         "{e}"
     );
     // The same for a wrong size, and for a host geometry that differs from the kernel's.
-    let right = format!("sizeof(NormArgs) == {}", 136);
-    assert!(text.contains(&right), "NormArgs is 136 bytes");
+    let right = format!("sizeof(NormArgs) == {}", 152);
+    assert!(text.contains(&right), "NormArgs is 152 bytes");
     let e = compile_uncached(
         "norm",
-        &text.replace(&right, "sizeof(NormArgs) == 144"),
+        &text.replace(&right, "sizeof(NormArgs) == 160"),
         &opts,
     )
     .expect_err("a wrong size must not compile");

@@ -387,10 +387,10 @@ __device__ __forceinline__ void gemm_wg_body(const GemmArgs& a) {
 // step kt - 1 used). Decoders and consumers are then up to a step apart, so FULL and EMPTY each
 // alternate between two named barriers by the step's parity (one barrier's arrivals of steps kt
 // and kt + 2 are a full round of the other side apart: no phase is overrun). The weight ring
-// keeps WS256A_RSTAGES (2) stages to make room: 227 KB exactly for 32-byte slots (Q4_K, MXFP4,
-// IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_1 fit), no code for the rest. The same products in the same order: gs256's outputs bit for
-// bit (the emulator's ws256a). Written in stop 53 without a GPU: untimed.
-// (WS256A_RSTAGES: consts.rs.)
+// keeps WS256A_RSTAGES (2, consts.rs) stages to make room: 227 KB exactly for 32-byte slots
+// (Q4_K, MXFP4, IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_1 fit), no code for the rest. The same products
+// in the same order: gs256's outputs bit for bit (the emulator's ws256a). Written in stop 53
+// without a GPU: untimed.
 #define WS256A_SMEM_BYTES(t)                                                                             \
     (1024 + WS256_XSTAGES * 2 * 256 * 128 + 2 * 2 * SWP_BN * 128 + 8 * 256 +                             \
      WS256A_RSTAGES * GEMM_THREADS * 2 * GEMM_SLOT_BYTES(t))
