@@ -562,28 +562,32 @@ pub(crate) fn ws_smem_if_fits(ty: GgmlType) -> Option<u32> {
 /// Dynamic shared memory of `gemm_<t>_gs256` (`WS256_SMEM_BYTES(t)` in gemm_wg.cuh): as
 /// [`ws_smem_if_fits`]'s with WS256_XSTAGES x stages of 256 rows and WS256_RSTAGES ring stages.
 pub(crate) fn ws256_smem_bytes(ty: GgmlType) -> u32 {
-    use crate::cuda::consts::{WS_ASTAGES, WS256_RSTAGES, WS256_XSTAGES};
-    (1024
-        + WS256_XSTAGES * 2 * 256 * 128
-        + WS_ASTAGES * 2 * SWP_BN * 128
-        + 8 * 256
-        + WS256_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
+    use crate::cuda::consts::{WS_ASTAGES, WS256_RSTAGES};
+    ws256_layout_bytes(ty, WS_ASTAGES, WS256_RSTAGES)
 }
 
 /// Dynamic shared memory of `gemm_<t>_gs256a` (`WS256A_SMEM_BYTES(t)` in gemm_wg.cuh): gs256's
-/// with two A stages and WS256A_RSTAGES ring stages; None where that does not fit a block (the
-/// kernel has no code there).
+/// with two A stages and WS256A_RSTAGES ring stages.
 pub(crate) fn ws256a_smem_bytes(ty: GgmlType) -> u32 {
-    use crate::cuda::consts::{WS256_XSTAGES, WS256A_RSTAGES};
-    (1024
-        + WS256_XSTAGES * 2 * 256 * 128
-        + 2 * 2 * SWP_BN * 128
-        + 8 * 256
-        + WS256A_RSTAGES * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
+    ws256_layout_bytes(ty, 2, crate::cuda::consts::WS256A_RSTAGES)
 }
+
+/// [`ws256a_smem_bytes`] where it fits a block (elsewhere the kernel has no code).
 pub(crate) fn ws256a_smem_if_fits(ty: GgmlType) -> Option<u32> {
     let b = ws256a_smem_bytes(ty);
     (b <= SMEM_OPT_IN_MAX).then_some(b)
+}
+
+/// The 256-row warp-specialised tile's shared memory: 1024 bytes of alignment slack,
+/// WS256_XSTAGES x stages of 256 rows, `a_stages` A stages, two row tables and `r_stages`
+/// stages of the decoders' weight ring.
+fn ws256_layout_bytes(ty: GgmlType, a_stages: i64, r_stages: i64) -> u32 {
+    use crate::cuda::consts::WS256_XSTAGES;
+    (1024
+        + WS256_XSTAGES * 2 * 256 * 128
+        + a_stages * 2 * SWP_BN * 128
+        + 8 * 256
+        + r_stages * GEMM_THREADS as i64 * 2 * gemm_slot_bytes(ty)) as u32
 }
 
 /// Dynamic shared memory of `gemm_<t>_xs128` (`WSX_SMEM_BYTES(t)` in gemm_wg.cuh): the resident

@@ -691,6 +691,11 @@ mod tests {
             );
         }
         assert_eq!(WgTile::W256.smem_bytes(GgmlType::Q4_K), 216_064);
+        // gs256a: two A stages and a two-stage ring fill the 227 KB opt-in exactly at 32-byte
+        // slots; Q6_K's do not fit.
+        use crate::cuda::ops::matmul::ws256a_smem_if_fits;
+        assert_eq!(ws256a_smem_if_fits(GgmlType::Q4_K), Some(232_448));
+        assert_eq!(ws256a_smem_if_fits(GgmlType::Q6_K), None);
         assert!(
             crate::cuda::ops::matmul::wg_tile_smem_if_fits(GgmlType::Q6_K, WgTile::W256).is_none()
         );

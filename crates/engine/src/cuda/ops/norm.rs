@@ -98,22 +98,18 @@ pub(crate) unsafe fn launch_norm_rows(
     let mut a = *a;
     a.no_regs = i32::from(!b.options.norm_warp_regs);
     // With the f16 copy (yh), the _h kernels: the same code with its stores.
-    let yh = a.yh != 0;
-    let (kernel, grid, block) = if threads == 128 && many && b.options.norm_warp {
-        let per = NORM_W_GROUPS as u32;
-        let k = if yh {
-            b.kernels.norm_rows_w_h
-        } else {
-            b.kernels.norm_rows_w
-        };
-        (k, blocks.div_ceil(per), 32 * per)
-    } else {
-        let k = if yh {
-            b.kernels.norm_rows_h
-        } else {
-            b.kernels.norm_rows
-        };
-        (k, blocks, threads)
+    let k = &b.kernels;
+    let (kernel, grid, block) = match (threads == 128 && many && b.options.norm_warp, a.yh != 0) {
+        (true, yh) => {
+            let per = NORM_W_GROUPS as u32;
+            let k = if yh { k.norm_rows_w_h } else { k.norm_rows_w };
+            (k, blocks.div_ceil(per), 32 * per)
+        }
+        (false, yh) => (
+            if yh { k.norm_rows_h } else { k.norm_rows },
+            blocks,
+            threads,
+        ),
     };
     // SAFETY: NormArgs mirrors norm.cu's struct (layout asserted at kernel build); the caller
     // vouches for the memory it points at; norm_rows_w's warps past the last (row, group)
