@@ -141,11 +141,14 @@ gpu_and_dir() {
     D=/tmp
     [ "$(df -B1G --output=avail /dev/shm 2> /dev/null | tail -1)" -ge 45 ] 2> /dev/null && D=/dev/shm
 }
-# synth_35b MIX: after ab_start, the 35B-A3B synth file of MIX (seed 1, pool fill) at $D/MIX.gguf,
+# synth_35b MIX: after ab_start, the 35B-A3B synth file of MIX (seed 1, pool fill; with its MTP
+# block at $D/MIX-mtp.gguf when SYNTH_MTP is set) at $D/MIX.gguf,
 # written unless a call before this one on the same machine left it there; F is its path.
 synth_35b() {
-    F=$D/$1.gguf
-    [ -f "$F" ] || "$N" synth --preset 35b-a3b --quant "$1" --seed 1 --fill pool --out "$F" > "$OUT/synth-$1.log" 2>&1
+    F=$D/$1${SYNTH_MTP:+-mtp}.gguf
+    # A call before this one may have left it in /dev/shm (which then has less than 45 GB free).
+    [ -f "/dev/shm/${F##*/}" ] && F=/dev/shm/${F##*/}
+    [ -f "$F" ] || "$N" synth --preset 35b-a3b --quant "$1" --seed 1 --fill pool ${SYNTH_MTP:+--mtp} --out "$F" > "$OUT/synth-$1.log" 2>&1
     row "synth $1" "$(el)"
 }
 # ab TAG FILE BENCH-ARGS...: `tally bench` of FILE, base ($B) / new ($N) (/ arm3: $N with ARM3's

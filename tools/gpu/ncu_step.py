@@ -7,6 +7,7 @@ prefill; the rest are decode steps. Prints every step's total, then the last ste
 name and in launch order.
 """
 import csv
+import gzip
 import sys
 from collections import OrderedDict
 
@@ -14,7 +15,8 @@ UNIT = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, 
 
 
 def rows(path):
-    with open(path, newline="") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         lines = [l for l in f if not l.startswith("==")]
     for r in csv.DictReader(lines):
         if r.get("Metric Name") != "gpu__time_duration.sum":

@@ -230,7 +230,8 @@ pub struct CudaOptions {
     /// `TALLY_WS256=a2`: gs256 on `gemm_<t>_gs256a` (two A stages: the decoders store a step's
     /// A while the previous step's MMAs run) where its stages fit (weight slots of at most 32
     /// bytes: Q4_K, MXFP4, IQ4_XS, IQ4_NL, Q4_0, Q4_1, Q5_1); the same outputs bit for bit (the
-    /// emulator's `ws256a`). Opt-in until a GPU has timed it: written in stop 53 without one.
+    /// emulator's `ws256a`). Opt-in: slower where timed (H100, 35B Q4_K_M, stop 54, alternated
+    /// twice: pp8192 -0.6%, pp32768 -0.4%, pp512 +0.4%; docs/results/2026-12-07-stop54).
     pub ws256_a2: bool,
     /// The downs of the block formats (K <= 512) of more than 100 rows per expert on
     /// `gemm_<t>_xs128` (gemm_wg.cuh `gemm_wsx_body`: the x-resident x128 tile with its warps
@@ -251,14 +252,16 @@ pub struct CudaOptions {
     /// `TALLY_DELTA_PREP=prologue`: a prompt's delta gates and q, k L2 norms run inside the
     /// chunked delta rule's prep (`delta_rule_chunk_prep` with the decode step's fused prologue,
     /// ops/fused.rs; key dims of 128): two launches and a read and write of q and k fewer per
-    /// linear-attention layer, the same outputs bit for bit (lab/delta/emu_test.cpp). Opt-in
-    /// (`=plain` is the default) until a GPU has timed it: written in stop 53 without one.
+    /// linear-attention layer, the same outputs bit for bit (lab/delta/emu_test.cpp). On by
+    /// default (`=plain` turns it off): H100, 35B Q4_K_M, alternated twice, pp512 +2.5%, pp8192
+    /// +1.3%, pp32768 +1.0% (docs/results/2026-12-07-stop54).
     pub delta_prep_prologue: bool,
     /// `TALLY_NORM_CAST=on`: a prompt's fused norm launches (add + RMS norm, the gated output
     /// norm) also store their output as f16 in `cast_buf` where a cuBLAS projection reads it
     /// next (`matmul::norm_cast_target`), so that projection's `cast_f16_rows` launch goes: the
-    /// same f16 values, the same outputs bit for bit (lab/norm/emu_test.cpp). Opt-in (`=off`
-    /// is the default) until a GPU has timed it: written in stop 53 without one.
+    /// same f16 values, the same outputs bit for bit (lab/norm/emu_test.cpp). On unless
+    /// `TALLY_NORM_CAST=off`: H100, 35B Q4_K_M, alternated twice, pp512 +0.3-0.9%, pp8192
+    /// +0.7%, pp32768 +0.8% (docs/results/2026-12-07-stop54).
     pub norm_cast: bool,
 }
 
@@ -356,8 +359,8 @@ impl Default for CudaOptions {
             wsx: true,
             wsx_all: false,
             delta_ring: false,
-            delta_prep_prologue: false,
-            norm_cast: false,
+            delta_prep_prologue: true,
+            norm_cast: true,
         }
     }
 }
@@ -796,8 +799,8 @@ mod tests {
                 "ws256=on",
                 "wsx=q6_k",
                 "delta_scan=single",
-                "delta_prep=plain",
-                "norm_cast=off"
+                "delta_prep=prologue",
+                "norm_cast=on"
             ]
         );
     }
@@ -886,11 +889,11 @@ mod tests {
                 .expect("options")
                 .delta_ring
         );
-        let c = opts(&[("TALLY_NORM_CAST", "on")]).expect("options");
-        assert!(c.norm_cast && c.describe().contains(&"norm_cast=on".into()));
+        let c = opts(&[("TALLY_NORM_CAST", "off")]).expect("options");
+        assert!(!c.norm_cast && c.describe().contains(&"norm_cast=off".into()));
         assert!(opts(&[("TALLY_NORM_CAST", "1")]).is_err());
-        let p = opts(&[("TALLY_DELTA_PREP", "prologue")]).expect("options");
-        assert!(p.delta_prep_prologue && p.describe().contains(&"delta_prep=prologue".into()));
+        let p = opts(&[("TALLY_DELTA_PREP", "plain")]).expect("options");
+        assert!(!p.delta_prep_prologue && p.describe().contains(&"delta_prep=plain".into()));
         let e = opts(&[("TALLY_DELTA_PREP", "on")]).unwrap_err().to_string();
         assert!(
             e.contains("TALLY_DELTA_PREP=on") && e.contains("plain or prologue"),
