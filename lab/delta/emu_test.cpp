@@ -8,7 +8,10 @@
 // The prep's fused prologue (TALLY_DELTA_PREP=prologue: the delta gates and the q and k L2
 // norms inside delta_rule_chunk_prep) bit for bit against the unfused launches the engine runs
 // without it (norm_rows_w for each norm, in place; delta_gates; then prep and scan): the
-// outputs, the final state and the gates' stored outputs, with q and k left as they came.
+// outputs, the final state and the gates' stored outputs, with q and k left as they came. The
+// same for the token-by-token rule (delta_rule_step, T <= 16: a decode step or a verification
+// batch) with its prologue, against norm_rows at 128 threads (as the engine runs those few rows'
+// norms), delta_gates and the plain step.
 // Build and run (from the repository root; ~10 s):
 //   g++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/delta/emu_test.cpp -o /tmp/delta_emu && /tmp/delta_emu
@@ -155,8 +158,11 @@ int run_case(Shape s, int T, int R, double gmin, uint64_t seed) {
 // The prologue case: q and k un-normalised (rows of varied length), the gates' inputs random.
 // Unfused: q and k normalised in place by norm_rows_w (as the plan's L2 norm nodes run at a
 // prompt), g and beta by delta_gates, then prep + scan. Fused: prep (with the prologue) + scan
-// on the raw q and k. Everything the two write must agree bit for bit.
+// on the raw q and k. Everything the two write must agree bit for bit. T <= 16 (STEP_MAX_T):
+// the token-by-token rule instead, delta_rule_step with and without its prologue, the norms on
+// norm_rows (a block of 128 threads a group).
 int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
+    const bool step = T <= 16;
     ref::Rng r(seed);
     const int ld = 2 * s.Hk * s.dk + s.Hv * s.dv;
     std::vector<float> qkv(size_t(T) * ld), gb(size_t(T) * s.Hv), ga(size_t(T) * s.Hv), dtb(s.Hv), ssa(s.Hv),
@@ -181,6 +187,10 @@ int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
         return p;
     };
     auto run = [&](const DeltaArgs& a) {
+        if (step) {
+            emu::launch({unsigned(s.Hv), unsigned(s.dv / DELTA_NS), 1}, {128, 1, 1}, [&] { delta_rule_step(a); });
+            return;
+        }
         emu::launch({unsigned(delta_chunks(T)), unsigned(s.Hv), 1}, {256, 1, 1}, [&] {
             if (a.kx) delta_rule_chunk_prep_pro(a);
             else delta_rule_chunk_prep(a);
@@ -198,6 +208,10 @@ int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
         n.rows = rows, n.cols = s.Hk * s.dk, n.group = s.dk;
         n.eps = eps, n.scale = scale, n.l2 = 1;
         const int blocks = rows * s.Hk;
+        if (step) {
+            emu::launch({unsigned(blocks), 1, 1}, {128, 1, 1}, [&] { norm_rows(n); });
+            return;
+        }
         emu::launch({unsigned((blocks + NORM_W_GROUPS - 1) / NORM_W_GROUPS), 1, 1}, {32 * NORM_W_GROUPS, 1, 1},
                     [&] { norm_rows_w(n); });
     };
@@ -229,9 +243,10 @@ int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
     long long nonfinite = 0;
     for (size_t i = 0; i < nout; i++) nonfinite += !std::isfinite(af.o[i]);
     const bool ok = d_o == 0 && d_s == 0 && d_g == 0 && d_x == 0 && nonfinite == 0;
-    std::printf("  %-4s prologue Hk=%d Hv=%d dk=%d dv=%d T=%d R=%d: against the unfused launches, %lld outputs, %lld state, "
+    std::printf("  %-4s %s prologue Hk=%d Hv=%d dk=%d dv=%d T=%d R=%d: against the unfused launches, %lld outputs, %lld state, "
                 "%lld gate values differ; %lld inputs written; %lld non-finite outputs\n",
-                ok ? "ok" : "FAIL", s.Hk, s.Hv, s.dk, s.dv, T, R, d_o, d_s, d_g, d_x, nonfinite);
+                ok ? "ok" : "FAIL", step ? "step" : "prep", s.Hk, s.Hv, s.dk, s.dv, T, R, d_o, d_s, d_g, d_x,
+                nonfinite);
     return ok ? 0 : 1;
 }
 
@@ -244,7 +259,11 @@ int main(int argc, char** argv) {
     bad += run_case({1, 2, 128, 32}, 130, 130, -2, 1);
     bad += run_case({1, 2, 64, 64}, 100, 100, -2, 2);
     bad += run_prologue_case({2, 4, 128, 32}, 130, 130, 7);
+    bad += run_prologue_case({2, 4, 128, 32}, 4, 4, 10);  // a verification batch of k = 3
     if (!quick) {
+        bad += run_prologue_case({2, 4, 128, 64}, 1, 1, 11);
+        bad += run_prologue_case({1, 2, 64, 32}, 16, 16, 12);
+        bad += run_prologue_case({2, 4, 128, 32}, 5, 1, 13);  // a short prompt's last layer: one q row
         bad += run_prologue_case({1, 2, 128, 64}, 70, 1, 8);
         bad += run_prologue_case({1, 1, 128, 32}, 64, 40, 9);
         bad += run_case({2, 4, 128, 64}, 70, 1, -2, 3);

@@ -7,7 +7,8 @@
 //     kernel the engine ran after gemv_f32 before);
 //   - the logits alone (k = 0, an unfused run's router node) the same bits;
 //   - the counter back at 0, and a second launch on it (new x) right again;
-//   - a run under another scheduler seed: the same bits.
+//   - a run under another scheduler seed: the same bits;
+//   - M token rows in one launch (grid.y): each row a one-row launch's bits.
 // Build and run (from the repository root; ~5 s):
 //   c++ -O2 -std=c++17 -ffp-contract=off -pthread -I lab/gemm/emu -I crates/engine/src/cuda/kernels \
 //       lab/router/emu_test.cpp -o /tmp/router_emu && /tmp/router_emu
@@ -134,6 +135,52 @@ int run_case(const Case& c, uint64_t seed) {
     return fails;
 }
 
+// M token rows in one launch (grid.y = M: a verification batch), x, logits and the top-k rows
+// padded: each row's logits, ids and weights bit for bit a one-row launch's on that row, the
+// padding untouched, every counter back at 0.
+int run_rows_case(const Case& c, int M, uint64_t seed) {
+    ref::Rng r(seed);
+    EmuMem b;
+    const long long ldx = c.K + 4, ldl = c.E + 3;
+    const int ldt = c.k + 1;
+    std::vector<float> w(size_t(c.E) * c.ldw), x(size_t(M) * ldx);
+    for (auto& v : w) v = float(r.normal() * 0.05);
+    for (auto& v : x) v = float(r.normal());
+    const float* dw = b.upload(w);
+    const float* dx = b.upload(x);
+    unsigned* counter = b.alloc<unsigned>(M);
+    for (int m = 0; m < M; m++) counter[m] = 0;
+    float* logits = b.alloc<float>(size_t(M) * ldl);
+    int* ids = b.alloc<int>(size_t(M) * ldt);
+    float* wts = b.alloc<float>(size_t(M) * ldt);
+    b.poison(logits, size_t(M) * ldl);
+    b.poison(wts, size_t(M) * ldt);
+    for (int i = 0; i < M * ldt; i++) ids[i] = -1;
+    RouterArgs a{dx, dw, c.ldw, logits, ids, wts, counter, c.E, c.K, c.k, ldt, ldx, ldl};
+    emu::launch({unsigned((c.E + ROUTER_ROWS - 1) / ROUTER_ROWS), unsigned(M), 1}, {ROUTER_THREADS, 1, 1},
+                [&] { router_fused(a); });
+    long long differ = 0, pad = 0, counters = 0;
+    unsigned* one_counter = b.alloc<unsigned>(1);
+    *one_counter = 0;
+    for (int m = 0; m < M; m++) {
+        const Out o = launch_fused(b, dx + size_t(m) * ldx, dw, c, one_counter);
+        for (int e = 0; e < c.E; e++) differ += ref::f32_bits(o.logits[e]) != ref::f32_bits(logits[size_t(m) * ldl + e]);
+        for (int i = 0; i < c.k; i++) {
+            differ += o.ids[i] != ids[size_t(m) * ldt + i];
+            differ += ref::f32_bits(o.wts[i]) != ref::f32_bits(wts[size_t(m) * ldt + i]);
+        }
+        for (long long e = c.E; e < ldl; e++) pad += !std::isnan(logits[size_t(m) * ldl + e]);
+        pad += ids[size_t(m) * ldt + c.k] != -1 || !std::isnan(wts[size_t(m) * ldt + c.k]);
+        counters += counter[m] != 0;
+    }
+    const bool ok = differ == 0 && pad == 0 && counters == 0;
+    std::printf("%s E %3d K %4d k %2d, %d token rows: %lld values differ from one-row launches, %lld padding "
+                "values written, %lld counters not back at 0\n",
+                ok ? "ok    " : "FAILED", c.E, c.K, c.k, M, differ, pad, counters);
+    b.release();
+    return !ok;
+}
+
 }  // namespace
 
 int main() {
@@ -150,6 +197,9 @@ int main() {
         fails += run_case(c, 20261207u + unsigned(n));
         n += 2;
     }
+    fails += run_rows_case({256, 2048, 8, 2048}, 4, 77);  // a k = 3 verification batch
+    fails += run_rows_case({200, 512, 6, 516}, 16, 78);   // STEP_MAX_T rows, a ragged shape
+    n += 2;
     std::printf("%s: %d of %d checks failed\n", fails ? "FAILED" : "PASSED", fails, n);
     return fails ? 1 : 0;
 }

@@ -201,7 +201,10 @@ pub struct RouterArgs {
     pub experts: i32,
     pub k_dim: i32,
     pub k: i32,
-    pub pad0: i32,
+    /// Row strides of the ids and weights, the x rows and the logits (grid.y = rows).
+    pub ldt: i32,
+    pub ldx: i64,
+    pub ldl: i64,
 }
 
 #[repr(C)]
@@ -596,7 +599,7 @@ pub fn layout_asserts(source: &str) -> String {
         .concat(),
         "router" => [
             layout!(TopkArgs { logits, ld, ids, ld_ids, w, ld_w, rows, experts, k }),
-            layout!(RouterArgs { x, w, ldw, logits, ids, wts, counter, experts, k_dim as K, k, pad0 }),
+            layout!(RouterArgs { x, w, ldw, logits, ids, wts, counter, experts, k_dim as K, k, ldt, ldx, ldl }),
         ]
         .concat(),
         "moe" => [

@@ -53,6 +53,9 @@ pub struct GemmSet {
     /// (`gemvi_<t>`, `gemvi_multi_<t>`: more blocks a multiprocessor; the same sums).
     pub gemvi: Kernel,
     pub gemvi_multi: Kernel,
+    /// `gemv_multi`'s every-row form (a verification batch: `MultiGemvArgs::mr` > 1) alone,
+    /// `gemvi_mr_<t>`: more blocks a multiprocessor; the same sums.
+    pub gemvi_mr: Kernel,
     pub mmv: Kernel,
     /// Up to four `mmv_<t>` launches in one (`MultiGemvArgs`; the same sums as `mmv`).
     pub mmv_multi: Kernel,
@@ -250,6 +253,7 @@ impl Kernels {
                 gemv_multi: k(format!("gemv_multi_{t}"))?,
                 gemvi: k(format!("gemvi_{t}"))?,
                 gemvi_multi: k(format!("gemvi_multi_{t}"))?,
+                gemvi_mr: k(format!("gemvi_mr_{t}"))?,
                 mmv: k(format!("mmv_{t}"))?,
                 mmv_multi: k(format!("mmv_multi_{t}"))?,
                 mmvi: k(format!("mmvi_{t}"))?,

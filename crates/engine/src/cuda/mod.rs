@@ -117,8 +117,9 @@ pub struct CudaBackend {
     /// expert's gate and up) cast it once: sized by `prepare` for every such projection of the
     /// plans it prepared.
     cast_buf: Option<DevBuf>,
-    /// `router_fused`'s block counter (router.cu): 0 between launches (each launch's last block
-    /// sets it back); allocated and zeroed by the first `prepare`, before any graph capture.
+    /// `router_fused`'s block counters (router.cu; one per token row, `ROUTER_MAX_M`): 0 between
+    /// launches (each row's last block sets its own back); allocated and zeroed by the first
+    /// `prepare`, before any graph capture.
     router_counter: Option<DevBuf>,
     /// What `cast_buf` holds (the input view it was cast from and the node that cast it) and
     /// where the run is (`ops::CastState`).
@@ -365,7 +366,7 @@ impl Backend for CudaBackend {
         }
         self.workspace(work.max(256))?;
         if self.router_counter.is_none() {
-            let buf = DevBuf::alloc(16, "the router's block counter")?;
+            let buf = DevBuf::alloc(4 * ops::router::ROUTER_MAX_M, "the router's block counters")?;
             self.zero(buf.ptr, buf.bytes)?;
             self.router_counter = Some(buf);
         }

@@ -813,9 +813,9 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
         const bool out = t >= q0;
         float decay, b;
         __syncthreads();
-        if (a.kx) {  // the fused prologue (T = R = 1, checked by the host)
-            delta_l2_row<DK>(a.kx + kh * DK, a.keps, a.kscale, ks, red);
-            delta_l2_row<DK>(a.qx + kh * DK, a.qeps, a.qscale, qs, red);
+        if (a.kx) {  // the fused prologue (q's R rows are the last of the T: q0 = T - R >= 0)
+            delta_l2_row<DK>(a.kx + (i64)t * a.ldkx + kh * DK, a.keps, a.kscale, ks, red);
+            if (out) delta_l2_row<DK>(a.qx + (i64)(t - q0) * a.ldqx + kh * DK, a.qeps, a.qscale, qs, red);
             // delta_gates' expressions for (t, h).
             const float bv = a.gb[(i64)t * a.ldgb + h], av = a.ga[(i64)t * a.ldga + h];
             b = 1.0f / (1.0f + expf(-bv));
@@ -866,7 +866,7 @@ __device__ __forceinline__ void delta_step_body(const DeltaArgs& a) {
 
 extern "C" __global__ void __launch_bounds__(128) delta_rule_step(DeltaArgs a) {
     pdl_enter();
-    if (!delta_shape_ok(a) || (a.kx && (a.T != 1 || a.R != 1))) return;
+    if (!delta_shape_ok(a) || (a.kx && a.R > a.T)) return;
     if (a.dk == 128) delta_step_body<128>(a);
     else if (a.dk == 64) delta_step_body<64>(a);
 }

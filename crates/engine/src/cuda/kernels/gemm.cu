@@ -1538,6 +1538,13 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
      : (T) == QT_Q5_K || (T) == QT_Q8_0                                                 ? 3  \
                                                                                          : 4)
 
+// Blocks per multiprocessor of gemvi_mr_<t> (gemv_int_mr_body alone: 4 x rows, 2 weight rows a
+// warp, 8 accumulators a lane): at most 80 registers for 3 blocks; the formats whose integer body
+// already needs more at one x row (GEMVI_MIN_BLOCKS 2) stay at 2.
+#ifndef GEMVI_MR_MIN_BLOCKS
+#define GEMVI_MR_MIN_BLOCKS(T) (GEMVI_MIN_BLOCKS(T) == 2 ? 2 : 3)
+#endif
+
 // The lab's variants of the wgmma tiles (nvcc builds), not compiled into the engine: w64, x32g.
 #ifdef TALLY_NVRTC
 #define TALLY_WG_LAB_KERNELS(name, T)
@@ -1652,6 +1659,10 @@ __device__ __forceinline__ void simt_body(const GemmArgs& a) {
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMVI_MIN_BLOCKS(T)) gemvi_multi_##name(MultiGemvArgs m) { \
         pdl_enter_prefetch(gemv_multi_range(m));                                                     \
         gemvi_multi_body<T>(m);                                                                      \
+    } \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS, GEMVI_MR_MIN_BLOCKS(T)) gemvi_mr_##name(MultiGemvArgs m) { \
+        pdl_enter_prefetch(gemv_multi_range(m));                                                     \
+        gemvi_mr_body<T>(m);                                                                         \
     }
 
 // gemvi_<t>: gemv_<t> (2 rows a warp, or paired) where it takes its integer body (an integer
@@ -1680,6 +1691,24 @@ __device__ __forceinline__ void gemvi_multi_body(const MultiGemvArgs& m) {
     for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
         if (s == j) {
             if (m.rw[j] == 2) gemvi_body<T>(m.seg[j], bx);
+            return;
+        }
+    }
+}
+
+// gemvi_mr_<t>: gemv_multi_<t>'s every-row form (mr > 1: a verification batch's in-projections,
+// each block taking all M x rows, gemv_int_mr_body) alone, so that its launch bound can ask for
+// GEMVI_MR_MIN_BLOCKS(T) blocks a multiprocessor where gemv_multi_<t>, with its f32 bodies
+// beside it, runs 2. The same body, so the same bits (mr 0 or a segment at another rw: nothing
+// written).
+template <int T>
+__device__ __forceinline__ void gemvi_mr_body(const MultiGemvArgs& m) {
+    int s, bx, gx;
+    if (m.mr < 2 || blockIdx.y != 0 || !multi_segment(m, s, bx, gx)) return;
+#pragma unroll
+    for (int j = 0; j < GEMV_MULTI_SEGS; j++) {
+        if (s == j) {
+            if (m.rw[j] == 2) gemv_int_mr_body<T, 2, GEMVR_MAX_M>(m.seg[j], bx, m.mr);
             return;
         }
     }

@@ -89,7 +89,9 @@ extern "C" __global__ void router_topk8(TopkArgs a) { pdl_enter(); topk_body<8>(
 // ---------------------------------------------------------------------------------------------
 // router_fused: the router of one token (decode) in one launch: logits = W x (f32 weights
 // [E][K], row stride ldw floats) and router_topk8's softmax and top-k of them. Grid
-// ceil(E / ROUTER_ROWS) blocks of 256 threads; block b owns rows ROUTER_ROWS b .. + ROUTER_ROWS.
+// (ceil(E / ROUTER_ROWS), M): block (b, m) owns rows ROUTER_ROWS b .. + ROUTER_ROWS of token m's
+// logits (x row m at x + m ldx, logits at logits + m ldl, ids and weights at + m ldt, counter
+// m): a verification batch's M tokens each get exactly a one-token launch's bits.
 // Each thread takes the 16-byte pieces f = tid + 256 i of every row of its block (K % 4 == 0;
 // x, w and the row stride 16-byte aligned, else nothing is written),
 // all loads issued before the products, so a block's 4 rows arrive in about one memory round
@@ -102,23 +104,27 @@ extern "C" __global__ void router_topk8(TopkArgs a) { pdl_enter(); topk_body<8>(
 #define ROUTER_ROWS 4
 #define ROUTER_THREADS 256
 struct RouterArgs {
-    const float* x;      // [K]: one row
+    const float* x;      // [M][ldx]
     const float* w;      // [E][ldw]
     i64 ldw;
-    float* logits;       // [E]
-    i32* ids;            // [k]
-    float* wts;          // [k]
-    u32* counter;        // 0 before the launch; 0 again after it
+    float* logits;       // [M][ldl]
+    i32* ids;            // [M][ldt]
+    float* wts;          // [M][ldt]
+    u32* counter;        // [M]: 0 before the launch; 0 again after it
     i32 experts, K, k;   // k <= 16 (0: the logits only, any number of rows; else experts <= 256),
                          // K % 4 == 0 (else nothing written)
-    i32 pad0;
+    i32 ldt;
+    i64 ldx, ldl;        // ldx % 4 == 0 (else nothing written)
 };
 
 extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused(RouterArgs a) {
     pdl_enter();
     if (a.experts < 1 || (a.k > 0 && a.experts > 256) || a.k < 0 || a.k > 16 || a.K < 4 || (a.K & 3) != 0 || (a.ldw & 3) != 0 ||
-        ((reinterpret_cast<u64>(a.x) | reinterpret_cast<u64>(a.w)) & 15u) != 0)
+        (a.ldx & 3) != 0 || ((reinterpret_cast<u64>(a.x) | reinterpret_cast<u64>(a.w)) & 15u) != 0)
         return;
+    const i64 m = blockIdx.y;
+    const float* x = a.x + m * a.ldx;
+    float* logits = a.logits + m * a.ldl;
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const int r0 = static_cast<int>(blockIdx.x) * ROUTER_ROWS;
     const int pieces = a.K >> 2;
@@ -134,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused(Router
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int f = f0 + i * ROUTER_THREADS;
-            xv[i] = f < pieces ? reinterpret_cast<const float4*>(a.x)[f] : make_float4(0.f, 0.f, 0.f, 0.f);
+            xv[i] = f < pieces ? reinterpret_cast<const float4*>(x)[f] : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int r = 0; r < ROUTER_ROWS; r++) {
                 const bool on = f < pieces && r0 + r < a.experts;
@@ -164,21 +170,21 @@ extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused(Router
         float s = 0.0f;
 #pragma unroll
         for (int w = 0; w < ROUTER_THREADS / 32; w++) s += part[w][tid];
-        a.logits[r0 + tid] = s;
+        logits[r0 + tid] = s;
         __threadfence();  // the logit is visible device-wide before this block is counted
     }
     if (a.k == 0) return;  // the GEMV alone (the router node of an unfused run: the same logits)
     __syncthreads();
-    if (tid == 0) last = atomicAdd(a.counter, 1u) == gridDim.x - 1u;
+    if (tid == 0) last = atomicAdd(a.counter + m, 1u) == gridDim.x - 1u;
     __syncthreads();
     if (!last) return;
     // Every other block stored its logits and fenced before it counted itself.
     __threadfence();
-    for (int e = tid; e < a.experts; e += ROUTER_THREADS) lg[e] = __ldcg(a.logits + e);
-    if (tid == 0) *a.counter = 0u;
+    for (int e = tid; e < a.experts; e += ROUTER_THREADS) lg[e] = __ldcg(logits + e);
+    if (tid == 0) a.counter[m] = 0u;
     __syncthreads();
     if (warp == 0) {
-        const TopkArgs t{lg, 0, a.ids, 0, a.wts, 0, 1, a.experts, a.k};
+        const TopkArgs t{lg, 0, a.ids + m * a.ldt, 0, a.wts + m * a.ldt, 0, 1, a.experts, a.k};
         topk_body<8>(t, 0);
     }
 }

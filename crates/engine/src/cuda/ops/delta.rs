@@ -117,8 +117,8 @@ pub fn geometry_asserts() -> String {
     s
 }
 
-/// The fused prologue (`ops/fused.rs`) of a one-token step, or of a chunked run with key dims of
-/// 128 (`TALLY_DELTA_PREP=prologue`): the delta gates' and the q and k L2 norms' inputs and
+/// The fused prologue (`ops/fused.rs`) of a token-by-token run (a step, a verification batch),
+/// or of a chunked run with key dims of 128 (`TALLY_DELTA_PREP=prologue`): the delta gates' and the q and k L2 norms' inputs and
 /// parameters, and the gates' outputs (delta.cu's DeltaArgs).
 #[derive(Debug, Clone, Copy)]
 pub struct Prologue {
@@ -144,10 +144,11 @@ pub fn delta_rule(b: &mut CudaBackend, node: &Node, io: &Io, h: Heads) -> Result
 }
 
 /// Whether a delta rule of `t` tokens, `r` query rows and key dim `k_dim` can take the fused
-/// prologue: a one-token step (`delta_rule_step`) or a chunked run at key dim 128
+/// prologue: a token-by-token run (`delta_rule_step`: a one-token step, a verification batch, a
+/// prompt of a few tokens) or a chunked run at key dim 128
 /// (`delta_rule_chunk_prep`, whose warps normalise rows of 128).
 pub(crate) fn takes_prologue(t: usize, r: usize, k_dim: usize) -> bool {
-    (t == 1 && r == 1) || (t > STEP_MAX_T && r <= t && k_dim == 128)
+    r <= t && (t <= STEP_MAX_T || k_dim == 128)
 }
 
 /// [`delta_rule`], with the fused prologue ([`takes_prologue`]).
@@ -161,7 +162,7 @@ pub fn delta_rule_with(
     let (t, r) = (node.inputs[1].rows, node.inputs[0].rows);
     if prologue.is_some() && !takes_prologue(t, r, h.k_dim) {
         return Err(EngineError::Internal(format!(
-            "the delta rule's fused prologue is for one-token steps and chunked runs at key dim 128; got T = {t}, R = {r}, key dim {}",
+            "the delta rule's fused prologue is for token-by-token runs and chunked runs at key dim 128 (R <= T); got T = {t}, R = {r}, key dim {}",
             h.k_dim
         )));
     }
@@ -244,7 +245,7 @@ pub fn delta_rule_with(
         // (Hv, dv / DELTA_NS) as the kernel was built for; q, k, v, g, beta, o are the node's
         // views (R or T rows) and state its Hv x dk*dv view (real, or the replay's staged copy)
         // in buffers `prepare` sized; the step path reads no workspace (work = 0). With the
-        // prologue (T = R = 1, checked above): kx, qx, gb, ga are one-row views, dt_bias and
+        // prologue (R <= T, checked above): kx, gb, ga are T-row views, qx an R-row one, dt_bias and
         // ssm_a weights of at least Hv values, beta_out and g_out the beta and g views
         // (ops/fused.rs checks each). snap, when set, is T copies of the whole state buffer at
         // the view's offset (token_states_for: 2 <= T <= the copies kept).
@@ -303,5 +304,25 @@ pub fn delta_rule_with(
             s,
             &a,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prologue_takes_token_by_token_runs_and_chunked_ones_at_key_dim_128() {
+        // Token by token (a step, a verification batch, a short prompt's last layer): any key dim.
+        assert!(takes_prologue(1, 1, 64));
+        assert!(takes_prologue(4, 4, 128));
+        assert!(takes_prologue(5, 1, 64));
+        assert!(takes_prologue(STEP_MAX_T, STEP_MAX_T, 64));
+        // Chunked: key dim 128 only (the prep's warps normalise rows of 128).
+        assert!(takes_prologue(STEP_MAX_T + 1, 1, 128));
+        assert!(!takes_prologue(STEP_MAX_T + 1, STEP_MAX_T + 1, 64));
+        // More query rows than tokens: never.
+        assert!(!takes_prologue(4, 5, 128));
+        assert!(!takes_prologue(40, 41, 128));
     }
 }

@@ -113,9 +113,11 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     if let Some(nodes) = add_norm_nodes(plan, index) {
         return add_norm(b, plan, index, nodes, None, None);
     }
-    // A prompt's chunked delta rule takes the prologue only under TALLY_DELTA_PREP=prologue.
+    // A token-by-token rule (a step, a verification batch) takes the prologue in
+    // delta_rule_step; a prompt's chunked rule only under TALLY_DELTA_PREP=prologue (the default).
     let prologue_on = |n: &DeltaNodes<'_>| {
-        b.options.fuse_delta && (n.3.inputs[1].rows == 1 || b.options.delta_prep_prologue)
+        b.options.fuse_delta
+            && (n.3.inputs[1].rows <= delta::STEP_MAX_T || b.options.delta_prep_prologue)
     };
     if let Some(nodes) = delta_prologue_nodes(plan, index).filter(prologue_on) {
         let n = delta_prologue(b, plan, index, nodes)?;
@@ -132,9 +134,10 @@ pub fn dispatch(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<usize,
     Ok(0)
 }
 
-/// The router of one token at `index` (an f32 projection that `runs_router_gemv` sends to
-/// `router_fused`'s GEMV) and the TopK of its logits right after it: one `router_fused` launch,
-/// the block that finishes last running router_topk8's body on the logits every block stored.
+/// The router of a token or a few (a verification batch) at `index` (an f32 projection that
+/// `runs_router_gemv` sends to `router_fused`'s GEMV) and the TopK of its logits right after it:
+/// one `router_fused` launch, the block of each token's row that finishes last running
+/// router_topk8's body on the logits that row's blocks stored.
 /// The logits, ids and weights are the two nodes' own launches' bits (the router node alone
 /// runs the same GEMV; the top-k is router_topk8's on those logits: lab/router/emu_test.cpp).
 /// False (nothing launched) for anything else, or more than 256 experts or k > 16.
@@ -171,15 +174,23 @@ fn router_topk(b: &mut CudaBackend, plan: &Plan, index: usize) -> Result<bool, E
             dw.dims[0] as usize,
         ),
     );
-    let xp = b.view(plan, x)?.0;
-    if shape.2 > 256 || logits.cols != shape.2 || !runs_router_gemv(b, ty, shape, xp, x.rows, true)
+    let xp = b.view(plan, x)?;
+    let m = x.rows;
+    if shape.2 > 256
+        || logits.cols != shape.2
+        || logits.rows != m
+        || !runs_router_gemv(b, ty, shape, xp, m, true)
     {
         return Ok(false);
     }
-    let y = b.view(plan, logits)?.0;
-    let ids = b.view(plan, &tk.outputs[0])?.0;
-    let wts = b.view(plan, &tk.outputs[1])?.0;
-    router_gemv(b, shape, xp, y, Some((ids, wts, *k)))?;
+    let y = b.view(plan, logits)?;
+    let ids = b.view(plan, &tk.outputs[0])?;
+    let wts = b.view(plan, &tk.outputs[1])?;
+    // One row stride for both top-k outputs (their k columns a row).
+    if ids.1 != wts.1 || i32::try_from(ids.1).is_err() {
+        return Ok(false);
+    }
+    router_gemv(b, shape, m, xp, y, Some((ids.0, wts.0, ids.1, *k)))?;
     Ok(true)
 }
 
@@ -1045,8 +1056,12 @@ fn multi(
     let grid_rows = if mr > 1 { 1 } else { rows };
     let (mut a, grid, threads) = multi_args(&args, grid_rows, b.props.sm_count, min_threads);
     a.mr = mr as i32;
+    // Every row in each block on that body alone (gemvi_mr_<t>: more blocks a multiprocessor,
+    // the same sums as gemv_multi_<t>'s mr form) unless TALLY_GEMVI=off.
     let f = if gemvi {
         set.gemvi_multi
+    } else if mr > 1 && b.options.gemvi {
+        set.gemvi_mr
     } else {
         set.gemv_multi
     };
@@ -1058,7 +1073,7 @@ fn multi(
     // is the M rows, or 1 with mr = M rows in each block (multi_rows: an integer format, K <=
     // GEMV_QK_MAX / GEMVR_MAX_M, 2 <= M <= GEMVR_MAX_M, rw 2); threads <= GEMV_THREADS, the
     // launch bound (gemvi_multi_<t>'s too: it is launched only with mr 0 and every segment at
-    // rw 2, as it requires).
+    // rw 2, as it requires; gemvi_mr_<t>'s only with mr > 1 and every segment at rw 2).
     unsafe { launch(f, grid, (threads, 1, 1), 0, b.cu_stream(), &a) }?;
     Ok(segs.len())
 }
@@ -1576,13 +1591,12 @@ mod tests {
                 }
                 let layers = cfg.n_layers;
                 let linear = cfg.n_linear_layers();
-                // One token, or a chunked prompt: the gates, q/k norms and the rule as one
-                // launch (the prompt's under TALLY_DELTA_PREP=prologue); a few tokens (the step
-                // kernel at T > 1): the norm pair.
-                let one = usize::from(n == 1 || n > delta::STEP_MAX_T);
+                // Any token count: the gates, q/k norms and the rule as one launch (the step
+                // kernel's prologue up to STEP_MAX_T tokens, a verification batch included;
+                // the chunked prep's beyond), so no norm pair is left.
                 assert_eq!(
                     (gated, norm_pairs, deltas),
-                    (linear, linear * (1 - one), linear * one),
+                    (linear, 0, linear),
                     "{preset:?} n={n}"
                 );
                 assert_eq!(

@@ -1081,9 +1081,10 @@ pub fn matmul(
     let w = W::of(dw);
     let shape = (w.ptr, w.row_bytes, w.n, w.k);
     let plain = layout == OutLayout::Plain;
-    if super::router::runs_router_gemv(b, w.ty, shape, io.ins[0].0, m, plain) {
-        // The router of one token (router_fused's GEMV; ops/fused.rs runs it with its top-k).
-        return super::router::router_gemv(b, shape, io.ins[0].0, io.outs[0].0, None);
+    if super::router::runs_router_gemv(b, w.ty, shape, io.ins[0], m, plain) {
+        // The router of a token or a few (router_fused's GEMV; ops/fused.rs runs it with its
+        // top-k).
+        return super::router::router_gemv(b, shape, m, io.ins[0], io.outs[0], None);
     }
     let operands = cublas_operands(b, dw, m);
     let name = dw.name.clone();

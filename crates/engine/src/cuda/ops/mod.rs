@@ -14,7 +14,7 @@ mod matmul;
 mod moe;
 mod norm;
 mod rope;
-mod router;
+pub(crate) mod router;
 pub mod sample;
 pub mod snapshot;
 

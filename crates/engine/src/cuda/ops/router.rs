@@ -57,21 +57,29 @@ pub(crate) const ROUTER_GEMV_MAX_N: usize = 1024;
 const ROUTER_ROWS: usize = 4;
 const ROUTER_THREADS: u32 = 256;
 
-/// A one-token projection of `ty` weights: weight at `w` (`n` rows of `row_bytes`, K = `k`), input row at
-/// `x`, plain layout. Whether it runs on `router_fused` (`TALLY_ROUTER_FUSE`, on by default):
-/// both the router node alone and the router fused with its top-k ask this, so that a fused and
-/// an unfused run compute the logits alike.
+/// Token rows up to which an f32 projection runs on `router_fused` (one grid row each, one
+/// counter each: the backend's counter buffer holds this many): a decode step and a
+/// verification batch (`delta::STEP_MAX_T` tokens at most), so each token of a batch gets a
+/// one-token step's logits, ids and weights bit for bit.
+pub(crate) const ROUTER_MAX_M: usize = 16;
+
+/// A projection of `m` token rows of `ty` weights: weight at `w` (`n` rows of `row_bytes`, K =
+/// `k`), input rows at `x` (row stride `ldx` floats), plain layout. Whether it runs on
+/// `router_fused` (`TALLY_ROUTER_FUSE`, on by default): both the router node alone and the
+/// router fused with its top-k ask this, so that a fused and an unfused run compute the logits
+/// alike.
 pub(crate) fn runs_router_gemv(
     b: &CudaBackend,
     ty: tally_gguf::GgmlType,
     (w, row_bytes, n, k): (u64, usize, usize, usize),
-    x: u64,
+    (x, ldx): (u64, i64),
     m: usize,
     plain: bool,
 ) -> bool {
     b.options.router_fuse
         && ty == tally_gguf::GgmlType::F32
-        && m == 1
+        && (1..=ROUTER_MAX_M).contains(&m)
+        && (m == 1 || (ldx >= k as i64 && ldx % 4 == 0))
         && plain
         && (1..=ROUTER_GEMV_MAX_N).contains(&n)
         && k >= 4
@@ -81,15 +89,16 @@ pub(crate) fn runs_router_gemv(
         && (w | x) % 16 == 0
 }
 
-/// `router_fused` over `n` rows: the logits alone into `y`, or with `topk` (the ids' and
-/// weights' pointers, k) the top-k too. The caller checked [`runs_router_gemv`]; with `topk`,
-/// n <= 256 and k <= 16.
+/// `router_fused` over `n` weight rows and `m` token rows (`x`, `y`: pointer and row stride): the
+/// logits alone into `y`, or with `topk` (the ids' and weights' pointers, their row stride, k)
+/// the top-k too. The caller checked [`runs_router_gemv`]; with `topk`, n <= 256 and k <= 16.
 pub(crate) fn router_gemv(
     b: &CudaBackend,
     (w, row_bytes, n, k): (u64, usize, usize, usize),
-    x: u64,
-    y: u64,
-    topk: Option<(u64, u64, usize)>,
+    m: usize,
+    (x, ldx): (u64, i64),
+    (y, ldy): (u64, i64),
+    topk: Option<(u64, u64, i64, usize)>,
 ) -> Result<(), EngineError> {
     let counter = match (topk, b.router_counter.as_ref()) {
         (None, _) => 0,
@@ -100,7 +109,12 @@ pub(crate) fn router_gemv(
             ));
         }
     };
-    let (ids, wts, top) = topk.unwrap_or((0, 0, 0));
+    let (ids, wts, ldt, top) = topk.unwrap_or((0, 0, 0, 0));
+    if m == 0 || m > ROUTER_MAX_M {
+        return Err(EngineError::Internal(format!(
+            "router_fused over {m} token rows (1 to {ROUTER_MAX_M})"
+        )));
+    }
     if top > 0 && (n > 256 || top > 16) {
         return Err(EngineError::Internal(format!(
             "router_fused's top-{top} of {n} rows exceeds its limits (256, 16)"
@@ -117,18 +131,22 @@ pub(crate) fn router_gemv(
         experts: n as i32,
         k_dim: k as i32,
         k: top as i32,
-        pad0: 0,
+        ldt: ldt as i32,
+        ldx: if m == 1 { 0 } else { ldx },
+        ldl: ldy,
     };
     // SAFETY: RouterArgs mirrors router.cu's struct (layout asserted at kernel build). Grid:
-    // one block of ROUTER_THREADS per ROUTER_ROWS rows; it reads n rows of K f32 at w (the
-    // caller's weight, >= n rows of row_bytes >= 4K, 16-byte aligned as runs_router_gemv
-    // checked) and K f32 at x, writes n logits at y (the node's output row); with a top-k,
-    // k ids and weights (the TopK node's outputs) and the backend's zeroed counter, which the
-    // last block sets back to 0.
+    // one block of ROUTER_THREADS per ROUTER_ROWS rows, grid.y the m token rows; it reads n
+    // rows of K f32 at w (the caller's weight, >= n rows of row_bytes >= 4K, 16-byte aligned as
+    // runs_router_gemv checked) and m rows of K f32 at x (row stride ldx, a multiple of 4 >= K),
+    // writes m rows of n logits at y (the node's output view); with a top-k, m rows of k ids
+    // and weights (the TopK node's outputs, row stride ldt) and m of the backend's zeroed
+    // counters (ROUTER_MAX_M of them, m <= ROUTER_MAX_M checked above), each of which the last
+    // block of its row sets back to 0.
     unsafe {
         launch(
             b.kernels.router_fused,
-            (n.div_ceil(ROUTER_ROWS) as u32, 1, 1),
+            (n.div_ceil(ROUTER_ROWS) as u32, m as u32, 1),
             (ROUTER_THREADS, 1, 1),
             0,
             b.cu_stream(),
