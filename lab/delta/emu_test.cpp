@@ -188,7 +188,10 @@ int run_prologue_case(Shape s, int T, int R, uint64_t seed) {
     };
     auto run = [&](const DeltaArgs& a) {
         if (step) {
-            emu::launch({unsigned(s.Hv), unsigned(s.dv / DELTA_NS), 1}, {128, 1, 1}, [&] { delta_rule_step(a); });
+            emu::launch({unsigned(s.Hv), unsigned(s.dv / DELTA_NS), 1}, {128, 1, 1}, [&] {
+                if (a.kx && T > 1) delta_rule_step_pro(a);
+                else delta_rule_step(a);
+            });
             return;
         }
         emu::launch({unsigned(delta_chunks(T)), unsigned(s.Hv), 1}, {256, 1, 1}, [&] {

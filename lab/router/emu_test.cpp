@@ -158,7 +158,7 @@ int run_rows_case(const Case& c, int M, uint64_t seed) {
     for (int i = 0; i < M * ldt; i++) ids[i] = -1;
     RouterArgs a{dx, dw, c.ldw, logits, ids, wts, counter, c.E, c.K, c.k, ldt, ldx, ldl};
     emu::launch({unsigned((c.E + ROUTER_ROWS - 1) / ROUTER_ROWS), unsigned(M), 1}, {ROUTER_THREADS, 1, 1},
-                [&] { router_fused(a); });
+                [&] { router_fused_rows(a); });
     long long differ = 0, pad = 0, counters = 0;
     unsigned* one_counter = b.alloc<unsigned>(1);
     *one_counter = 0;

@@ -101,6 +101,9 @@ pub struct Kernels {
     pub router_topk: Kernel,
     pub router_topk8: Kernel,
     pub router_fused: Kernel,
+    /// `router_fused` over grid.y token rows (a verification batch; each row's bits the one-row
+    /// launch's).
+    pub router_fused_rows: Kernel,
     pub moe_route: Kernel,
     pub moe_route_count: Kernel,
     pub moe_combine: Kernel,
@@ -110,6 +113,8 @@ pub struct Kernels {
     pub delta_rule_chunk_scan: Kernel,
     pub delta_rule_chunk_scan2: Kernel,
     pub delta_rule_step: Kernel,
+    /// `delta_rule_step` with its fused prologue over 2-16 tokens (one token: `delta_rule_step`).
+    pub delta_rule_step_pro: Kernel,
     /// `flash_attn_d{D}` by [`ATTN_HEAD_DIMS`].
     pub flash_attn: [Kernel; 4],
     /// `flash_attn_h_w4_d{D}` (f16 K/V copies, 64-row tiles) by [`ATTN_HEAD_DIMS`].
@@ -294,6 +299,7 @@ impl Kernels {
             router_topk: m("router")?.get("router_topk")?,
             router_topk8: m("router")?.get("router_topk8")?,
             router_fused: m("router")?.get("router_fused")?,
+            router_fused_rows: m("router")?.get("router_fused_rows")?,
             moe_route: moe.get("moe_route")?,
             moe_route_count: moe.get("moe_route_count")?,
             moe_combine: moe.get("moe_combine")?,
@@ -303,6 +309,7 @@ impl Kernels {
             delta_rule_chunk_scan: delta.get("delta_rule_chunk_scan")?,
             delta_rule_chunk_scan2: delta.get("delta_rule_chunk_scan2")?,
             delta_rule_step: delta.get("delta_rule_step")?,
+            delta_rule_step_pro: delta.get("delta_rule_step_pro")?,
             flash_attn: by_dim("flash_attn")?,
             flash_attn_h: by_dim("flash_attn_h_w4")?,
             flash_attn_wg: attn.get("flash_attn_wg_d256")?,

@@ -117,12 +117,14 @@ struct RouterArgs {
     i64 ldx, ldl;        // ldx % 4 == 0 (else nothing written)
 };
 
-extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused(RouterArgs a) {
-    pdl_enter();
+// ROWS: grid.y token rows (router_fused_rows); else one (router_fused, whose code stays as before
+// stop 54's rows: row 0 at a.x, a.logits, a.ids, a.wts, a.counter).
+template <bool ROWS>
+__device__ __forceinline__ void router_body(const RouterArgs& a) {
     if (a.experts < 1 || (a.k > 0 && a.experts > 256) || a.k < 0 || a.k > 16 || a.K < 4 || (a.K & 3) != 0 || (a.ldw & 3) != 0 ||
-        (a.ldx & 3) != 0 || ((reinterpret_cast<u64>(a.x) | reinterpret_cast<u64>(a.w)) & 15u) != 0)
+        (ROWS && (a.ldx & 3) != 0) || ((reinterpret_cast<u64>(a.x) | reinterpret_cast<u64>(a.w)) & 15u) != 0)
         return;
-    const i64 m = blockIdx.y;
+    const i64 m = ROWS ? static_cast<i64>(blockIdx.y) : 0;
     const float* x = a.x + m * a.ldx;
     float* logits = a.logits + m * a.ldl;
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -187,4 +189,16 @@ extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused(Router
         const TopkArgs t{lg, 0, a.ids + m * a.ldt, 0, a.wts + m * a.ldt, 0, 1, a.experts, a.k};
         topk_body<8>(t, 0);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused(RouterArgs a) {
+    pdl_enter();
+    router_body<false>(a);
+}
+
+// router_fused_rows: grid.y token rows (a verification batch, a short prompt), each row's blocks
+// exactly router_fused's on that row.
+extern "C" __global__ void __launch_bounds__(ROUTER_THREADS) router_fused_rows(RouterArgs a) {
+    pdl_enter();
+    router_body<true>(a);
 }

@@ -241,24 +241,22 @@ pub fn delta_rule_with(
     let s = b.cu_stream();
     let slices = (v_dim as i64 / DELTA_NS) as u32;
     if !chunked {
+        // The prologue over more than one token has its own kernel, so the one-token step's
+        // code is as it was.
+        let step = if a.kx != 0 && t > 1 {
+            b.kernels.delta_rule_step_pro
+        } else {
+            b.kernels.delta_rule_step
+        };
         // SAFETY: DeltaArgs mirrors delta.cu's struct (layout asserted at kernel build). Grid
         // (Hv, dv / DELTA_NS) as the kernel was built for; q, k, v, g, beta, o are the node's
         // views (R or T rows) and state its Hv x dk*dv view (real, or the replay's staged copy)
         // in buffers `prepare` sized; the step path reads no workspace (work = 0). With the
-        // prologue (R <= T, checked above): kx, gb, ga are T-row views, qx an R-row one, dt_bias and
-        // ssm_a weights of at least Hv values, beta_out and g_out the beta and g views
-        // (ops/fused.rs checks each). snap, when set, is T copies of the whole state buffer at
+        // prologue (R <= T, checked above; delta_rule_step_pro at T > 1): kx, gb, ga are T-row
+        // views, qx an R-row one, dt_bias and ssm_a weights of at least Hv values, beta_out and
+        // g_out the beta and g views (ops/fused.rs checks each). snap, when set, is T copies of the whole state buffer at
         // the view's offset (token_states_for: 2 <= T <= the copies kept).
-        return unsafe {
-            launch(
-                b.kernels.delta_rule_step,
-                (v_heads as u32, slices, 1),
-                (128, 1, 1),
-                0,
-                s,
-                &a,
-            )
-        };
+        return unsafe { launch(step, (v_heads as u32, slices, 1), (128, 1, 1), 0, s, &a) };
     }
     let nc = (t as u64).div_ceil(DELTA_C as u64) as u32;
     let dk = k_dim as i64;

@@ -135,6 +135,13 @@ pub(crate) fn router_gemv(
         ldx: if m == 1 { 0 } else { ldx },
         ldl: ldy,
     };
+    // One row on router_fused, whose code is as before the rows (a decode step); more on
+    // router_fused_rows (the same body per row).
+    let kernel = if m == 1 {
+        b.kernels.router_fused
+    } else {
+        b.kernels.router_fused_rows
+    };
     // SAFETY: RouterArgs mirrors router.cu's struct (layout asserted at kernel build). Grid:
     // one block of ROUTER_THREADS per ROUTER_ROWS rows, grid.y the m token rows; it reads n
     // rows of K f32 at w (the caller's weight, >= n rows of row_bytes >= 4K, 16-byte aligned as
@@ -145,7 +152,7 @@ pub(crate) fn router_gemv(
     // block of its row sets back to 0.
     unsafe {
         launch(
-            b.kernels.router_fused,
+            kernel,
             (n.div_ceil(ROUTER_ROWS) as u32, m as u32, 1),
             (ROUTER_THREADS, 1, 1),
             0,
