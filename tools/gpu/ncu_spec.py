@@ -62,7 +62,7 @@ def main():
         one = [s for kind, r, s in psteps[1:] if kind == "model" and r == 1]
         src = "the plain run's last full step"
     else:
-        one = [s for s in model.get(1, [])]
+        one = model.get(1, [])
         src = "a one-row model step of this run"
     if not one:
         print("no one-row model step to compare with")

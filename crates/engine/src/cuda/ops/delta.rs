@@ -118,8 +118,8 @@ pub fn geometry_asserts() -> String {
 }
 
 /// The fused prologue (`ops/fused.rs`) of a token-by-token run (a step, a verification batch),
-/// or of a chunked run with key dims of 128 (`TALLY_DELTA_PREP=prologue`): the delta gates' and the q and k L2 norms' inputs and
-/// parameters, and the gates' outputs (delta.cu's DeltaArgs).
+/// or of a chunked run with key dims of 128 (`TALLY_DELTA_PREP=prologue`): the delta gates' and
+/// the q and k L2 norms' inputs and parameters, and the gates' outputs (delta.cu's DeltaArgs).
 #[derive(Debug, Clone, Copy)]
 pub struct Prologue {
     /// The k and q norms' input views (pointer, row stride).
@@ -254,8 +254,9 @@ pub fn delta_rule_with(
         // in buffers `prepare` sized; the step path reads no workspace (work = 0). With the
         // prologue (R <= T, checked above; delta_rule_step_pro at T > 1): kx, gb, ga are T-row
         // views, qx an R-row one, dt_bias and ssm_a weights of at least Hv values, beta_out and
-        // g_out the beta and g views (ops/fused.rs checks each). snap, when set, is T copies of the whole state buffer at
-        // the view's offset (token_states_for: 2 <= T <= the copies kept).
+        // g_out the beta and g views (ops/fused.rs checks each). snap, when set, is T copies of
+        // the whole state buffer at the view's offset (token_states_for: 2 <= T <= the copies
+        // kept).
         return unsafe { launch(step, (v_heads as u32, slices, 1), (128, 1, 1), 0, s, &a) };
     }
     let nc = (t as u64).div_ceil(DELTA_C as u64) as u32;

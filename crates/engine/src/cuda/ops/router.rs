@@ -132,7 +132,7 @@ pub(crate) fn router_gemv(
         k_dim: k as i32,
         k: top as i32,
         ldt: ldt as i32,
-        ldx: if m == 1 { 0 } else { ldx },
+        ldx,
         ldl: ldy,
     };
     // One row on router_fused, whose code is as before the rows (a decode step); more on
